@@ -1,1 +1,49 @@
-X=1
+"""The runtime that generated parser modules import: `from rtcompile.runtime import ...`.
+
+`__all__` is the interface between the code generator and generated code (its ABI). A generated
+module checks `RUNTIME_ABI` at import and refuses to run against a runtime it was not built for.
+This package imports nothing from the compiler side (`rtcompile` proper), nor jinja2, black or
+transformers, so importing a generated parser stays cheap.
+"""
+
+from __future__ import annotations
+
+import regex
+
+from .content_parsers import make_parser
+from .errors import ParserFailedError, ParserLoopError, RegionParseError
+from .literals import literal_partial_start, truncate_after_last
+from .machine import Machine, parse_whole
+from .transforms import each_scope, resolve
+
+# Bump when anything in __all__ changes meaning or signature; generated modules pin it.
+RUNTIME_ABI = 1
+
+
+class RuntimeMismatchError(ImportError):
+    """A generated module was built for another version of the runtime: regenerate it."""
+
+
+def check_abi(expected: int) -> None:
+    if expected != RUNTIME_ABI:
+        raise RuntimeMismatchError(
+            f"this parser was generated for rtcompile runtime ABI {expected}, but the installed "
+            f"runtime has ABI {RUNTIME_ABI}; regenerate it with the installed rtcompile"
+        )
+
+
+__all__ = [
+    "RUNTIME_ABI",
+    "Machine",
+    "ParserFailedError",
+    "ParserLoopError",
+    "RegionParseError",
+    "check_abi",
+    "each_scope",
+    "literal_partial_start",
+    "make_parser",
+    "parse_whole",
+    "regex",
+    "resolve",
+    "truncate_after_last",
+]

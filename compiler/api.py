@@ -1,0 +1,130 @@
+"""The public API: compile a template, load it as a module, and the interpreter's drop-ins.
+
+`compile_template` returns the source text; `load` executes exactly that text (never live objects
+handed over in a globals dict), so an imported file, a cached file and an in-memory module can
+never disagree.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import linecache
+import os
+import threading
+import types
+from pathlib import Path
+from typing import Any
+
+from . import codegen, frontend
+from .version import __version__
+
+
+class CodegenError(RuntimeError):
+    """The generator produced invalid Python: a bug in rtcompile, never in the template."""
+
+
+def compile_template(template: Any, *, origin: str | None = None) -> str:
+    """Validate `template` and return the source of its generated parser module."""
+    return generate(frontend.lower(template), origin=origin)
+
+
+def generate(template, *, origin: str | None = None) -> str:
+    """The formatted, compile-checked module source for a lowered template (ir.Template)."""
+    import black  # the compiler's dependency only; generated modules never import it
+
+    label = f"<rtcompile {template.sha256[:16]}>"
+    raw = codegen.render(template, origin=origin or f"response template sha256:{template.sha256[:16]}")
+    _check_compiles(raw, label, "unformatted")
+    source = black.format_str(raw, mode=black.Mode(line_length=100))
+    _check_compiles(source, label, "formatted")
+    return source
+
+
+def _check_compiles(source: str, label: str, stage: str) -> None:
+    try:
+        compile(source, label, "exec")
+    except SyntaxError as e:
+        raise CodegenError(f"rtcompile generated invalid Python ({stage}) for {label}: {e}") from e
+
+
+def module_from_source(source: str, sha256: str, filename: str | None = None) -> types.ModuleType:
+    """Execute generated source as a fresh module. Without a real file, the source is registered in
+    linecache under a unique pseudo-filename so tracebacks and pdb show the generated lines."""
+    name = f"rtcompile_generated_{sha256[:16]}"
+    if filename is None:
+        filename = f"<rtcompile generated {sha256[:16]}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    exec(compile(source, filename, "exec"), module.__dict__)
+    return module
+
+
+# ---- in-process memo ----------------------------------------------------------------------------
+
+
+class _Memo:
+    """Compiled modules by template hash, with a fast path for the same template object reused."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_hash: dict[str, types.ModuleType] = {}
+        self._last: tuple[Any, Any, types.ModuleType] | None = None  # (object, snapshot, module)
+
+    def get(self, template: dict) -> types.ModuleType:
+        last = self._last
+        if last is not None and last[0] is template and last[1] == template:
+            return last[2]
+        lowered = frontend.lower(template)
+        key = lowered.sha256
+        module = self._by_hash.get(key)
+        if module is None:
+            from .cache import default_cache
+
+            module = default_cache().load(lowered)
+            with self._lock:
+                module = self._by_hash.setdefault(key, module)
+        self._last = (template, copy.deepcopy(template), module)
+        return module
+
+
+_MEMO = _Memo()
+
+
+def load(template_or_path: Any) -> types.ModuleType:
+    """The generated parser module for a template dict, a template JSON file, a tokenizer_config.json
+    with a `response_template`, or the name of a bundled template."""
+    if isinstance(template_or_path, (str, os.PathLike)):
+        template_or_path = read_template(template_or_path)
+    return _MEMO.get(template_or_path)
+
+
+def read_template(source: str | os.PathLike) -> dict:
+    """A response template from a JSON file (a template, or a tokenizer_config.json holding one), a
+    tokenizer directory, or a bundled template's name."""
+    path = Path(source)
+    if path.is_dir():
+        path = path / "tokenizer_config.json"
+    if not path.exists() and isinstance(source, str) and os.sep not in source and not source.endswith(".json"):
+        from .library import template_for
+
+        return template_for(source)
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if isinstance(data, dict) and "response_template" in data and "fields" not in data:
+        data = data["response_template"]
+        if data is None:
+            raise frontend.TemplateError("response_template", f"{path} has no response template (null)")
+    return data
+
+
+def parse_response(text: str, template: Any, *, prefix: str | None = None, tools: list | None = None) -> dict:
+    """Drop-in for transformers.utils.chat_parsing.parse_response, through the compiled parser."""
+    return _MEMO.get(template).parse_response(text, prefix=prefix, tools=tools)
+
+
+def ResponseParser(template: Any, prefix: str | None = None, *, tools: list | None = None):  # noqa: N802
+    """Drop-in for transformers.utils.chat_parsing.ResponseParser: a compiled streaming parser
+    (`.initial_events`, `.feed(text)`, `.finalize()`) for `template`."""
+    return _MEMO.get(template).ResponseParser(prefix, tools=tools)

@@ -1,0 +1,283 @@
+"""Code generator: IR -> the source of a generated parser module.
+
+The module is rendered from the jinja2 templates in `compiler/codegen/`, formatted with black and
+compiled with `compile()` before anyone sees it, so a generator bug fails here, loudly, with the
+template's hash in the message.
+
+Safety rule: template text reaches the generated source only through `py_literal` (the `py` filter)
+or as an identifier we built ourselves (the `ident` filter). The jinja2 environment enforces it:
+`finalize` refuses any value that did not come out of one of those two filters (or out of a code
+fragment built here from such pieces), and undefined names are errors.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from . import ir
+from .version import __version__
+
+RUNTIME_ABI = 1  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
+# Sets of first characters up to this size are checked with chained str.find; larger ones with
+# one character-class search.
+MAX_FIND_CHAIN = 2
+
+
+class Code(str):
+    """A fragment of generated Python that the generator built itself: safe to emit as is."""
+
+
+def py_literal(value: Any) -> Code:
+    """A Python expression that evaluates to `value` (JSON-like data only).
+
+    Only the types listed here have a repr that is a faithful literal; anything else is refused.
+    NaN and the infinities have no literal form, so they are spelled as float('...') calls."""
+    if value is None or isinstance(value, bool):
+        return Code(repr(value))
+    if isinstance(value, int):
+        return Code(repr(int(value)))
+    if isinstance(value, float):
+        if math.isnan(value):
+            return Code('float("nan")')
+        if math.isinf(value):
+            return Code('float("inf")' if value > 0 else 'float("-inf")')
+        return Code(repr(float(value)))
+    if isinstance(value, str):
+        return Code(repr(str(value)))
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(py_literal(v) for v in value)
+        if isinstance(value, tuple):
+            return Code(f"({items},)" if len(value) == 1 else f"({items})")
+        return Code(f"[{items}]")
+    if isinstance(value, (set, frozenset)):
+        return Code("frozenset({%s})" % ", ".join(py_literal(v) for v in sorted(value)) if value else "frozenset()")
+    if isinstance(value, dict):
+        return Code("{%s}" % ", ".join(f"{py_literal(k)}: {py_literal(v)}" for k, v in value.items()))
+    raise TypeError(f"cannot emit a literal of type {type(value).__name__}")
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def ident(name: str) -> Code:
+    """An identifier built by the generator (never template text): checked, then emitted."""
+    if not isinstance(name, str) or not _IDENT.match(name) or name.startswith("__"):
+        raise ValueError(f"not a safe generated identifier: {name!r}")
+    return Code(name)
+
+
+def slug(name: str, limit: int = 24) -> str:
+    """A readable, ASCII-only hint of a field's name for function names (uniqueness comes from the
+    field's index, which always precedes it)."""
+    text = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+    return text[:limit].rstrip("_")
+
+
+def _finalize(value: Any) -> Any:
+    if isinstance(value, Code):
+        return value
+    raise TypeError(f"refusing to emit {type(value).__name__} {value!r} without the py or ident filter")
+
+
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(Path(__file__).with_name("codegen"))),
+    undefined=jinja2.StrictUndefined,
+    finalize=_finalize,
+    autoescape=False,
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_ENV.filters["py"] = py_literal
+_ENV.filters["ident"] = ident
+
+
+# ---- the model the templates render ------------------------------------------------------------
+
+
+@dataclass
+class Watch:
+    """One delimiter watched in one parser state."""
+
+    kind: str  # ir.OPEN or ir.CLOSE
+    field: ir.Field
+    delimiter: ir.Delimiter
+    rank: int  # tie-break order among equal (start, length): opens first, then by field name
+    const: str  # name of the module-level constant holding its pattern or literals
+
+    @property
+    def is_open(self) -> bool:
+        return self.kind == ir.OPEN
+
+    @property
+    def wants_match(self) -> bool:
+        """Only an open's named groups are read (they become the region's captures)."""
+        return self.is_open and bool(self.delimiter.group_names)
+
+    @property
+    def match_expr(self) -> Code:
+        return Code("m" if self.wants_match else "None")
+
+    @property
+    def sorted_literals(self) -> list[str]:
+        """Longest first: at one position the interpreter's alternation prefers the longest."""
+        return sorted(self.delimiter.literals, key=len, reverse=True)
+
+    @property
+    def longest(self) -> int:
+        return max(map(len, self.delimiter.literals))
+
+
+@dataclass
+class State:
+    method: str
+    doc: str
+    watches: list[Watch]
+    quick_reject: Code | None
+
+
+def _state(method: str, doc: str, watches: list[Watch], triggers: dict, leads: dict) -> State:
+    for rank, watch in enumerate(sorted(watches, key=lambda w: (0 if w.is_open else 1, w.field.name))):
+        watch.rank = rank
+    return State(method, doc, watches, _quick_reject(method, watches, triggers, leads))
+
+
+def _quick_reject(method: str, watches: list[Watch], triggers: dict, leads: dict) -> Code | None:
+    """An expression true when no watched delimiter can match, even partially, in buf[pos:]."""
+    if not watches or any(w.delimiter.charsets is None for w in watches):
+        return None
+    first = frozenset().union(*(w.delimiter.charsets.first for w in watches))
+    lead = frozenset().union(*(w.delimiter.charsets.lead for w in watches))
+    if len(first) <= MAX_FIND_CHAIN:
+        absent = " and ".join(f"buf.find({py_literal(c)}, pos) < 0" for c in sorted(first))
+    else:
+        name = f"FIRST_CHARS_{method.upper().lstrip('_')}"
+        triggers[name] = "[" + "".join(re.escape(c) for c in sorted(first)) + "]"
+        absent = f"{name}.search(buf, pos) is None"
+    if lead:
+        name = f"LEAD_CHARS_{method.upper().lstrip('_')}"
+        leads[name] = "".join(sorted(lead))
+        return Code(f"{absent} and (n == pos or buf[-1] not in {name})")
+    return Code(absent)
+
+
+def _transform_expr(node: ir.TransformNode, each: bool) -> Code:
+    if isinstance(node, ir.Literal):
+        return py_literal(node.value)
+    if isinstance(node, ir.DictNode):
+        return Code("{%s}" % ", ".join(f"{py_literal(k)}: {_transform_expr(v, each)}" for k, v in node.items))
+    if isinstance(node, ir.ListNode):
+        return Code("[%s]" % ", ".join(_transform_expr(v, each) for v in node.items))
+    if not each and node.root == "content" and not node.keys:
+        return Code("content")  # always defined: the parsed value itself
+    keys = f", {py_literal(node.keys)}" if node.keys else ""
+    return Code(f"resolve(scope, {py_literal(node.path)}, {py_literal(node.root)}{keys})")
+
+
+def _needs_scope(node: ir.TransformNode) -> bool:
+    if isinstance(node, ir.Placeholder):
+        return node.root != "content" or bool(node.keys)
+    if isinstance(node, ir.DictNode):
+        return any(_needs_scope(v) for _, v in node.items)
+    if isinstance(node, ir.ListNode):
+        return any(_needs_scope(v) for v in node.items)
+    return False
+
+
+def _inline_scalar(field: ir.Field) -> Code | None:
+    """Direct code for text/int/float/bool with well-formed args; None means call make_parser."""
+    args = field.content.args
+    if not isinstance(args, dict):
+        return None
+    body = "body.strip()" if args.get("strip", True) else "body"
+    return {
+        "text": Code(body),
+        "int": Code(f"int({body})"),
+        "float": Code(f"float({body})"),
+        "bool": Code(f'{body}.lower() in ("true", "1")'),
+    }.get(field.content.parser)
+
+
+def _border_free(literal: str) -> bool:
+    return not any(literal[:k] == literal[-k:] for k in range(1, len(literal)))
+
+
+def render(template: ir.Template, *, origin: str = "a response template") -> str:
+    """The generated module's source, before formatting."""
+    fields = template.fields
+    consts: dict[str, Any] = {}
+    watches_in_sink: list[Watch] = []
+    for f in fields:
+        if f.open is not None:
+            watches_in_sink.append(Watch(ir.OPEN, f, f.open, 0, f"OPEN_{f.index}"))
+    if template.implicit is not None and fields[template.implicit].close is not None:
+        f = fields[template.implicit]
+        watches_in_sink.append(Watch(ir.CLOSE, f, f.close, 0, f"CLOSE_{f.index}"))
+    triggers: dict[str, str] = {}  # constant name -> character class (stdlib re) of first characters
+    leads: dict[str, str] = {}  # constant name -> characters a match may start with before those
+    states = [
+        _state(
+            "_scan_sink",
+            "Outside explicit regions (the implicit field or the null sink): every open, and the "
+            "implicit field's close.",
+            watches_in_sink,
+            triggers,
+            leads,
+        )
+    ]
+    field_methods = []
+    for f in fields:
+        method = f"_scan_in_{f.index}" + (f"_{slug(f.name)}" if slug(f.name) else "")
+        field_methods.append(method)
+        if f.open is None:
+            continue  # the implicit field is scanned by the sink state
+        watches = [Watch(ir.CLOSE, f, f.close, 0, f"CLOSE_{f.index}")] if f.close is not None else []
+        doc = f"Inside field {f.index} ({f.name!r}): " + ("watch its close." if watches else "no close; runs to the end.")
+        states.append(_state(method, doc, watches, triggers, leads))
+    for state in states:
+        for w in state.watches:
+            consts[w.const] = w.delimiter
+    anchor = template.start_anchor
+    border_free = (
+        anchor.literals[0] if anchor.literals is not None and len(anchor.literals) == 1 and _border_free(anchor.literals[0]) else None
+    )
+    finishers = []
+    for f in fields:
+        finishers.append(
+            {
+                "field": f,
+                "name": f"_finish_{f.index}" + (f"_{slug(f.name)}" if slug(f.name) else ""),
+                "doc": f"Field {f.index} ({f.name!r}): {f.content.parser} content"
+                + (", transform on each element." if f.transform_each else ", transform." if f.transform is not None else "."),
+                "inline": _inline_scalar(f),
+                "transform": None if f.transform is None else _transform_expr(f.transform, f.transform_each),
+                "scope": f.transform is not None and not f.transform_each and _needs_scope(f.transform),
+            }
+        )
+    return _ENV.get_template("module.py.jinja").render(
+        version=__version__,
+        abi=RUNTIME_ABI,
+        origin=origin,
+        template=template,
+        fields=fields,
+        consts=consts,
+        triggers=triggers,
+        leads=leads,
+        states=states,
+        field_methods=tuple(field_methods),
+        names=tuple(f.name for f in fields),
+        dirty=tuple(f.dirty for f in fields),
+        repeats=tuple(f.repeats for f in fields),
+        joins=tuple(f.join for f in fields),
+        default_keys=tuple(template.defaults),
+        finishers=finishers,
+        anchor_border_free=border_free,
+        required=tuple(f.name for f in fields if not f.optional),
+        context=template.context,
+    )

@@ -1,0 +1,177 @@
+"""Static facts about delimiter patterns, used to make generated scanners cheap.
+
+Two questions are answered for each regex delimiter, conservatively (None = "don't know"):
+
+* context: how many characters before the search position a match may look at (lookbehind,
+  `\\b`, `^`). The generated parser keeps that many consumed characters and drops the rest, which
+  keeps streaming linear. Unknown means the parser keeps everything (as the interpreter does).
+* charsets: the characters a match can start with (see `ir.CharSets`). A parser state whose
+  delimiters all have charsets can skip every regex call while the unread text has none of them.
+
+The analysis reads Python's own regex parser (`re._parser`), and gives up (None) on anything it does
+not understand or that `regex` may read differently from `re`: a parse error (regex-only syntax),
+any warning (possible nested sets, which `regex` reads as POSIX classes or set operations), case
+folding or ASCII/locale flags, wide character classes.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import regex
+
+try:  # Python 3.11+
+    from re import _constants as sre
+    from re import _parser as sre_parse
+except ImportError:  # Python 3.10
+    import sre_constants as sre  # type: ignore[no-redef]
+    import sre_parse  # type: ignore[no-redef]
+
+from .ir import CharSets
+
+# Character sets larger than this are not worth a quick reject (and \d, \w are huge in Unicode).
+MAX_SET_SIZE = 512
+UNSAFE_FLAGS = sre.SRE_FLAG_IGNORECASE | sre.SRE_FLAG_ASCII | sre.SRE_FLAG_LOCALE
+REPEATS = {sre.MAX_REPEAT, sre.MIN_REPEAT, getattr(sre, "POSSESSIVE_REPEAT", sre.MAX_REPEAT)}
+ATOMIC = getattr(sre, "ATOMIC_GROUP", None)
+ZERO_WIDTH_AT_START = {sre.AT_END, sre.AT_END_LINE, sre.AT_END_STRING}
+
+
+def literal_charsets(literals: list[str]) -> CharSets:
+    return CharSets(lead=frozenset(), first=frozenset(s[0] for s in literals))
+
+
+def analyse_pattern(source: str) -> tuple[int | None, CharSets | None]:
+    """(context width, charsets) of a delimiter pattern; None where unknown."""
+    parsed = _parse(source)
+    if parsed is None:
+        return None, None
+    return _context(parsed), _charsets(parsed)
+
+
+def _parse(source: str):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            parsed = sre_parse.parse(source, 0)
+        except Exception:  # regex-only syntax, or anything `re` rejects: don't guess
+            return None
+    if parsed.state.flags & UNSAFE_FLAGS:
+        return None
+    return parsed
+
+
+def _context(items) -> int | None:
+    """Characters before a match's start that the pattern may read."""
+    width = 0
+    for op, av in items:
+        if op is sre.AT:
+            if av not in ZERO_WIDTH_AT_START:
+                width = max(width, 1)
+        elif op in (sre.ASSERT, sre.ASSERT_NOT):
+            direction, sub = av
+            inner = _context(sub)
+            if inner is None:
+                return None
+            if direction < 0:
+                hi = sub.getwidth()[1]
+                if hi >= sre.MAXREPEAT:
+                    return None
+                inner += hi
+            width = max(width, inner)
+        else:
+            for sub in _children(op, av):
+                inner = _context(sub)
+                if inner is None:
+                    return None
+                width = max(width, inner)
+    return width
+
+
+def _children(op, av):
+    if op in REPEATS:
+        return [av[2]]
+    if op is sre.SUBPATTERN:
+        return [av[3]]
+    if op is sre.BRANCH:
+        return list(av[1])
+    if op is sre.GROUPREF_EXISTS:
+        return [sub for sub in av[1:] if sub is not None]
+    if ATOMIC is not None and op is ATOMIC:
+        return [av]
+    return []
+
+
+def _charsets(items) -> CharSets | None:
+    """Lead and first characters of a non-nullable sequence (see ir.CharSets)."""
+    lead: set[str] = set()
+    for op, av in items:
+        if op is sre.AT or op in (sre.ASSERT, sre.ASSERT_NOT):
+            continue  # zero-width: it can only narrow where a match starts
+        if op in REPEATS:
+            low, _high, sub = av
+            if low == 0:
+                chars = _single_char_class(sub)
+                if chars is None:
+                    return None
+                lead |= chars
+                continue
+            inner = _charsets(sub)
+        elif op is sre.SUBPATTERN:
+            _group, add_flags, _del_flags, sub = av
+            if add_flags & UNSAFE_FLAGS:
+                return None
+            inner = _charsets(sub)
+        elif ATOMIC is not None and op is ATOMIC:
+            inner = _charsets(av)
+        elif op is sre.BRANCH:
+            alternatives = [_charsets(alt) for alt in av[1]]
+            if any(a is None for a in alternatives):
+                return None
+            inner = CharSets(
+                lead=frozenset().union(*(a.lead for a in alternatives)),
+                first=frozenset().union(*(a.first for a in alternatives)),
+            )
+        else:
+            chars = _single_char_class([(op, av)])
+            inner = None if chars is None else CharSets(lead=frozenset(), first=frozenset(chars))
+        if inner is None:
+            return None
+        result = CharSets(lead=frozenset(lead | inner.lead), first=inner.first)
+        if len(result.lead) + len(result.first) > MAX_SET_SIZE:
+            return None
+        return result
+    return None  # the whole pattern can match the empty string
+
+
+def _single_char_class(items) -> set[str] | None:
+    """The characters matched by a one-character item (a literal or a [...] class), else None."""
+    if len(items) != 1:
+        return None
+    op, av = items[0]
+    if op is sre.LITERAL:
+        return {chr(av)}
+    if op is not sre.IN:
+        return None
+    chars: set[str] = set()
+    for item_op, item_av in av:
+        if item_op is sre.LITERAL:
+            chars.add(chr(item_av))
+        elif item_op is sre.RANGE:
+            low, high = item_av
+            if high - low > MAX_SET_SIZE:
+                return None
+            chars.update(map(chr, range(low, high + 1)))
+        elif item_op is sre.CATEGORY and item_av is sre.CATEGORY_SPACE:
+            chars |= whitespace()
+        else:  # negated classes, \d, \w, ...: too wide or too subtle
+            return None
+    return chars if len(chars) <= MAX_SET_SIZE else None
+
+
+@functools.lru_cache(maxsize=None)
+def whitespace() -> frozenset[str]:
+    """What `regex` itself matches with \\s (all such characters are below U+3001)."""
+    candidates = "".join(map(chr, range(0x3001)))
+    return frozenset(regex.findall(r"\s", candidates))

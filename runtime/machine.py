@@ -1,0 +1,229 @@
+"""The streaming machine every generated parser runs on.
+
+A generated module subclasses `Machine` and supplies what is specific to its template: one scan
+method per parser state (which delimiters are watched there and how they are matched), one finish
+function per field (content parser and transform), and a few tables. This class owns what is the
+same for every template, written once: the event protocol, chunk boundaries, holding back possibly
+partial delimiters, region bookkeeping, `repeats`/`join`, defaults, and finalization. It follows the
+transformers 5.23.0 interpreter step for step; comments mark where it must stay so.
+
+Streaming is linear in the output's length: the buffer holds only unread text (plus the few
+consumed characters a lookbehind may need, `CONTEXT`), and region text is collected in a list.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .coerce import coerce_tool_calls, tool_parameters
+from .errors import ParserFailedError, ParserLoopError
+
+PREFIX_REQUIRED = (
+    "`ResponseParser`/`parse_response` requires `prefix` (the chat prompt sent to the model before "
+    "generation), because chat templates often pre-write part of the assistant message (e.g. an "
+    "opening `<think>` tag) that the parser must see to parse the output correctly. If the generation "
+    'already contains the complete message, pass `prefix=""` to opt out explicitly.'
+)
+
+# A scan method takes (buf, pos, eos) and returns (hold, best): `hold` is where still-pending
+# delimiter text starts (everything before it may be emitted), `best` is None or the delimiter to
+# commit now, as (start, end, field index, is_open, regex match or None).
+
+# More commits than this in a row without consuming input can only be a cycle: the machine is
+# deterministic and its state after a zero-width commit is one of a handful (see _process).
+MAX_STALLED_COMMITS = 8
+
+
+class Machine:
+    # ---- supplied by the generated subclass -------------------------------------------------
+    FIELD_NAMES: tuple[str, ...] = ()
+    DIRTY: tuple[bool, ...] = ()  # chunks of structured parsers are raw, unparsed text
+    REPEATS: tuple[bool, ...] = ()
+    JOINS: tuple[str | None, ...] = ()
+    REQUIRED: tuple[str, ...] = ()  # names of fields with optional: false, in template order
+    IMPLICIT: int | None = None  # index of the field without an open delimiter
+    CONTEXT: int | None = 0  # consumed characters kept for lookbehind; None keeps everything
+    FINISH: tuple[Callable[[str, dict], Any], ...] = ()  # per field: (body, captures) -> value
+    STATE_SCANS: tuple[str, ...] = ()  # per field: name of the scan method used inside it
+    DEFAULT_KEYS: frozenset = frozenset()
+
+    def _scan_sink(self, buf: str, pos: int, eos: bool) -> tuple:  # the implicit/null state
+        raise NotImplementedError
+
+    @staticmethod
+    def _new_output() -> dict:  # a fresh copy of the template's defaults
+        return {}
+
+    @staticmethod
+    def _truncate_prefix(prefix: str) -> str:  # the prefix after the last start anchor
+        return prefix
+
+    # ---- the interpreter-compatible API -----------------------------------------------------
+    def __init__(self, prefix: str | None = None, *, tools: list | None = None):
+        if prefix is None:
+            raise ValueError(PREFIX_REQUIRED)
+        self._tool_params = tool_parameters(tools) if tools else {}
+        self._buf = ""
+        self._pos = 0
+        self._output = self._new_output()
+        self._current = self.IMPLICIT  # field index, or None for the null sink
+        self._scan = self._scan_sink
+        self._captures: dict = {}
+        self._parts: list[str] = []
+        self._opened = False
+        self._finalized = False
+        self._failure: BaseException | None = None
+        self.initial_events: list[dict] = []
+        if prefix:
+            truncated = self._truncate_prefix(prefix)
+            if truncated:
+                self._buf = truncated
+                self._run(self.initial_events, eos=False)
+
+    def feed(self, text: str) -> list[dict]:
+        """Feed the next piece of model output; returns the events it produced."""
+        if self._finalized:
+            raise RuntimeError("ResponseParser already finalized")
+        if self._failure is not None:
+            raise ParserFailedError(self._failure)
+        if text:
+            keep = self.CONTEXT
+            if keep is None:
+                self._buf += text
+            else:
+                # Drop consumed text, keeping the `keep` characters a lookbehind may read.
+                cut = self._pos - keep
+                if cut > 0:
+                    self._buf = self._buf[cut:] + text
+                    self._pos = keep
+                else:
+                    self._buf += text
+        events: list[dict] = []
+        self._run(events, eos=False)
+        return events
+
+    def finalize(self) -> tuple[dict, list[dict]]:
+        """End the stream: close what is open, return (message, final events)."""
+        if self._finalized:
+            raise RuntimeError("ResponseParser already finalized")
+        if self._failure is not None:
+            raise ParserFailedError(self._failure)
+        events: list[dict] = []
+        self._run(events, eos=True)
+        output = self._output
+        missing = [name for name in self.REQUIRED if name not in output]
+        if missing:
+            raise ValueError(f"Required response_template fields missing from parsed output: {missing}")
+        defaults = self.DEFAULT_KEYS
+        self._output = {k: v for k, v in output.items() if k in defaults or not _is_empty(v)}
+        self._finalized = True
+        return self._output, events
+
+    # ---- the machine --------------------------------------------------------------------------
+    def _run(self, events: list[dict], eos: bool) -> None:
+        try:
+            self._process(events, eos)
+        except BaseException as e:
+            # A parse error leaves the machine mid-commit; refuse to continue rather than guess.
+            self._failure = e
+            raise
+
+    def _process(self, events: list[dict], eos: bool) -> None:
+        stalled = 0
+        while True:
+            buf, pos = self._buf, self._pos
+            hold, best = self._scan(buf, pos, eos)
+            if best is not None:
+                start, end, index, is_open, match = best
+                if start > pos:
+                    self._accumulate(events, buf[pos:start])
+                self._pos = end
+                if end == pos:
+                    stalled += 1
+                    if stalled > MAX_STALLED_COMMITS:
+                        raise ParserLoopError(self.FIELD_NAMES[index], pos)
+                else:
+                    stalled = 0
+                if is_open:
+                    self._close_current(events)
+                    self._open(events, index, match)
+                else:  # the implicit region's close (explicit regions only watch their own close)
+                    had_content = self._opened
+                    self._close_current(events)
+                    # A zero-width close of an empty region would fire again at once: stop here,
+                    # as the interpreter does (even at the end of the stream).
+                    if not had_content and start == end:
+                        break
+                continue
+            if eos:
+                if pos < len(buf):
+                    self._accumulate(events, buf[pos:])
+                    self._pos = len(buf)
+                self._close_current(events)
+                break
+            # Emit everything before the earliest still-pending delimiter; hold the rest.
+            if hold > pos:
+                self._accumulate(events, buf[pos:hold])
+                self._pos = hold
+            break
+
+    def _accumulate(self, events: list[dict], text: str) -> None:
+        index = self._current
+        if index is None:  # the null sink: no implicit field, nothing open
+            return
+        name = self.FIELD_NAMES[index]
+        if not self._opened:
+            events.append({"type": "region_open", "field": name})
+            self._opened = True
+        self._parts.append(text)
+        events.append({"type": "region_chunk", "field": name, "text": text, "dirty": self.DIRTY[index]})
+
+    def _open(self, events: list[dict], index: int, match: Any) -> None:
+        self._current = index
+        self._scan = getattr(self, self.STATE_SCANS[index])
+        if match is not None:
+            self._captures = {k: v for k, v in match.groupdict().items() if v is not None}
+        else:
+            self._captures = {}
+        self._parts = []
+        self._opened = True
+        events.append({"type": "region_open", "field": self.FIELD_NAMES[index]})
+
+    def _close_current(self, events: list[dict]) -> None:
+        index = self._current
+        if index is not None and self._opened:
+            name = self.FIELD_NAMES[index]
+            value = self.FINISH[index]("".join(self._parts), self._captures)
+            if self._tool_params:
+                value = coerce_tool_calls(value, self._tool_params)
+            output = self._output
+            join = self.JOINS[index]
+            if join is not None:
+                if not isinstance(value, str):
+                    raise ValueError(
+                        f"Field '{name}': 'join' requires each match to parse to a string, "
+                        f"got {type(value).__name__}."
+                    )
+                previous = output.get(name)
+                output[name] = value if previous is None else previous + join + value
+            elif self.REPEATS[index]:
+                output.setdefault(name, []).append(value)
+            else:
+                output[name] = value
+            events.append({"type": "region_close", "field": name, "value": value})
+        self._current = self.IMPLICIT
+        self._scan = self._scan_sink
+        self._captures = {}
+        self._parts = []
+        self._opened = False
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or (isinstance(value, (list, dict, str)) and not value)
+
+
+def parse_whole(machine_class: type, text: str, prefix: str | None, tools: list | None) -> dict:
+    """One-shot parse, exactly as the interpreter's parse_response: one feed, then finalize."""
+    machine = machine_class(prefix, tools=tools)
+    machine.feed(text)
+    return machine.finalize()[0]
