@@ -1,0 +1,46 @@
+"""Hypothesis profiles for the whole test suite.
+
+    ci   at least 300 examples per property (CI=true selects it); failures print a reproduction blob
+    dev  a quick local run (the default)
+
+HYPOTHESIS_PROFILE picks a profile by name and wins over CI. RTCOMPILE_EXAMPLES overrides
+max_examples of whichever profile is active, for long local runs:
+
+    RTCOMPILE_EXAMPLES=100000 python -m pytest tests/test_differential.py
+"""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+# Compiling a template (code generation, black, import) takes a variable, sometimes long, time per
+# example, so per-example deadlines and the "too slow" check would only report machine load.
+# The strategies draw whole templates, outputs and chunkings per example, which is large by design.
+_SUPPRESSED = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
+
+settings.register_profile(
+    "ci",
+    max_examples=300,
+    deadline=None,
+    derandomize=False,
+    print_blob=True,
+    suppress_health_check=_SUPPRESSED,
+)
+settings.register_profile(
+    "dev",
+    max_examples=60,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=_SUPPRESSED,
+)
+
+_profile = os.environ.get("HYPOTHESIS_PROFILE") or (
+    "ci" if os.environ.get("CI", "").lower() == "true" else "dev"
+)
+_examples = os.environ.get("RTCOMPILE_EXAMPLES")
+if _examples:
+    settings.register_profile(
+        f"{_profile}-examples", settings.get_profile(_profile), max_examples=int(_examples)
+    )
+    _profile = f"{_profile}-examples"
+settings.load_profile(_profile)

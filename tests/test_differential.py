@@ -1,0 +1,410 @@
+"""Differential property tests: rtcompile must behave exactly like transformers' interpreter.
+
+For every generated case (template, prefix, chunked generation, tools) both implementations run side
+by side and must agree, step by step, on:
+
+* construction: `initial_events`, or the exception class;
+* every `feed`: the events it returns (chunk boundaries and `dirty` flags included), or the class;
+* `finalize`: the message and the final events, or the class;
+* a `feed`/`finalize` after `finalize` (RuntimeError), when the case asks for one.
+
+rtcompile may raise a subclass of the interpreter's exception class (e.g. its `TemplateError` is a
+`ValueError`). Values are compared strictly: types (1 vs 1.0 vs True), float spelling (nan, -0.0)
+and dict key order all count, because a drop-in replacement is observed through all of them.
+
+The interpreter loops forever when an open and a close delimiter both match the empty string at one
+position. The interpreter side runs instrumented (`LoopGuardedInterpreter`) so such a loop is
+detected exactly instead of by a clock; for those steps rtcompile only has to raise some error.
+Both sides also run under a wall-clock limit, so a hang fails the test instead of the run.
+
+Set RTCOMPILE_DIFF_SELF=1 to run the interpreter against itself: the failures then can only be
+harness bugs, and `--hypothesis-show-statistics` shows what the strategies generate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional
+
+import pytest
+from hypothesis import event, example, given, note
+from hypothesis import strategies as st
+from transformers.utils.chat_parsing import response_parser as interpreter_module
+
+from strategies import Case, cases, get_weather, known_format_cases, tool_call_cases
+
+SELF_MODE = os.environ.get("RTCOMPILE_DIFF_SELF") == "1"
+# Generous: a healthy run of one case takes milliseconds; compiling a template well under a second.
+STEP_TIME_LIMIT_SECONDS = float(os.environ.get("RTCOMPILE_DIFF_TIMEOUT", "10"))
+ENTRY_POINTS = ("api", "module")
+
+
+# --------------------------------------------------------------------------------------------------
+# The interpreter, instrumented to detect its no-progress loop
+# --------------------------------------------------------------------------------------------------
+
+
+class InterpreterLoop(Exception):
+    """The interpreter kept re-matching zero-width delimiters at one position: it would never return."""
+
+
+# A healthy `_process` revisits one buffer position a handful of times at most (a zero-width open,
+# then its close, then the implicit close); anything far beyond that is the endless cycle.
+_MAX_SCANS_AT_ONE_POSITION = 64
+
+
+class LoopGuardedInterpreter(interpreter_module.ResponseParser):
+    """transformers' ResponseParser, unchanged except that it raises InterpreterLoop instead of
+    spinning. Counting scans per buffer position detects the loop exactly and costs nothing."""
+
+    def _process(self, events: list, eos: bool) -> None:
+        self._loop_guard_position = -1
+        self._loop_guard_scans = 0
+        super()._process(events, eos)
+
+    def _scan(self, watch, eos):
+        if self._pos == self._loop_guard_position:
+            self._loop_guard_scans += 1
+            if self._loop_guard_scans > _MAX_SCANS_AT_ONE_POSITION:
+                raise InterpreterLoop(f"no progress at buffer position {self._pos}")
+        else:
+            self._loop_guard_position, self._loop_guard_scans = self._pos, 0
+        return super()._scan(watch, eos)
+
+
+def interpreter_one_shot(text: str, template: Any, prefix: Optional[str], tools: Optional[list]) -> dict:
+    """`parse_response`, after checking with the guarded class that it would terminate."""
+    probe = LoopGuardedInterpreter(template, prefix, tools=tools)
+    probe.feed(text)
+    probe.finalize()
+    # Deterministic: the real function takes the same path, so it returns (or raises) too.
+    return interpreter_module.parse_response(text, template, prefix=prefix, tools=tools)
+
+
+# --------------------------------------------------------------------------------------------------
+# The candidate
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Implementation:
+    name: str
+    construct: Callable[[Any, Optional[str], Optional[list]], Any]
+    one_shot: Callable[[str, Any, Optional[str], Optional[list]], dict]
+
+
+INTERPRETER = Implementation(
+    "interpreter",
+    lambda template, prefix, tools: LoopGuardedInterpreter(template, prefix, tools=tools),
+    interpreter_one_shot,
+)
+
+
+def candidate(entry_point: str) -> Implementation:
+    """rtcompile through its public API ("api") or through a loaded generated module ("module").
+    Resolved before anything runs, so a missing API fails the test as such, not as a divergence."""
+    if SELF_MODE:
+        return INTERPRETER
+    import rtcompile
+
+    if entry_point == "api":
+        parser_class, parse = rtcompile.ResponseParser, rtcompile.parse_response
+        return Implementation(
+            "rtcompile.ResponseParser",
+            lambda template, prefix, tools: parser_class(template, prefix, tools=tools),
+            lambda text, template, prefix, tools: parse(text, template, prefix=prefix, tools=tools),
+        )
+    load = rtcompile.load
+    return Implementation(
+        "rtcompile.load(template)",
+        lambda template, prefix, tools: load(template).ResponseParser(prefix, tools=tools),
+        lambda text, template, prefix, tools: load(template).parse_response(text, prefix=prefix, tools=tools),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Running and comparing
+# --------------------------------------------------------------------------------------------------
+
+
+class StepTimeout(BaseException):
+    """Raised by the wall-clock guard. A BaseException so the step runner does not record it as an
+    ordinary outcome."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    def on_alarm(signum, frame):
+        raise StepTimeout(f"no result after {seconds}s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def canonical(value: Any) -> Any:
+    """A comparable form that keeps what `==` would blur: exact types, float spelling, key order."""
+    kind = type(value)
+    if kind is dict:
+        return ("dict", tuple((canonical(k), canonical(v)) for k, v in value.items()))
+    if kind is list:
+        return ("list", tuple(canonical(v) for v in value))
+    if kind is tuple:
+        return ("tuple", tuple(canonical(v) for v in value))
+    if kind is float:
+        return ("float", repr(value))
+    if value is None or kind in (bool, int, str):
+        return (kind.__name__, value)
+    return ("object", f"{kind.__module__}.{kind.__qualname__}", repr(value))
+
+
+@dataclass
+class Step:
+    name: str
+    result: Any = None  # the raw events/message, for the report
+    error: Optional[BaseException] = None
+    # Taken when the step returns, so later mutation of returned objects cannot blur the comparison.
+    snapshot: Any = None
+
+    def describe(self) -> str:
+        if self.error is not None:
+            return f"{self.name}: raised {type(self.error).__module__}.{type(self.error).__qualname__}: {self.error}"
+        return f"{self.name}: {self.result!r}"
+
+
+def run_streaming(implementation: Implementation, case: Case) -> list[Step]:
+    """Drive one parser through the case; stop at the first exception."""
+    steps: list[Step] = []
+
+    def attempt(name: str, action: Callable[[], Any]) -> bool:
+        try:
+            result = action()
+        except Exception as error:  # noqa: BLE001 - every exception class is part of the behaviour
+            steps.append(Step(name, error=error))
+            return False
+        steps.append(Step(name, result, snapshot=canonical(result)))
+        return True
+
+    holder: dict = {}
+
+    def construct():
+        holder["parser"] = implementation.construct(case.template, case.prefix, case.tools)
+        return holder["parser"].initial_events
+
+    if not attempt("construct", construct):
+        return steps
+    parser = holder["parser"]
+    for index, chunk in enumerate(case.chunks):
+        if not attempt(f"feed[{index}]({chunk!r})", lambda: parser.feed(chunk)):
+            return steps
+    if not attempt("finalize", lambda: parser.finalize()):
+        return steps
+    if case.after_finalize == "feed":
+        attempt("feed after finalize", lambda: parser.feed("x"))
+    elif case.after_finalize == "finalize":
+        attempt("finalize after finalize", lambda: parser.finalize())
+    return steps
+
+
+def run_one_shot(implementation: Implementation, case: Case) -> list[Step]:
+    try:
+        message = implementation.one_shot(case.text, case.template, case.prefix, case.tools)
+    except Exception as error:  # noqa: BLE001
+        return [Step("parse_response", error=error)]
+    return [Step("parse_response", message, snapshot=canonical(message))]
+
+
+def guarded_run(side: str, runner: Callable[[], list[Step]]) -> list[Step]:
+    try:
+        with time_limit(STEP_TIME_LIMIT_SECONDS):
+            return runner()
+    except StepTimeout:
+        if side == "interpreter":
+            # The loop guard should make this impossible: a harness problem, not a divergence.
+            pytest.fail("the interpreter side exceeded the time limit; the loop guard missed a case")
+        pytest.fail(f"{side} did not finish within {STEP_TIME_LIMIT_SECONDS}s (the interpreter did)")
+
+
+def compare(expected: list[Step], actual: list[Step], case: Case, candidate_name: str) -> None:
+    report = [f"case: {case!r}", f"candidate: {candidate_name}"]
+    for index, want in enumerate(expected):
+        got = actual[index] if index < len(actual) else None
+        if got is None:
+            report.append(f"step {want.name}: the candidate stopped early (its last step raised)")
+            _fail(report, expected, actual)
+        if want.error is not None:
+            if got.error is None:
+                report.append(f"step {want.name}: the interpreter raised, the candidate did not")
+                _fail(report, expected, actual)
+            if isinstance(want.error, InterpreterLoop):
+                return  # any clear error is acceptable where the interpreter never returns
+            if not isinstance(got.error, type(want.error)):
+                report.append(
+                    f"step {want.name}: the candidate raised {type(got.error).__qualname__}, "
+                    f"not (a subclass of) {type(want.error).__qualname__}"
+                )
+                _fail(report, expected, actual)
+            return
+        if got.error is not None:
+            report.append(f"step {want.name}: the candidate raised, the interpreter did not")
+            _fail(report, expected, actual)
+        if got.snapshot != want.snapshot:
+            same_but_order = _unordered(got.snapshot) == _unordered(want.snapshot)
+            report.append(
+                f"step {want.name}: results differ" + (" (only in dict key order)" if same_but_order else "")
+            )
+            _fail(report, expected, actual)
+    if len(actual) > len(expected):
+        report.append(f"the candidate ran past the interpreter's last step ({expected[-1].name})")
+        _fail(report, expected, actual)
+
+
+def _unordered(form: Any) -> Any:
+    if isinstance(form, tuple) and form and form[0] == "dict":
+        return ("dict", frozenset((_unordered(k), _unordered(v)) for k, v in form[1]))
+    if isinstance(form, tuple):
+        return tuple(_unordered(item) for item in form)
+    return form
+
+
+def _fail(report: list[str], expected: list[Step], actual: list[Step]) -> None:
+    lines = report + ["", "interpreter:"] + ["  " + s.describe() for s in expected]
+    lines += ["candidate:"] + ["  " + s.describe() for s in actual]
+    pytest.fail("\n".join(lines), pytrace=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# Statistics (pytest --hypothesis-show-statistics)
+# --------------------------------------------------------------------------------------------------
+
+
+def record_statistics(case: Case, steps: list[Step]) -> None:
+    template = case.template
+    fields = template.get("fields") if isinstance(template, dict) else None
+    if isinstance(fields, dict):
+        for spec in fields.values():
+            if isinstance(spec, dict):
+                event(f"content parser: {spec.get('content', 'text')!s}")
+                for key in ("open", "open_pattern", "close", "close_pattern"):
+                    if key in spec:
+                        kind = "list" if isinstance(spec[key], list) else "str"
+                        event(f"delimiter: {key} ({kind})")
+                if "open" not in spec and "open_pattern" not in spec:
+                    event("implicit field" + (" with close" if ("close" in spec or "close_pattern" in spec) else ""))
+    last = steps[-1]
+    if last.error is not None:
+        step_kind = last.name.split("[")[0].split("(")[0]
+        event(f"interpreter raised at {step_kind}: {type(last.error).__name__}")
+    else:
+        event("interpreter completed")
+    closes = sum(
+        1
+        for step in steps
+        if step.error is None and step.name != "finalize"
+        for e in (step.result or [])
+        if isinstance(e, dict) and e.get("type") == "region_close"
+    )
+    final = next((s for s in steps if s.name == "finalize" and s.error is None), None)
+    if final is not None:
+        closes += sum(1 for e in final.result[1] if e.get("type") == "region_close")
+    event("region closes: " + ("0" if closes == 0 else "1-2" if closes <= 2 else "3+"))
+    event("prefix: " + ("None" if case.prefix is None else "empty" if case.prefix == "" else "non-empty"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Properties
+# --------------------------------------------------------------------------------------------------
+
+QWEN3 = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "reasoning_content": {"open": "<think>", "close": "</think>"},
+        "tool_calls": {
+            "open_pattern": r"\s*<tool_call>",
+            "close": "</tool_call>",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
+        "content": {"close_pattern": r"\s*(?:<\|im_end\|>|<\|endoftext\|>)"},
+    },
+}
+
+
+def check_streaming(case: Case, entry_point: str) -> None:
+    implementation = candidate(entry_point)
+    note(f"text: {case.text!r}")
+    expected = guarded_run("interpreter", lambda: run_streaming(INTERPRETER, case))
+    record_statistics(case, expected)
+    actual = guarded_run(implementation.name, lambda: run_streaming(implementation, case))
+    compare(expected, actual, case, implementation.name)
+
+
+# Regressions and hand-picked seeds; paste a printed falsifying Case here to pin it.
+@example(
+    case=Case(
+        template=QWEN3,
+        prefix="<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n",
+        chunks=["plan", "</thi", "nk>\n\nok\n\n<tool_", 'call>\n{"name": "get_weather", "arguments": {"a": "3"}}\n</tool_call>', "<|im_end|>"],
+        tools=[get_weather],
+    ),
+    entry_point="api",
+)
+@example(  # zero-width open and close at one position: the interpreter loops in the first feed
+    case=Case(
+        template={"start_anchor": "<a>", "fields": {"a": {"open_pattern": "(?=<)", "close_pattern": "(?=<)"}}},
+        prefix="",
+        chunks=["x<y"],
+    ),
+    entry_point="api",
+)
+@example(  # a literal list where "<a" is a prefix of "<ab": a complete "<a" at the end must wait
+    case=Case(
+        template={"start_anchor": "|", "fields": {"b": {"open": ["<ab", "<a"], "close": ">"}, "c": {}}},
+        prefix="",
+        chunks=["x<a", "b1>", "<a", "2>"],
+        after_finalize="feed",
+    ),
+    entry_point="module",
+)
+@given(case=cases(), entry_point=st.sampled_from(ENTRY_POINTS))
+def test_streaming_matches_interpreter(case: Case, entry_point: str) -> None:
+    check_streaming(case, entry_point)
+
+
+@given(case=tool_call_cases(), entry_point=st.sampled_from(ENTRY_POINTS))
+def test_tool_call_coercion_matches_interpreter(case: Case, entry_point: str) -> None:
+    # For the statistics: how often the tools actually change what the interpreter produces.
+    without_tools = Case(case.template, case.prefix, case.chunks, None)
+    with_tools = guarded_run("interpreter", lambda: run_streaming(INTERPRETER, case))
+    plain = guarded_run("interpreter", lambda: run_streaming(INTERPRETER, without_tools))
+    same = len(plain) == len(with_tools) and all(
+        a.error is None and b.error is None and a.snapshot == b.snapshot for a, b in zip(plain, with_tools)
+    )
+    event("tools changed nothing" if same else "tools changed the interpreter's result")
+    check_streaming(case, entry_point)
+
+
+@given(case=known_format_cases(), entry_point=st.sampled_from(ENTRY_POINTS))
+def test_known_formats_match_interpreter(case: Case, entry_point: str) -> None:
+    check_streaming(case, entry_point)
+
+
+@example(case=Case(template=QWEN3, prefix="", chunks=["<think>a</think>b<|im_end|>"]), entry_point="api")
+@given(case=cases(), entry_point=st.sampled_from(ENTRY_POINTS))
+def test_one_shot_matches_interpreter(case: Case, entry_point: str) -> None:
+    implementation = candidate(entry_point)
+    expected = guarded_run("interpreter", lambda: run_one_shot(INTERPRETER, case))
+    event(
+        "interpreter: " + ("completed" if expected[0].error is None else f"raised {type(expected[0].error).__name__}")
+    )
+    actual = guarded_run(implementation.name, lambda: run_one_shot(implementation, case))
+    compare(expected, actual, case, implementation.name)

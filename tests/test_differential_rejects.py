@@ -1,0 +1,95 @@
+"""Invalid templates: rtcompile must reject exactly what the interpreter rejects, the same way.
+
+Each case is a generated valid template broken by one validation rule of the interpreter's
+`response_templates.py` (see `strategies.invalid_templates`). The interpreter must reject it (a check
+on the strategy itself); rtcompile's `ResponseParser`, `parse_response` and `compile_template` must
+reject it with the interpreter's exception class or a subclass. Where the interpreter raises
+ValueError, rtcompile must raise its `TemplateError` (a ValueError) whose message names the JSON path
+of the problem, e.g. `fields.tool_calls.open_pattern`, and whose `.path` says the same.
+
+Template validation comes before the "prefix is required" check in the interpreter, so the prefix is
+sometimes None: the template error must still be the one reported.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+from hypothesis import event, example, given
+from hypothesis import strategies as st
+from transformers.utils.chat_parsing import response_parser as interpreter_module
+
+from strategies import InvalidTemplate, invalid_templates
+from test_differential import SELF_MODE
+
+_PREFIX_ERROR_START = "`ResponseParser`/`parse_response` requires `prefix`"
+
+
+def candidate_entry_points() -> dict[str, Callable[[Any, Any], Any]]:
+    if SELF_MODE:
+        return {
+            "ResponseParser": lambda template, prefix: interpreter_module.ResponseParser(template, prefix),
+            "parse_response": lambda template, prefix: interpreter_module.parse_response("x", template, prefix=prefix),
+        }
+    import rtcompile
+
+    return {
+        "ResponseParser": lambda template, prefix: rtcompile.ResponseParser(template, prefix),
+        "parse_response": lambda template, prefix: rtcompile.parse_response("x", template, prefix=prefix),
+        "compile_template": lambda template, prefix: rtcompile.compile_template(template),
+    }
+
+
+def check_path(error: BaseException, invalid: InvalidTemplate, entry_point: str) -> None:
+    message = str(error)
+    path = getattr(error, "path", None)
+    assert isinstance(path, str), f"{entry_point}: TemplateError.path should be a str, got {path!r}"
+    assert path in message, f"{entry_point}: the message does not name the path {path!r}: {message!r}"
+    assert any(path.startswith(expected) for expected in invalid.paths), (
+        f"{entry_point}: rule {invalid.rule!r} should be reported at one of {invalid.paths}, "
+        f"but the error's path is {path!r}: {message!r}"
+    )
+
+
+@example(
+    invalid=InvalidTemplate(
+        {"start_anchor": "<a>", "fields": {"tool_calls": {"open_pattern": "<(?P<name>", "close": "</a>"}}},
+        "bad_regex",
+        ("fields.tool_calls.open_pattern",),
+    ),
+    prefix=None,
+)
+@given(invalid=invalid_templates(), prefix=st.sampled_from(["", None, "<a>x"]))
+def test_invalid_templates_are_rejected_like_the_interpreter(invalid: InvalidTemplate, prefix) -> None:
+    entry_points = candidate_entry_points()
+    with pytest.raises(Exception) as interpreter_error:
+        interpreter_module.ResponseParser(invalid.template, prefix)
+    expected = type(interpreter_error.value)
+    # The strategy must break the template, not just trip over the missing prefix.
+    assert not str(interpreter_error.value).startswith(_PREFIX_ERROR_START), f"{invalid!r} was not invalid"
+    event(f"rule {invalid.rule}: interpreter raised {expected.__name__}")
+
+    for name, construct in entry_points.items():
+        try:
+            construct(invalid.template, prefix)
+        except Exception as error:  # noqa: BLE001 - the class is what is being checked
+            assert isinstance(error, expected), (
+                f"{name}: raised {type(error).__qualname__}: {error}; "
+                f"the interpreter raised {expected.__qualname__}: {interpreter_error.value}"
+            )
+            if SELF_MODE:
+                continue
+            import rtcompile
+
+            if expected is ValueError:
+                assert isinstance(error, rtcompile.TemplateError), (
+                    f"{name}: a template error should be rtcompile.TemplateError, got {type(error).__qualname__}: {error}"
+                )
+            if isinstance(error, rtcompile.TemplateError):
+                check_path(error, invalid, name)
+        else:
+            pytest.fail(
+                f"{name} accepted a template the interpreter rejects "
+                f"({expected.__qualname__}: {interpreter_error.value})"
+            )
