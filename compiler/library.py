@@ -1,0 +1,122 @@
+"""The library of bundled response templates: `templates/*.json`, described by `templates/index.json`.
+
+Each bundled template is plain response-template JSON (the same dict `transformers` accepts as a
+`response_template`); everything about it that is not part of the template (the model families and
+`model_type` values it serves, where its delimiters are documented, its known limitations) lives in
+the index, so the template files stay loadable by the interpreter unchanged.
+
+    >>> template_for("qwen3")["start_anchor"]
+    '<|im_start|>assistant\\n'
+    >>> template_for("qwen3_moe") == template_for("qwen3")   # a model_type finds its template too
+    True
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; the annotation is all we need from it
+    from importlib.resources.abc import Traversable
+
+__all__ = [
+    "UnknownTemplateError",
+    "list_templates",
+    "template_for",
+    "template_names",
+    "template_path",
+]
+
+_PACKAGE = "rtcompile.templates"
+_INDEX_FILE = "index.json"
+
+
+class UnknownTemplateError(KeyError, ValueError):
+    """No bundled template has this name or serves this `model_type`.
+
+    It is both a `KeyError` (a failed lookup) and a `ValueError` (a bad argument), so callers can
+    catch whichever they expect. Unlike a plain `KeyError`, its message prints without quotes.
+    """
+
+    def __init__(self, requested: str, message: str):
+        super().__init__(message)
+        self.requested = requested
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@functools.lru_cache(maxsize=None)
+def _index() -> tuple[dict[str, Any], ...]:
+    """The index entries, read once. Callers get deep copies, never these objects."""
+    raw = json.loads(_resource(_INDEX_FILE).read_text(encoding="utf-8"))
+    return tuple(raw["templates"])
+
+
+@functools.lru_cache(maxsize=None)
+def _entries_by_key() -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    by_name = {entry["name"]: entry for entry in _index()}
+    by_model_type = {
+        model_type: entry for entry in _index() for model_type in entry.get("model_types", [])
+    }
+    return by_name, by_model_type
+
+
+@functools.lru_cache(maxsize=None)
+def _load_template_file(file_name: str) -> dict[str, Any]:
+    return json.loads(_resource(file_name).read_text(encoding="utf-8"))
+
+
+def _resource(file_name: str) -> Traversable:
+    return resources.files(_PACKAGE) / file_name
+
+
+def _entry(name_or_model_type: str) -> dict[str, Any]:
+    if not isinstance(name_or_model_type, str):
+        raise TypeError(
+            "expected a bundled template name or a model_type string, "
+            f"got {type(name_or_model_type).__name__}"
+        )
+    by_name, by_model_type = _entries_by_key()
+    # A name wins over a model_type, so every template stays reachable by its own name.
+    entry = by_name.get(name_or_model_type) or by_model_type.get(name_or_model_type)
+    if entry is None:
+        raise UnknownTemplateError(
+            name_or_model_type,
+            f"no bundled response template is named or serves model_type {name_or_model_type!r}. "
+            f"Template names: {', '.join(sorted(by_name))}. "
+            f"Model types: {', '.join(sorted(by_model_type))}.",
+        )
+    return entry
+
+
+def template_names() -> list[str]:
+    """The names of all bundled templates, sorted."""
+    return sorted(entry["name"] for entry in _index())
+
+
+def list_templates() -> list[dict[str, Any]]:
+    """The index entries (name, file, families, model_types, documented_by, status, notes,
+    limitations), in index order. The list and its dicts are copies the caller may change."""
+    return copy.deepcopy(list(_index()))
+
+
+def template_for(name_or_model_type: str) -> dict[str, Any]:
+    """The bundled response template with this name, or the one serving this HF `model_type`
+    (`config.model_type`, e.g. ``"qwen3_moe"``). Returns a fresh deep copy on every call.
+
+    Raises `UnknownTemplateError` (a `KeyError` and a `ValueError`) listing the known names and
+    model types when nothing matches.
+    """
+    entry = _entry(name_or_model_type)
+    return copy.deepcopy(_load_template_file(entry["file"]))
+
+
+def template_path(name_or_model_type: str) -> Traversable:
+    """Where the bundled template's JSON file lives (a `pathlib.Path` for ordinary installs;
+    an `importlib.resources` Traversable in general)."""
+    return _resource(_entry(name_or_model_type)["file"])
