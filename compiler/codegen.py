@@ -121,6 +121,10 @@ class Watch:
         return self.is_open and bool(self.delimiter.group_names)
 
     @property
+    def windowed(self) -> bool:
+        return self.delimiter.pattern is not None and self.delimiter.charsets is not None
+
+    @property
     def match_expr(self) -> Code:
         return Code("m" if self.wants_match else "None")
 
@@ -140,31 +144,48 @@ class State:
     doc: str
     watches: list[Watch]
     quick_reject: Code | None
+    # The same test on a fresh chunk `text` alone (used by the generated feed's fast path).
+    text_reject: Code | None = None
 
 
 def _state(method: str, doc: str, watches: list[Watch], triggers: dict, leads: dict) -> State:
     for rank, watch in enumerate(sorted(watches, key=lambda w: (0 if w.is_open else 1, w.field.name))):
         watch.rank = rank
-    return State(method, doc, watches, _quick_reject(method, watches, triggers, leads))
+    # Cheap literal finds first: once a match is known, later regex searches only need to look at
+    # text before it (search_window), instead of running on to the end of a long buffer.
+    ordered = sorted(watches, key=lambda w: w.delimiter.pattern is not None)
+    quick = _quick_reject(method, watches, triggers, leads)
+    text_reject = _quick_reject(method, watches, triggers, leads, on_chunk=True)
+    return State(method, doc, ordered, quick, text_reject)
 
 
-def _quick_reject(method: str, watches: list[Watch], triggers: dict, leads: dict) -> Code | None:
-    """An expression true when no watched delimiter can match, even partially, in buf[pos:]."""
+def _quick_reject(method: str, watches: list[Watch], triggers: dict, leads: dict, on_chunk: bool = False) -> Code | None:
+    """An expression true when no watched delimiter can match, even partially, in the unread text:
+    `buf[pos:]` in a scan method, or a whole fresh chunk `text` (non-empty) in the fast feed."""
     if not watches or any(w.delimiter.charsets is None for w in watches):
         return None
     first = frozenset().union(*(w.delimiter.charsets.first for w in watches))
     lead = frozenset().union(*(w.delimiter.charsets.lead for w in watches))
+    target, start = ("text", "") if on_chunk else ("buf", ", pos")
     if len(first) <= MAX_FIND_CHAIN:
-        absent = " and ".join(f"buf.find({py_literal(c)}, pos) < 0" for c in sorted(first))
+        absent = " and ".join(f"{target}.find({py_literal(c)}{start}) < 0" for c in sorted(first))
     else:
         name = f"FIRST_CHARS_{method.upper().lstrip('_')}"
-        triggers[name] = "[" + "".join(re.escape(c) for c in sorted(first)) + "]"
-        absent = f"{name}.search(buf, pos) is None"
-    if lead:
-        name = f"LEAD_CHARS_{method.upper().lstrip('_')}"
-        leads[name] = "".join(sorted(lead))
-        return Code(f"{absent} and (n == pos or buf[-1] not in {name})")
-    return Code(absent)
+        triggers[name] = _char_class(first)
+        absent = f"{name}.search({target}{start}) is None"
+    if not lead:
+        return Code(absent)
+    name = f"LEAD_CHARS_{method.upper().lstrip('_')}"
+    leads[name] = "".join(sorted(lead))
+    # A run of lead characters at the very end may be the start of a delimiter: hold it.
+    if on_chunk:
+        return Code(f"{absent} and text[-1] not in {name}")
+    return Code(f"{absent} and (n == pos or buf[-1] not in {name})")
+
+
+def _char_class(chars: frozenset[str]) -> str:
+    """A stdlib `re` character class matching exactly `chars`."""
+    return "[" + "".join(re.escape(c) for c in sorted(chars)) + "]"
 
 
 def _transform_expr(node: ir.TransformNode, each: bool) -> Code:
@@ -243,6 +264,18 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
     for state in states:
         for w in state.watches:
             consts[w.const] = w.delimiter
+    # States whose plain chunks can skip the machine (see the generated feed). Only without
+    # lookbehind context: the fast path does not keep consumed text.
+    fast_states = []
+    if template.context == 0:
+        by_field = {}
+        if template.implicit is not None:
+            by_field[template.implicit] = states[0]
+        for f, state in zip([f for f in fields if f.open is not None], states[1:]):
+            by_field[f.index] = state
+        for index, state in sorted(by_field.items()):
+            if state.text_reject is not None:
+                fast_states.append({"index": index, "name": fields[index].name, "dirty": fields[index].dirty, "reject": state.text_reject})
     anchor = template.start_anchor
     border_free = (
         anchor.literals[0] if anchor.literals is not None and len(anchor.literals) == 1 and _border_free(anchor.literals[0]) else None
@@ -269,6 +302,12 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         consts=consts,
         triggers=triggers,
         leads=leads,
+        fast_states=fast_states,
+        windows={
+            name: (_char_class(d.charsets.first), "".join(sorted(d.charsets.lead)))
+            for name, d in consts.items()
+            if d.pattern is not None and d.charsets is not None
+        },
         states=states,
         field_methods=tuple(field_methods),
         names=tuple(f.name for f in fields),

@@ -12,7 +12,7 @@ import regex
 
 from .content_parsers import make_parser
 from .errors import ParserFailedError, ParserLoopError, RegionParseError
-from .literals import literal_partial_start, truncate_after_last
+from .scanning import SHORT_BUFFER, literal_partial_start, search_window, truncate_after_last
 from .machine import Machine, parse_whole
 from .transforms import each_scope, resolve
 
@@ -34,6 +34,7 @@ def check_abi(expected: int) -> None:
 
 __all__ = [
     "RUNTIME_ABI",
+    "SHORT_BUFFER",
     "Machine",
     "ParserFailedError",
     "ParserLoopError",
@@ -45,5 +46,6 @@ __all__ = [
     "parse_whole",
     "regex",
     "resolve",
+    "search_window",
     "truncate_after_last",
 ]

@@ -73,60 +73,86 @@ class Machine:
         self._opened = False
         self._finalized = False
         self._failure: BaseException | None = None
+        self._halted = False  # finalized or failed: feed/finalize refuse
         self.initial_events: list[dict] = []
         if prefix:
             truncated = self._truncate_prefix(prefix)
             if truncated:
                 self._buf = truncated
-                self._run(self.initial_events, eos=False)
+                try:
+                    self._process(self.initial_events, eos=False)
+                except BaseException as e:
+                    self._fail(e)
+                    raise
 
     def feed(self, text: str) -> list[dict]:
         """Feed the next piece of model output; returns the events it produced."""
-        if self._finalized:
-            raise RuntimeError("ResponseParser already finalized")
-        if self._failure is not None:
-            raise ParserFailedError(self._failure)
+        if self._halted:
+            self._refuse()
+        buf, pos = self._buf, self._pos
         if text:
             keep = self.CONTEXT
-            if keep is None:
-                self._buf += text
+            if keep == 0 and pos == len(buf):  # the common case: nothing held back, no lookbehind
+                buf, pos = text, 0
+            elif keep is None:
+                buf += text
+            elif pos > keep:  # drop consumed text, keeping what a lookbehind may read
+                buf, pos = buf[pos - keep :] + text, keep
             else:
-                # Drop consumed text, keeping the `keep` characters a lookbehind may read.
-                cut = self._pos - keep
-                if cut > 0:
-                    self._buf = self._buf[cut:] + text
-                    self._pos = keep
-                else:
-                    self._buf += text
-        events: list[dict] = []
-        self._run(events, eos=False)
-        return events
+                buf += text
+            self._buf, self._pos = buf, pos
+        try:
+            hold, best = self._scan(buf, pos, False)
+            if best is not None:  # a delimiter to commit: the general loop
+                events: list[dict] = []
+                self._process(events, eos=False)
+                return events
+            # Fast path: no delimiter, so emit everything before the held-back tail.
+            if hold <= pos or self._current is None:
+                self._pos = hold
+                return []
+            chunk = buf[pos:hold]
+            self._pos = hold
+            if self._opened:
+                self._parts.append(chunk)
+                index = self._current
+                return [{"type": "region_chunk", "field": self.FIELD_NAMES[index], "text": chunk, "dirty": self.DIRTY[index]}]
+            events = []
+            self._accumulate(events, chunk)
+            return events
+        except BaseException as e:
+            self._fail(e)
+            raise
 
     def finalize(self) -> tuple[dict, list[dict]]:
         """End the stream: close what is open, return (message, final events)."""
-        if self._finalized:
-            raise RuntimeError("ResponseParser already finalized")
-        if self._failure is not None:
-            raise ParserFailedError(self._failure)
+        if self._halted:
+            self._refuse()
         events: list[dict] = []
-        self._run(events, eos=True)
+        try:
+            self._process(events, eos=True)
+        except BaseException as e:
+            self._fail(e)
+            raise
         output = self._output
         missing = [name for name in self.REQUIRED if name not in output]
         if missing:
             raise ValueError(f"Required response_template fields missing from parsed output: {missing}")
         defaults = self.DEFAULT_KEYS
         self._output = {k: v for k, v in output.items() if k in defaults or not _is_empty(v)}
-        self._finalized = True
+        self._finalized = self._halted = True
         return self._output, events
 
     # ---- the machine --------------------------------------------------------------------------
-    def _run(self, events: list[dict], eos: bool) -> None:
-        try:
-            self._process(events, eos)
-        except BaseException as e:
-            # A parse error leaves the machine mid-commit; refuse to continue rather than guess.
-            self._failure = e
-            raise
+    def _fail(self, error: BaseException) -> None:
+        # A parse error leaves the machine mid-commit; refuse to continue rather than guess.
+        self._failure = error
+        self._halted = True
+
+    def _refuse(self) -> None:
+        if self._finalized:
+            raise RuntimeError("ResponseParser already finalized")
+        raise ParserFailedError(self._failure)
 
     def _process(self, events: list[dict], eos: bool) -> None:
         stalled = 0
