@@ -1,14 +1,186 @@
-"""Placeholder: compiled modules are kept in memory until the on-disk cache lands."""
+"""The on-disk cache of generated modules, one file per template.
+
+Key: sha256 over the canonical template, the rtcompile version, the runtime ABI and the Python
+version (everything that can change what the loaded module does; black's version only changes
+formatting, so it is left out, which keeps a cache hit free of importing black). The key and a
+checksum of the source are written on the file's first line and checked before anything is
+executed: a file this cache did not write for that key, a half-written one, or one edited by hand is
+never imported; it is rebuilt.
+
+Writes are atomic (temporary file in the same directory, fsync, os.replace), so processes racing on
+one entry all succeed and leave one valid file. The directory is created private (0700) and must
+belong to the current user: the cache holds Python that gets executed. When the cache cannot be
+used (read-only or full disk, foreign directory), modules are compiled in memory and a warning is
+given once.
+
+All file access goes through `FileSystem`, a seam tests replace to simulate faults.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
+import stat
+import sys
+import tempfile
+import threading
+import types
+import warnings
+from pathlib import Path
+
 from . import api
+from .codegen import RUNTIME_ABI
+from .version import __version__
+
+logger = logging.getLogger("rtcompile")
+HEADER_PREFIX = "# rtcompile-cache "
 
 
-class MemoryCache:
-    def load(self, lowered):
-        return api.module_from_source(api.generate(lowered), lowered.sha256)
+class CacheWarning(UserWarning):
+    """The cache directory is unusable; rtcompile compiles in memory instead."""
 
 
-def default_cache() -> MemoryCache:
-    return MemoryCache()
+def cache_key(template_sha256: str) -> str:
+    material = "\n".join(
+        [template_sha256, __version__, str(RUNTIME_ABI), "%d.%d" % sys.version_info[:2]]
+    )
+    return hashlib.sha256(material.encode("ascii")).hexdigest()
+
+
+def default_directory() -> Path:
+    """RTCOMPILE_CACHE_DIR, else the platform's user cache directory."""
+    configured = os.environ.get("RTCOMPILE_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        return Path(base) / "rtcompile" / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "rtcompile"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rtcompile"
+
+
+class FileSystem:
+    """The cache's only access to the disk."""
+
+    def ensure_private_dir(self, path: Path) -> None:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = path.stat()
+        if hasattr(os, "getuid") and info.st_uid != os.getuid():
+            raise PermissionError(f"{path} belongs to another user")
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise PermissionError(f"{path} is writable by other users")
+
+    def read_text(self, path: Path) -> str | None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def write_atomic(self, path: Path, text: str) -> None:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    def entries(self, directory: Path) -> list[Path]:
+        try:
+            return sorted(p for p in directory.iterdir() if p.suffix == ".py")
+        except FileNotFoundError:
+            return []
+
+    def remove(self, path: Path) -> None:
+        path.unlink(missing_ok=True)
+
+
+def with_header(key: str, source: str) -> str:
+    checksum = hashlib.sha256(source.encode("utf-8")).hexdigest()
+    return f"{HEADER_PREFIX}key={key} source-sha256={checksum}\n{source}"
+
+
+def verified_source(key: str, text: str) -> bool:
+    """Whether `text` is a complete cache file written for `key`."""
+    header, sep, source = text.partition("\n")
+    if not sep or not header.startswith(HEADER_PREFIX):
+        return False
+    fields = dict(part.split("=", 1) for part in header[len(HEADER_PREFIX) :].split() if "=" in part)
+    checksum = hashlib.sha256(source.encode("utf-8")).hexdigest()
+    return fields.get("key") == key and fields.get("source-sha256") == checksum
+
+
+class Cache:
+    def __init__(self, directory: Path | None = None, fs: FileSystem | None = None):
+        self.directory = Path(directory) if directory is not None else default_directory()
+        self.fs = fs or FileSystem()
+        self._warned = False
+        self._lock = threading.Lock()
+
+    def path_for(self, key: str) -> Path:
+        return self.directory / f"tmpl_{key[:32]}.py"
+
+    def load(self, lowered) -> types.ModuleType:
+        """The module for a lowered template: from a verified cache file, else compiled (and stored)."""
+        key = cache_key(lowered.sha256)
+        path = self.path_for(key)
+        try:
+            self.fs.ensure_private_dir(self.directory)
+            text = self.fs.read_text(path)
+        except OSError as e:
+            self._warn(f"cannot use the cache directory {self.directory}: {e}")
+            return api.module_from_source(api.generate(lowered), lowered.sha256)
+        if text is not None:
+            if verified_source(key, text):
+                try:
+                    return api.module_from_source(text, lowered.sha256, filename=str(path))
+                except Exception as e:  # a stale or broken entry: rebuild it, keep going
+                    logger.warning("rtcompile: cached parser %s failed to load (%s); rebuilding", path, e)
+            else:
+                logger.warning("rtcompile: cache entry %s is not a file written for this key; rebuilding", path)
+        text = with_header(key, api.generate(lowered))
+        try:
+            self.fs.write_atomic(path, text)
+        except OSError as e:
+            self._warn(f"cannot write to the cache directory {self.directory}: {e}")
+            return api.module_from_source(text, lowered.sha256)
+        return api.module_from_source(text, lowered.sha256, filename=str(path))
+
+    def stats(self) -> tuple[list[Path], int]:
+        entries = self.fs.entries(self.directory)
+        return entries, sum(p.stat().st_size for p in entries)
+
+    def clear(self) -> int:
+        entries = self.fs.entries(self.directory)
+        for path in entries:
+            self.fs.remove(path)
+        return len(entries)
+
+    def _warn(self, message: str) -> None:
+        with self._lock:
+            if self._warned:
+                return
+            self._warned = True
+        warnings.warn(f"{message}; compiling parsers in memory instead", CacheWarning, stacklevel=4)
+
+
+_caches: dict[Path, Cache] = {}
+
+
+def default_cache() -> Cache:
+    """The cache for the current RTCOMPILE_CACHE_DIR (one object per directory, so warnings are
+    given once per directory)."""
+    directory = default_directory()
+    cache = _caches.get(directory)
+    if cache is None:
+        cache = _caches.setdefault(directory, Cache(directory))
+    return cache

@@ -1,0 +1,154 @@
+"""Command line: python -m rtcompile TEMPLATE [-o FILE] [--check [--strict]], and subcommands.
+
+    python -m rtcompile templates/qwen3.json -o parser.py   # a template JSON file
+    python -m rtcompile path/to/tokenizer_config.json        # its "response_template"
+    python -m rtcompile path/to/tokenizer_dir -o parser.py   # the directory's tokenizer_config.json
+    python -m rtcompile qwen3 -o parser.py                   # a bundled template, by name or model_type
+    python -m rtcompile TEMPLATE --check [--strict]          # validate and lint, write nothing
+    python -m rtcompile list                                 # the bundled templates
+    python -m rtcompile regenerate [--check]                 # rewrite (or verify) generated/
+    python -m rtcompile cache [clear]                        # the on-disk cache
+
+Errors are one line on stderr naming the file and the JSON path, with exit status 2; the output
+file is written atomically and only on success.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import api, frontend, lint
+from .version import __version__
+
+SUBCOMMANDS = ("list", "regenerate", "cache")
+EXIT_ERROR = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in SUBCOMMANDS:
+            return {"list": _list, "regenerate": _regenerate, "cache": _cache}[argv[0]](argv[1:])
+        return _compile(argv)
+    except CliError as e:
+        print(f"rtcompile: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+class CliError(Exception):
+    pass
+
+
+def _compile_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m rtcompile",
+        description="Compile a response template into a Python parser module (a drop-in for "
+        "transformers' chat_parsing). Subcommands: list, regenerate, cache.",
+        epilog="TEMPLATE is a response-template JSON file, a tokenizer_config.json (or tokenizer "
+        "directory) with a response_template, or the name / model_type of a bundled template. "
+        "A file whose name is a subcommand must be given as ./NAME.",
+    )
+    parser.add_argument("template", metavar="TEMPLATE")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the module here (default: stdout)")
+    parser.add_argument("--check", action="store_true", help="validate and print warnings; write nothing")
+    parser.add_argument("--strict", action="store_true", help="with --check: treat warnings as errors")
+    parser.add_argument("--version", action="version", version=f"rtcompile {__version__}")
+    return parser
+
+
+def _compile(argv: list[str]) -> int:
+    args = _compile_parser().parse_args(argv)
+    label, template = _read(args.template)
+    try:
+        lowered = frontend.lower(template)
+    except (frontend.TemplateError, TypeError) as e:
+        raise CliError(f"{label}: {e}") from None
+    if args.check:
+        warnings = lint.lint(lowered)
+        for warning in warnings:
+            print(f"rtcompile: warning: {label}: {warning}", file=sys.stderr)
+        if warnings and args.strict:
+            print(f"rtcompile: error: {label}: {len(warnings)} warning(s) under --strict", file=sys.stderr)
+            return EXIT_ERROR
+        print(f"{label}: ok ({len(lowered.fields)} fields, {len(warnings)} warning(s))")
+        return 0
+    source = api.generate(lowered, origin=label)
+    if args.output is None:
+        sys.stdout.write(source)
+        return 0
+    _write(Path(args.output), source)
+    return 0
+
+
+def _read(spec: str) -> tuple[str, object]:
+    try:
+        return spec, api.read_template(spec)
+    except FileNotFoundError:
+        raise CliError(f"{spec}: no such file, tokenizer directory or bundled template") from None
+    except json.JSONDecodeError as e:
+        raise CliError(f"{spec}: not valid JSON: {e}") from None
+    except (frontend.TemplateError, KeyError, ValueError, OSError) as e:
+        raise CliError(f"{spec}: {e}") from None
+
+
+def _write(path: Path, text: str) -> None:
+    from .cache import FileSystem
+
+    try:
+        FileSystem().write_atomic(path, text)
+    except OSError as e:
+        raise CliError(f"{path}: cannot write: {e}") from None
+
+
+def _list(argv: list[str]) -> int:
+    argparse.ArgumentParser(prog="python -m rtcompile list", description="List the bundled templates.").parse_args(argv)
+    from .library import list_templates
+
+    entries = list_templates()
+    width = max(len(e["name"]) for e in entries)
+    for entry in entries:
+        print(f"{entry['name']:<{width}}  {', '.join(entry.get('model_types', []))}")
+    return 0
+
+
+def _regenerate(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m rtcompile regenerate",
+        description="Regenerate generated/ from templates/ (the checked-in parsers).",
+    )
+    parser.add_argument("--check", action="store_true", help="only report modules that differ; exit 1 if any")
+    args = parser.parse_args(argv)
+    from .bundled import regenerate
+
+    stale = regenerate(write=not args.check)
+    for name in stale:
+        print(f"{'stale' if args.check else 'regenerated'}: generated/{name}.py")
+    if args.check and stale:
+        print("run: python -m rtcompile regenerate", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cache(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rtcompile cache", description="Show or clear the on-disk cache.")
+    parser.add_argument("action", nargs="?", choices=["show", "clear"], default="show")
+    args = parser.parse_args(argv)
+    from .cache import default_cache
+
+    cache = default_cache()
+    if args.action == "clear":
+        print(f"removed {cache.clear()} entries from {cache.directory}")
+        return 0
+    entries, size = cache.stats()
+    print(f"cache directory: {cache.directory}")
+    print(f"entries: {len(entries)}, {size} bytes")
+    for path in entries:
+        print(f"  {path.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
