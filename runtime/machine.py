@@ -143,6 +143,16 @@ class Machine:
         self._finalized = self._halted = True
         return self._output, events
 
+    @property
+    def current_field(self) -> str | None:
+        """The name of the region the parser is in now (None in the null sink)."""
+        return None if self._current is None else self.FIELD_NAMES[self._current]
+
+    @property
+    def region_captures(self) -> dict:
+        """The named groups captured by the open delimiter of the current region (a copy)."""
+        return dict(self._captures)
+
     # ---- the machine --------------------------------------------------------------------------
     def _fail(self, error: BaseException) -> None:
         # A parse error leaves the machine mid-commit; refuse to continue rather than guess.
