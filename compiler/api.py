@@ -119,12 +119,30 @@ def read_template(source: str | os.PathLike) -> dict:
     return data
 
 
-def parse_response(text: str, template: Any, *, prefix: str | None = None, tools: list | None = None) -> dict:
-    """Drop-in for transformers.utils.chat_parsing.parse_response, through the compiled parser."""
-    return _MEMO.get(template).parse_response(text, prefix=prefix, tools=tools)
+def parse_response(
+    text: str,
+    template: Any,
+    *,
+    prefix: str | None = None,
+    tools: list | None = None,
+    errors: str = "strict",
+    timeout: float | None = None,
+) -> dict:
+    """Drop-in for transformers.utils.chat_parsing.parse_response, through the compiled parser.
+
+    `errors="keep"` records regions that fail to parse instead of raising; `timeout` bounds each
+    delimiter regex search (seconds). Both default to the interpreter's behaviour."""
+    return _MEMO.get(template).parse_response(text, prefix=prefix, tools=tools, errors=errors, timeout=timeout)
 
 
-def ResponseParser(template: Any, prefix: str | None = None, *, tools: list | None = None):  # noqa: N802
+def ResponseParser(  # noqa: N802 (a drop-in for the interpreter's class)
+    template: Any,
+    prefix: str | None = None,
+    *,
+    tools: list | None = None,
+    errors: str = "strict",
+    timeout: float | None = None,
+):
     """Drop-in for transformers.utils.chat_parsing.ResponseParser: a compiled streaming parser
     (`.initial_events`, `.feed(text)`, `.finalize()`) for `template`."""
-    return _MEMO.get(template).ResponseParser(prefix, tools=tools)
+    return _MEMO.get(template).ResponseParser(prefix, tools=tools, errors=errors, timeout=timeout)

@@ -18,6 +18,7 @@ All file access goes through `FileSystem`, a seam tests replace to simulate faul
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -43,9 +44,23 @@ class CacheWarning(UserWarning):
 
 def cache_key(template_sha256: str) -> str:
     material = "\n".join(
-        [template_sha256, __version__, str(RUNTIME_ABI), "%d.%d" % sys.version_info[:2]]
+        [template_sha256, __version__, str(RUNTIME_ABI), "%d.%d" % sys.version_info[:2], generator_fingerprint()]
     )
     return hashlib.sha256(material.encode("ascii")).hexdigest()
+
+
+# The files whose content decides what the generator emits: a change to any of them (even without
+# a version bump, as during development) must never reuse old output.
+GENERATOR_FILES = ("frontend.py", "ir.py", "patterns.py", "codegen.py", "codegen/module.py.jinja", "version.py")
+
+
+@functools.lru_cache(maxsize=None)
+def generator_fingerprint() -> str:
+    digest = hashlib.sha256()
+    here = Path(__file__).parent
+    for name in GENERATOR_FILES:
+        digest.update(name.encode() + b"\0" + (here / name).read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def default_directory() -> Path:

@@ -257,6 +257,6 @@ class ResponseParser(Machine):
         return hold, best
 
 
-def parse_response(text, *, prefix=None, tools=None):
+def parse_response(text, *, prefix=None, tools=None, errors="strict", timeout=None):
     """Parse a complete generation (one feed, then finalize) and return the message."""
-    return parse_whole(ResponseParser, text, prefix, tools)
+    return parse_whole(ResponseParser, text, prefix, tools, errors=errors, timeout=timeout)

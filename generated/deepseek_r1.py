@@ -157,7 +157,7 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # open of field 1
-        m = OPEN_1.search(buf, pos, partial=not eos)
+        m = OPEN_1.search(buf, pos, partial=not eos, timeout=self._timeout)
         if m is not None:
             s, e = m.span()
             if not eos and (m.partial or e == n):
@@ -168,10 +168,17 @@ class ResponseParser(Machine):
                 best_key = (s, s - e, 1)
         # close of field 2
         if best is None and n - pos < SHORT_BUFFER:
-            m = CLOSE_2.search(buf, pos, partial=not eos)
+            m = CLOSE_2.search(buf, pos, partial=not eos, timeout=self._timeout)
         else:
             m = search_window(
-                CLOSE_2, buf, pos, eos, n if best is None else best[0], CLOSE_2_FIRST, CLOSE_2_LEAD
+                CLOSE_2,
+                buf,
+                pos,
+                eos,
+                n if best is None else best[0],
+                CLOSE_2_FIRST,
+                CLOSE_2_LEAD,
+                self._timeout,
             )
         if m is not None:
             s, e = m.span()
@@ -216,10 +223,17 @@ class ResponseParser(Machine):
         best = None
         # close of field 1
         if best is None and n - pos < SHORT_BUFFER:
-            m = CLOSE_1.search(buf, pos, partial=not eos)
+            m = CLOSE_1.search(buf, pos, partial=not eos, timeout=self._timeout)
         else:
             m = search_window(
-                CLOSE_1, buf, pos, eos, n if best is None else best[0], CLOSE_1_FIRST, CLOSE_1_LEAD
+                CLOSE_1,
+                buf,
+                pos,
+                eos,
+                n if best is None else best[0],
+                CLOSE_1_FIRST,
+                CLOSE_1_LEAD,
+                self._timeout,
             )
         if m is not None:
             s, e = m.span()
@@ -234,6 +248,6 @@ class ResponseParser(Machine):
         return hold, best
 
 
-def parse_response(text, *, prefix=None, tools=None):
+def parse_response(text, *, prefix=None, tools=None, errors="strict", timeout=None):
     """Parse a complete generation (one feed, then finalize) and return the message."""
-    return parse_whole(ResponseParser, text, prefix, tools)
+    return parse_whole(ResponseParser, text, prefix, tools, errors=errors, timeout=timeout)

@@ -159,10 +159,17 @@ class ResponseParser(Machine):
                 hold = s
         # open of field 1
         if best is None and n - pos < SHORT_BUFFER:
-            m = OPEN_1.search(buf, pos, partial=not eos)
+            m = OPEN_1.search(buf, pos, partial=not eos, timeout=self._timeout)
         else:
             m = search_window(
-                OPEN_1, buf, pos, eos, n if best is None else best[0], OPEN_1_FIRST, OPEN_1_LEAD
+                OPEN_1,
+                buf,
+                pos,
+                eos,
+                n if best is None else best[0],
+                OPEN_1_FIRST,
+                OPEN_1_LEAD,
+                self._timeout,
             )
         if m is not None:
             s, e = m.span()
@@ -174,10 +181,17 @@ class ResponseParser(Machine):
                 best_key = (s, s - e, 1)
         # close of field 2
         if best is None and n - pos < SHORT_BUFFER:
-            m = CLOSE_2.search(buf, pos, partial=not eos)
+            m = CLOSE_2.search(buf, pos, partial=not eos, timeout=self._timeout)
         else:
             m = search_window(
-                CLOSE_2, buf, pos, eos, n if best is None else best[0], CLOSE_2_FIRST, CLOSE_2_LEAD
+                CLOSE_2,
+                buf,
+                pos,
+                eos,
+                n if best is None else best[0],
+                CLOSE_2_FIRST,
+                CLOSE_2_LEAD,
+                self._timeout,
             )
         if m is not None:
             s, e = m.span()
@@ -236,6 +250,6 @@ class ResponseParser(Machine):
         return hold, best
 
 
-def parse_response(text, *, prefix=None, tools=None):
+def parse_response(text, *, prefix=None, tools=None, errors="strict", timeout=None):
     """Parse a complete generation (one feed, then finalize) and return the message."""
-    return parse_whole(ResponseParser, text, prefix, tools)
+    return parse_whole(ResponseParser, text, prefix, tools, errors=errors, timeout=timeout)

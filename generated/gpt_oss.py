@@ -146,7 +146,7 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # open of field 1
-        m = OPEN_1.search(buf, pos, partial=not eos)
+        m = OPEN_1.search(buf, pos, partial=not eos, timeout=self._timeout)
         if m is not None:
             s, e = m.span()
             if not eos and (m.partial or e == n):
@@ -235,6 +235,6 @@ class ResponseParser(Machine):
         return hold, best
 
 
-def parse_response(text, *, prefix=None, tools=None):
+def parse_response(text, *, prefix=None, tools=None, errors="strict", timeout=None):
     """Parse a complete generation (one feed, then finalize) and return the message."""
-    return parse_whole(ResponseParser, text, prefix, tools)
+    return parse_whole(ResponseParser, text, prefix, tools, errors=errors, timeout=timeout)

@@ -125,10 +125,17 @@ class ResponseParser(Machine):
         best = None
         # open of field 0
         if best is None and n - pos < SHORT_BUFFER:
-            m = OPEN_0.search(buf, pos, partial=not eos)
+            m = OPEN_0.search(buf, pos, partial=not eos, timeout=self._timeout)
         else:
             m = search_window(
-                OPEN_0, buf, pos, eos, n if best is None else best[0], OPEN_0_FIRST, OPEN_0_LEAD
+                OPEN_0,
+                buf,
+                pos,
+                eos,
+                n if best is None else best[0],
+                OPEN_0_FIRST,
+                OPEN_0_LEAD,
+                self._timeout,
             )
         if m is not None:
             s, e = m.span()
@@ -140,10 +147,17 @@ class ResponseParser(Machine):
                 best_key = (s, s - e, 0)
         # close of field 1
         if best is None and n - pos < SHORT_BUFFER:
-            m = CLOSE_1.search(buf, pos, partial=not eos)
+            m = CLOSE_1.search(buf, pos, partial=not eos, timeout=self._timeout)
         else:
             m = search_window(
-                CLOSE_1, buf, pos, eos, n if best is None else best[0], CLOSE_1_FIRST, CLOSE_1_LEAD
+                CLOSE_1,
+                buf,
+                pos,
+                eos,
+                n if best is None else best[0],
+                CLOSE_1_FIRST,
+                CLOSE_1_LEAD,
+                self._timeout,
             )
         if m is not None:
             s, e = m.span()
@@ -180,6 +194,6 @@ class ResponseParser(Machine):
         return hold, best
 
 
-def parse_response(text, *, prefix=None, tools=None):
+def parse_response(text, *, prefix=None, tools=None, errors="strict", timeout=None):
     """Parse a complete generation (one feed, then finalize) and return the message."""
-    return parse_whole(ResponseParser, text, prefix, tools)
+    return parse_whole(ResponseParser, text, prefix, tools, errors=errors, timeout=timeout)

@@ -121,10 +121,17 @@ class ResponseParser(Machine):
                 hold = s
         # open of field 0
         if best is None and n - pos < SHORT_BUFFER:
-            m = OPEN_0.search(buf, pos, partial=not eos)
+            m = OPEN_0.search(buf, pos, partial=not eos, timeout=self._timeout)
         else:
             m = search_window(
-                OPEN_0, buf, pos, eos, n if best is None else best[0], OPEN_0_FIRST, OPEN_0_LEAD
+                OPEN_0,
+                buf,
+                pos,
+                eos,
+                n if best is None else best[0],
+                OPEN_0_FIRST,
+                OPEN_0_LEAD,
+                self._timeout,
             )
         if m is not None:
             s, e = m.span()
@@ -144,7 +151,7 @@ class ResponseParser(Machine):
         hold = n
         best = None
         # close of field 0
-        m = CLOSE_0.search(buf, pos, partial=not eos)
+        m = CLOSE_0.search(buf, pos, partial=not eos, timeout=self._timeout)
         if m is not None:
             s, e = m.span()
             if not eos and (m.partial or e == n):
@@ -158,6 +165,6 @@ class ResponseParser(Machine):
         return hold, best
 
 
-def parse_response(text, *, prefix=None, tools=None):
+def parse_response(text, *, prefix=None, tools=None, errors="strict", timeout=None):
     """Parse a complete generation (one feed, then finalize) and return the message."""
-    return parse_whole(ResponseParser, text, prefix, tools)
+    return parse_whole(ResponseParser, text, prefix, tools, errors=errors, timeout=timeout)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import regex
 
 from .content_parsers import make_parser
-from .errors import ParserFailedError, ParserLoopError, RegionParseError
+from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError, RegionParseError
 from .scanning import SHORT_BUFFER, literal_partial_start, search_window, truncate_after_last
-from .machine import Machine, parse_whole
+from .machine import ERRORS_KEY, Machine, parse_whole
 from .transforms import each_scope, resolve
 
 # Bump when anything in __all__ changes meaning or signature; generated modules pin it.
@@ -35,7 +35,9 @@ def check_abi(expected: int) -> None:
 __all__ = [
     "RUNTIME_ABI",
     "SHORT_BUFFER",
+    "ERRORS_KEY",
     "Machine",
+    "MatchTimeoutError",
     "ParserFailedError",
     "ParserLoopError",
     "RegionParseError",

@@ -38,3 +38,14 @@ class ParserLoopError(RuntimeError):
         )
         self.field = field
         self.position = position
+
+
+class MatchTimeoutError(TimeoutError):
+    """A delimiter pattern took longer than the parser's `timeout` (catastrophic backtracking)."""
+
+    def __init__(self, field: str | None, timeout: float | None):
+        super().__init__(
+            f"matching a delimiter pattern (parser state: field {field!r}) took longer than "
+            f"timeout={timeout}s; the template's pattern is too slow for this output"
+        )
+        self.field = field

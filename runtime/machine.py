@@ -16,7 +16,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .coerce import coerce_tool_calls, tool_parameters
-from .errors import ParserFailedError, ParserLoopError
+from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError
+
+# Where errors="keep" records regions that failed to parse: a list of
+# {"field": name, "raw": the region's text, "error": "ExceptionClass: message"}.
+ERRORS_KEY = "rtcompile_parse_errors"
 
 PREFIX_REQUIRED = (
     "`ResponseParser`/`parse_response` requires `prefix` (the chat prompt sent to the model before "
@@ -59,9 +63,23 @@ class Machine:
         return prefix
 
     # ---- the interpreter-compatible API -----------------------------------------------------
-    def __init__(self, prefix: str | None = None, *, tools: list | None = None):
+    def __init__(
+        self,
+        prefix: str | None = None,
+        *,
+        tools: list | None = None,
+        errors: str = "strict",
+        timeout: float | None = None,
+    ):
+        """`errors="keep"`: a region whose text fails to parse does not raise; its raw text and the
+        error are recorded under ERRORS_KEY in the message and the stream goes on (see README).
+        `timeout`: seconds allowed to each delimiter regex search before MatchTimeoutError."""
+        if errors not in ("strict", "keep"):
+            raise ValueError(f"errors must be 'strict' or 'keep', got {errors!r}")
         if prefix is None:
             raise ValueError(PREFIX_REQUIRED)
+        self._keep_errors = errors == "keep"
+        self._timeout = timeout
         self._tool_params = tool_parameters(tools) if tools else {}
         self._buf = ""
         self._pos = 0
@@ -158,6 +176,9 @@ class Machine:
         # A parse error leaves the machine mid-commit; refuse to continue rather than guess.
         self._failure = error
         self._halted = True
+        if isinstance(error, TimeoutError) and not isinstance(error, MatchTimeoutError):
+            name = self.current_field
+            raise MatchTimeoutError(name, self._timeout) from error
 
     def _refuse(self) -> None:
         if self._finalized:
@@ -229,17 +250,24 @@ class Machine:
         index = self._current
         if index is not None and self._opened:
             name = self.FIELD_NAMES[index]
-            value = self.FINISH[index]("".join(self._parts), self._captures)
-            if self._tool_params:
-                value = coerce_tool_calls(value, self._tool_params)
-            output = self._output
+            body = "".join(self._parts)
             join = self.JOINS[index]
-            if join is not None:
-                if not isinstance(value, str):
+            try:
+                value = self.FINISH[index](body, self._captures)
+                if self._tool_params:
+                    value = coerce_tool_calls(value, self._tool_params)
+                if join is not None and not isinstance(value, str):
                     raise ValueError(
                         f"Field '{name}': 'join' requires each match to parse to a string, "
                         f"got {type(value).__name__}."
                     )
+            except Exception as e:
+                if not self._keep_errors:
+                    raise
+                self._keep_failed_region(events, name, body, e)
+                return
+            output = self._output
+            if join is not None:
                 previous = output.get(name)
                 output[name] = value if previous is None else previous + join + value
             elif self.REPEATS[index]:
@@ -247,19 +275,29 @@ class Machine:
             else:
                 output[name] = value
             events.append({"type": "region_close", "field": name, "value": value})
+        self._reset_to_implicit()
+
+    def _reset_to_implicit(self) -> None:
         self._current = self.IMPLICIT
         self._scan = self._scan_sink
         self._captures = {}
         self._parts = []
         self._opened = False
 
+    def _keep_failed_region(self, events: list[dict], name: str, body: str, error: Exception) -> None:
+        """errors="keep": record the region's raw text and error instead of a value."""
+        record = {"field": name, "raw": body, "error": f"{type(error).__name__}: {error}"}
+        self._output.setdefault(ERRORS_KEY, []).append(record)
+        events.append({"type": "region_close", "field": name, "value": None, "error": record["error"]})
+        self._reset_to_implicit()
+
 
 def _is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, (list, dict, str)) and not value)
 
 
-def parse_whole(machine_class: type, text: str, prefix: str | None, tools: list | None) -> dict:
+def parse_whole(machine_class: type, text: str, prefix: str | None, tools: list | None, **options: Any) -> dict:
     """One-shot parse, exactly as the interpreter's parse_response: one feed, then finalize."""
-    machine = machine_class(prefix, tools=tools)
+    machine = machine_class(prefix, tools=tools, **options)
     machine.feed(text)
     return machine.finalize()[0]

@@ -34,7 +34,9 @@ def literal_partial_start(buf: str, pos: int, literals: tuple[str, ...], longest
     return n
 
 
-def search_window(pattern: Any, buf: str, pos: int, eos: bool, bound: int, first: Any, lead: str) -> Any:
+def search_window(
+    pattern: Any, buf: str, pos: int, eos: bool, bound: int, first: Any, lead: str, timeout: float | None = None
+) -> Any:
     """`pattern.search(buf, pos, partial=not eos)` for a caller that only cares about a result
     starting at or before `bound`: the same match when it does, None when it starts later.
 
@@ -55,7 +57,7 @@ def search_window(pattern: Any, buf: str, pos: int, eos: bool, bound: int, first
         for p in range(start, stop):
             if pending is None and p > bound:
                 return None
-            m = pattern.match(buf, p, partial=partial)
+            m = pattern.match(buf, p, partial=partial, timeout=timeout)
             if m is not None:
                 if not m.partial:
                     return m if p <= bound else None
