@@ -204,11 +204,12 @@ def tricky_text(template_name: str, unrenderable: tuple[str, ...] = ()) -> str:
 
 
 def tricky_call(template_name: str, unrenderable: tuple[str, ...] = ()) -> dict:
-    body = (
-        'He said "hi" \\ {not: json} [x]\nsecond line\ttab, '
-        + lookalike_text(template_name, unrenderable)
+    body = 'He said "hi" \\ {not: json} [x]\nsecond line\ttab, ' + lookalike_text(
+        template_name, unrenderable
     )
-    return function_call("write_note", {"title": "Ünïcödé ✓ 日本語 🚀", "body": body, "ref": "0042"})
+    return function_call(
+        "write_note", {"title": "Ünïcödé ✓ 日本語 🚀", "body": body, "ref": "0042"}
+    )
 
 
 def canonical_message(case: str, template_name: str, family: "Family") -> dict:
@@ -227,7 +228,10 @@ def canonical_message(case: str, template_name: str, family: "Family") -> dict:
             "reasoning_content": "I need live data, so I will call the weather tool.",
             "tool_calls": [WEATHER_PARIS],
         },
-        "content_call": {"content": "Let me check the weather first.", "tool_calls": [WEATHER_PARIS]},
+        "content_call": {
+            "content": "Let me check the weather first.",
+            "tool_calls": [WEATHER_PARIS],
+        },
         "parallel_calls": {"tool_calls": [WEATHER_PARIS, WEATHER_TOKYO]},
         "nested_arguments": {"tool_calls": [function_call("search_docs", nested)]},
         "tricky_answer": {"content": tricky_text(template_name, family.unrenderable)},
@@ -305,7 +309,9 @@ def _with_call_ids(message: dict, make_id: Callable[[int, dict], str]) -> dict:
 def _arguments_as_json_strings(message: dict) -> dict:
     message = copy.deepcopy(message)
     for call in message.get("tool_calls", []):
-        call["function"]["arguments"] = json.dumps(call["function"]["arguments"], ensure_ascii=False)
+        call["function"]["arguments"] = json.dumps(
+            call["function"]["arguments"], ensure_ascii=False
+        )
     return message
 
 
@@ -320,9 +326,14 @@ def _kimi_id(index: int, call: dict) -> str:
 def _expected_with_ids(make_id: Callable[[int, dict], str]) -> Callable[[dict], dict]:
     def expect(message: dict) -> dict:
         message = copy.deepcopy(message)
-        message["tool_calls"] = [
-            {"id": make_id(index, call), **call} for index, call in enumerate(message["tool_calls"])
-        ] if "tool_calls" in message else None
+        message["tool_calls"] = (
+            [
+                {"id": make_id(index, call), **call}
+                for index, call in enumerate(message["tool_calls"])
+            ]
+            if "tool_calls" in message
+            else None
+        )
         if message["tool_calls"] is None:
             del message["tool_calls"]
         return message
@@ -358,7 +369,9 @@ def _cohere_plan(message: dict, index: int) -> dict:
     return message
 
 
-GLM_END = lambda message: "<|observation|>" if message.get("tool_calls") else "<|user|>"  # noqa: E731
+GLM_END = lambda message: (
+    "<|observation|>" if message.get("tool_calls") else "<|user|>"
+)  # noqa: E731
 
 FAMILIES: dict[str, Family] = {
     "qwen3": Family(
@@ -437,7 +450,14 @@ FAMILIES: dict[str, Family] = {
         template="deepseek_r1",
         chat_template="deepseek_r1.jinja",
         # Reasoning is never rendered; tool calls only when content is None.
-        cases=("answer", "one_call", "parallel_calls", "nested_arguments", "tricky_answer", "tricky_call"),
+        cases=(
+            "answer",
+            "one_call",
+            "parallel_calls",
+            "nested_arguments",
+            "tricky_answer",
+            "tricky_call",
+        ),
         # A second tool-call turn loses its opening tokens (the template never resets is_first).
         excluded=frozenset(
             (case, "after_tool_result")
@@ -470,7 +490,14 @@ FAMILIES: dict[str, Family] = {
     "mistral_nemo": Family(
         template="mistral_nemo",
         chat_template="mistral_nemo.jinja",
-        cases=("answer", "one_call", "parallel_calls", "nested_arguments", "tricky_answer", "tricky_call"),
+        cases=(
+            "answer",
+            "one_call",
+            "parallel_calls",
+            "nested_arguments",
+            "tricky_answer",
+            "tricky_call",
+        ),
         stop_tokens=("</s>",),
         render_kwargs={"bos_token": "<s>", "eos_token": "</s>"},
         prepare=lambda m, i: _with_call_ids(m, lambda j, call: _mistral_id(10 * i + j)),
@@ -479,7 +506,14 @@ FAMILIES: dict[str, Family] = {
     "mistral_small_3_2": Family(
         template="mistral_small_3_2",
         chat_template="mistral_small_3_2.jinja",
-        cases=("answer", "one_call", "parallel_calls", "nested_arguments", "tricky_answer", "tricky_call"),
+        cases=(
+            "answer",
+            "one_call",
+            "parallel_calls",
+            "nested_arguments",
+            "tricky_answer",
+            "tricky_call",
+        ),
         stop_tokens=("</s>",),
         render_kwargs={"bos_token": "<s>", "eos_token": "</s>"},
         # The rendered message is the last one, numbered 90.. so ids never clash with history.
@@ -555,7 +589,14 @@ FAMILIES: dict[str, Family] = {
     "hermes2_pro": Family(
         template="hermes2_pro",
         chat_template="hermes2_pro.jinja",
-        cases=("answer", "one_call", "parallel_calls", "nested_arguments", "tricky_answer", "tricky_call"),
+        cases=(
+            "answer",
+            "one_call",
+            "parallel_calls",
+            "nested_arguments",
+            "tricky_answer",
+            "tricky_call",
+        ),
         stop_tokens=("<|im_end|>",),
         # After a tool result the history drops a newline the prompt had.
         turn_markers=("<|im_start|>assistant\n",),
@@ -613,7 +654,9 @@ def split_rendered_turn(family: Family, history: list[dict], message: dict) -> t
         prefix, rest = prompt, full[len(prompt) :]
     else:
         assert family.turn_markers, "the finished turn does not start with the generation prompt"
-        cut = max(full.rfind(marker) + len(marker) for marker in family.turn_markers if marker in full)
+        cut = max(
+            full.rfind(marker) + len(marker) for marker in family.turn_markers if marker in full
+        )
         prefix, rest = full[:cut], full[cut:]
     stops = [rest.find(token) + len(token) for token in family.stop_tokens if token in rest]
     if stops:
@@ -669,7 +712,9 @@ def _hand_written_params() -> list:
     for path in sorted(CASES_DIR.glob("*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
         for case in data["cases"]:
-            params.append(pytest.param(data["template"], case, id=f"{data['template']}-{case['id']}"))
+            params.append(
+                pytest.param(data["template"], case, id=f"{data['template']}-{case['id']}")
+            )
     return params
 
 
@@ -677,7 +722,9 @@ HAND_WRITTEN_PARAMS = _hand_written_params()
 
 
 def test_every_bundled_template_has_hand_written_cases():
-    with_cases = {json.loads(p.read_text(encoding="utf-8"))["template"] for p in CASES_DIR.glob("*.json")}
+    with_cases = {
+        json.loads(p.read_text(encoding="utf-8"))["template"] for p in CASES_DIR.glob("*.json")
+    }
     assert with_cases == set(template_names())
 
 
