@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -701,6 +702,15 @@ def test_every_bundled_template_with_a_chat_template_has_round_trips():
 def test_every_chat_template_is_used():
     used = {family.chat_template for family in FAMILIES.values()}
     assert used == {path.name for path in CHAT_TEMPLATES_DIR.glob("*.jinja")}
+
+
+def test_chat_templates_are_the_published_bytes():
+    """The copies must stay byte for byte what INDEX.json records (source, commit, sha256)."""
+    index = json.loads((CHAT_TEMPLATES_DIR / "INDEX.json").read_text(encoding="utf-8"))
+    recorded = {entry["file"]: entry["sha256"] for entry in index["templates"]}
+    assert set(recorded) == {path.name for path in CHAT_TEMPLATES_DIR.glob("*.jinja")}
+    for file_name, sha256 in recorded.items():
+        assert hashlib.sha256((CHAT_TEMPLATES_DIR / file_name).read_bytes()).hexdigest() == sha256
 
 
 # --------------------------------------------------------------------------------------------
