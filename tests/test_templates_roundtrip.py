@@ -264,10 +264,12 @@ ALL_SHAPES = ("single_turn", "multi_turn", "after_tool_result")
 class Family:
     """One chat template (with its switches) checked against one bundled response template.
 
-    `prepare` turns a canonical message into what the chat template reads (argument strings,
-    call ids, thinking chunks, ...); `expect` turns it into what the parser should return (ids
-    the format carries, fields the template drops). Cases the chat template cannot render
-    faithfully are left out of `cases` and covered by the hand-written outputs instead.
+    `prepare(message, number)` turns a canonical message into what the chat template reads
+    (argument strings, call ids, thinking chunks, ...); `number` tells the messages of one
+    conversation apart (0 and 1 for history turns, 9 for the rendered turn) so call ids never
+    clash. `expect` turns a canonical message into what the parser should return (ids the
+    format carries). Cases the chat template cannot render faithfully are left out of `cases`
+    (or `excluded` for one conversation shape) and covered by the hand-written outputs instead.
     """
 
     template: str
@@ -275,7 +277,6 @@ class Family:
     cases: tuple[str, ...]
     stop_tokens: tuple[str, ...]
     render_kwargs: dict = field(default_factory=dict)
-    shapes: tuple[str, ...] = ALL_SHAPES
     excluded: frozenset = frozenset()  # (case, shape) pairs the chat template mangles
     prepare: Callable[[dict, int], dict] | None = None
     expect: Callable[[dict], dict] | None = None
@@ -316,8 +317,8 @@ def _arguments_as_json_strings(message: dict) -> dict:
     return message
 
 
-def _mistral_id(index: int, call: dict = None) -> str:
-    return f"callid{index:03d}"  # Mistral templates insist on 9 alphanumeric characters
+def _mistral_id(number: int) -> str:
+    return f"callid{number:03d}"  # Mistral templates insist on 9 alphanumeric characters
 
 
 def _kimi_id(index: int, call: dict) -> str:
@@ -325,27 +326,18 @@ def _kimi_id(index: int, call: dict) -> str:
 
 
 def _expected_with_ids(make_id: Callable[[int, dict], str]) -> Callable[[dict], dict]:
+    """For formats whose calls carry an id, the parsed call has it as its first key."""
+
     def expect(message: dict) -> dict:
         message = copy.deepcopy(message)
-        message["tool_calls"] = (
-            [
+        if "tool_calls" in message:
+            message["tool_calls"] = [
                 {"id": make_id(index, call), **call}
                 for index, call in enumerate(message["tool_calls"])
             ]
-            if "tool_calls" in message
-            else None
-        )
-        if message["tool_calls"] is None:
-            del message["tool_calls"]
         return message
 
     return expect
-
-
-def _without_reasoning(message: dict) -> dict:
-    message = copy.deepcopy(message)
-    message.pop("reasoning_content", None)
-    return message
 
 
 def _ministral_chunks(message: dict, index: int) -> dict:
@@ -370,9 +362,10 @@ def _cohere_plan(message: dict, index: int) -> dict:
     return message
 
 
-GLM_END = lambda message: (
-    "<|observation|>" if message.get("tool_calls") else "<|user|>"
-)  # noqa: E731
+def _glm_end(message: dict) -> str:
+    """GLM has no end-of-turn token: the model stops at the next turn's role token."""
+    return "<|observation|>" if message.get("tool_calls") else "<|user|>"
+
 
 FAMILIES: dict[str, Family] = {
     "qwen3": Family(
@@ -553,7 +546,7 @@ FAMILIES: dict[str, Family] = {
         cases=ALL_CASES,
         stop_tokens=("<|observation|>", "<|user|>"),
         prepare=lambda m, i: _with_content(m, "absent"),  # None would be rendered as "None"
-        missing_end=GLM_END,
+        missing_end=_glm_end,
     ),
     "glm4_6_no_thinking": Family(
         template="glm4_5",
@@ -562,7 +555,7 @@ FAMILIES: dict[str, Family] = {
         stop_tokens=("<|observation|>", "<|user|>"),
         render_kwargs={"enable_thinking": False},
         prepare=lambda m, i: _with_content(m, "absent"),
-        missing_end=GLM_END,
+        missing_end=_glm_end,
     ),
     "minimax_m2": Family(
         template="minimax_m2",
@@ -670,7 +663,7 @@ ROUNDTRIP_PARAMS = [
     pytest.param(family_name, case, shape, id=f"{family_name}-{case}-{shape}")
     for family_name, family in FAMILIES.items()
     for case in family.cases
-    for shape in family.shapes
+    for shape in ALL_SHAPES
     if (case, shape) not in family.excluded
 ]
 
