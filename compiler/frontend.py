@@ -89,7 +89,7 @@ def lower(template: Any) -> ir.Template:
             "at most one field may omit 'open'/'open_pattern' (that field becomes the implicit-open / "
             f"leftover sink). Found: {', '.join(f.name for f in implicit)}",
         )
-    start_anchor = _lower_delimiter(("",), template, "start_anchor", "start_anchor_pattern")
+    start_anchor = _lower_delimiter((), template, "start_anchor", "start_anchor_pattern")
     if start_anchor is None:
         raise TemplateError("", "response_template must define 'start_anchor' or 'start_anchor_pattern'.")
     canonical = canonical_json(template)

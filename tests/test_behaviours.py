@@ -1,0 +1,272 @@
+"""Hand-written checks of the interpreter behaviours that are easy to get wrong.
+
+Each test states the behaviour concretely and also checks that rtcompile and the interpreter agree
+on every event of the same run (tests/parity.py)."""
+
+import copy
+import threading
+
+import pytest
+from transformers.utils import chat_parsing as interpreter
+
+import rtcompile
+from rtcompile.runtime import ERRORS_KEY, MatchTimeoutError, ParserFailedError, ParserLoopError
+
+from parity import assert_same
+
+THINK = {
+    "start_anchor": "<|assistant|>",
+    "defaults": {"role": "assistant"},
+    "fields": {
+        "reasoning_content": {"open": "<think>", "close": "</think>"},
+        "content": {"close": "<|end|>"},
+    },
+}
+
+
+def events_of(steps):
+    return [e for kind, value in steps if kind in ("init", "feed") for e in value]
+
+
+def chunks_of(steps, field):
+    return [e["text"] for e in events_of(steps) if e["type"] == "region_chunk" and e["field"] == field]
+
+
+def message_of(steps):
+    assert steps[-1][0] == "final", steps[-1]
+    return steps[-1][1][0]
+
+
+def test_validation_runs_before_the_prefix_check():
+    bad = {"fields": {"a": {"open_pattern": "("}}, "start_anchor": "x"}
+    with pytest.raises(ValueError) as info:
+        rtcompile.ResponseParser(bad)  # no prefix either
+    assert info.value.path == "fields.a.open_pattern"
+    with pytest.raises(ValueError, match="requires `prefix`"):
+        rtcompile.ResponseParser(THINK)
+
+
+def test_finalized_parser_refuses_more_work():
+    parser = rtcompile.ResponseParser(THINK, "")
+    parser.feed("hi")
+    parser.finalize()
+    with pytest.raises(RuntimeError, match="already finalized"):
+        parser.feed("more")
+    with pytest.raises(RuntimeError, match="already finalized"):
+        parser.finalize()
+
+
+def test_prefix_after_the_last_anchor_gives_initial_events():
+    prefix = "<|assistant|>old answer<|end|><|user|>q<|assistant|><think>\nstarted"
+    steps = assert_same(THINK, prefix, [" more", "</think>Answer<|end|>"])
+    assert steps[0] == ("init", [
+        {"type": "region_open", "field": "reasoning_content"},
+        {"type": "region_chunk", "field": "reasoning_content", "text": "\nstarted", "dirty": False},
+    ])
+    assert message_of(steps) == {"role": "assistant", "reasoning_content": "started more", "content": "Answer"}
+
+
+@pytest.mark.parametrize("anchor", [["<|assistant|>", "<|tool|>"], {"pattern": r"<\|(?:assistant|tool)\|>"}])
+def test_anchor_lists_and_patterns_truncate_after_the_last_match(anchor):
+    template = copy.deepcopy(THINK)
+    del template["start_anchor"]
+    if isinstance(anchor, dict):
+        template["start_anchor_pattern"] = anchor["pattern"]
+    else:
+        template["start_anchor"] = anchor
+    steps = assert_same(template, "<|assistant|>a<|end|><|tool|><think>x", ["y</think>z"])
+    assert message_of(steps)["reasoning_content"] == "xy"
+
+
+def test_anchor_missing_from_the_prefix_parses_the_whole_prefix():
+    steps = assert_same(THINK, "<think>prefilled", ["</think>ok"])
+    assert message_of(steps)["reasoning_content"] == "prefilled"
+
+
+def test_partial_delimiter_is_held_back_until_resolved():
+    steps = assert_same(THINK, "", ["<think>abc</th", "ink>done"])
+    assert chunks_of(steps, "reasoning_content") == ["abc"]
+    steps = assert_same(THINK, "", ["<think>abc</th", "e end"])
+    assert chunks_of(steps, "reasoning_content") == ["abc", "</the end"]
+
+
+def test_regex_match_at_the_buffer_end_waits_but_a_literal_commits():
+    regex_close = copy.deepcopy(THINK)
+    regex_close["fields"]["reasoning_content"] = {"open": "<think>", "close_pattern": "</think>"}
+    steps = assert_same(regex_close, "", ["<think>a</think>", "b"])
+    assert steps[1][1][-1]["type"] == "region_chunk"  # the close is still pending after feed 1
+    assert steps[2][1][0] == {"type": "region_close", "field": "reasoning_content", "value": "a"}
+    steps = assert_same(THINK, "", ["<think>a</think>", "b"])
+    assert steps[1][1][-1] == {"type": "region_close", "field": "reasoning_content", "value": "a"}
+
+
+def test_literal_that_another_literal_extends_waits_at_the_end():
+    template = copy.deepcopy(THINK)
+    template["fields"]["content"]["close"] = ["<|end|>", "<|end|>\n"]
+    steps = assert_same(template, "", ["answer<|end|>", "\n"])
+    assert [e["type"] for e in steps[1][1]] == ["region_open", "region_chunk"]
+
+
+def test_leading_whitespace_pattern_holds_trailing_spaces():
+    template = copy.deepcopy(THINK)
+    template["fields"]["content"] = {"close_pattern": r"\s*<\|end\|>"}
+    steps = assert_same(template, "", ["Hello  ", "world ", "<|end|>"])
+    assert chunks_of(steps, "content") == ["Hello", "  world"]
+    assert message_of(steps)["content"] == "Hello  world"
+
+
+def test_optional_tail_of_a_close_pattern_can_differ_between_stream_and_one_shot():
+    template = copy.deepcopy(THINK)
+    template["fields"]["reasoning_content"] = {"open": "<think>", "close_pattern": "</think>(\n\n)?"}
+    one_shot = assert_same(template, "", ["<think>r</think>\n\nanswer"])
+    streamed = assert_same(template, "", ["<think>r</think>\n", "\nanswer"])
+    # One shot: the optional "\n\n" is part of the close. Streamed: once "</think>\n" is seen, the
+    # shorter match commits and the newlines become content (stripped at the region's close).
+    assert chunks_of(one_shot, "content") == ["answer"]
+    assert chunks_of(streamed, "content") == ["\n", "\nanswer"]
+    assert message_of(one_shot)["content"] == message_of(streamed)["content"] == "answer"
+
+
+def test_ties_prefer_earliest_then_longest_then_opens_then_field_name():
+    template = {
+        "start_anchor": "@",
+        "fields": {
+            "zeta": {"open": "<x", "close": ">"},
+            "alpha": {"open": "<x", "close": "]"},
+            "long": {"open": "<xy", "close": "}"},
+            "text": {"close_pattern": "<x"},
+        },
+    }
+    steps = assert_same(template, "", ["a<x1]"])
+    assert message_of(steps) == {"text": "a", "alpha": "1"}  # same delimiter: 'alpha' < 'zeta' by name
+    steps = assert_same(template, "", ["a<xy2}"])
+    assert message_of(steps) == {"text": "a", "long": "2"}  # longest wins at one start
+
+
+def test_null_sink_discards_text_outside_regions():
+    template = {"start_anchor": "@", "fields": {"answer": {"open": "<a>", "close": "</a>"}}}
+    steps = assert_same(template, "", ["noise <a>kept</a> more noise"])
+    assert message_of(steps) == {"answer": "kept"}
+    assert all(e["field"] == "answer" for e in events_of(steps))
+
+
+def test_zero_width_close_and_end_of_text_close():
+    template = {"start_anchor": "@", "fields": {"text": {"close_pattern": "(?=<)"}, "tag": {"open": "<t>", "close": "</t>"}}}
+    steps = assert_same(template, "", ["before<t>x</t>after"])
+    assert message_of(steps) == {"text": "after", "tag": "x"}
+    template = {"start_anchor": "@", "fields": {"text": {"close_pattern": "$"}}}
+    assert message_of(assert_same(template, "", ["all of it"])) == {"text": "all of it"}
+
+
+def test_repeats_collect_and_join_concatenates():
+    template = {
+        "start_anchor": "@",
+        "fields": {
+            "calls": {"open": "<c>", "close": "</c>", "repeats": True, "content": "int"},
+            "notes": {"open": "<n>", "close": "</n>", "repeats": True, "join": " | "},
+        },
+    }
+    steps = assert_same(template, "", ["<c> 1 </c><n>a</n>x<c>2</c><n>b</n>"])
+    assert message_of(steps) == {"calls": [1, 2], "notes": "a | b"}
+
+
+def test_required_field_missing_raises_at_finalize():
+    template = copy.deepcopy(THINK)
+    template["fields"]["reasoning_content"]["optional"] = False
+    steps = assert_same(template, "", ["just an answer"])
+    assert steps[-1] == ("raised", ValueError)
+
+
+def test_empty_values_are_dropped_except_defaults():
+    template = copy.deepcopy(THINK)
+    template["defaults"] = {"role": "assistant", "content": ""}
+    steps = assert_same(template, "", ["<think>   </think>"])
+    assert message_of(steps) == {"role": "assistant", "content": ""}
+
+
+def test_defaults_are_copied_for_every_parser():
+    template = copy.deepcopy(THINK)
+    template["defaults"] = {"role": "assistant", "tags": {"a": [1]}}
+    first = rtcompile.parse_response("x", template, prefix="")
+    first["tags"]["a"].append(2)
+    assert rtcompile.parse_response("y", template, prefix="")["tags"] == {"a": [1]}
+
+
+def test_transform_errors_keep_the_interpreter_classes():
+    template = {
+        "start_anchor": "@",
+        "fields": {
+            "a": {"open": "<a>", "close": "</a>", "content": "json", "transform": {"x": "{missing}"}},
+            "b": {"open": "<b>", "close": "</b>", "content": "json", "transform": {"x": "{content.no}"}},
+        },
+    }
+    assert assert_same(template, "", ["<a>{}</a>"])[-1] == ("raised", KeyError)
+    assert assert_same(template, "", ["<b>{}</b>"])[-1] == ("raised", ValueError)
+
+
+def test_tool_arguments_are_coerced_from_schemas_and_functions():
+    template = rtcompile.template_for("qwen3_5")
+    text = "<tool_call>\n<function=add>\n<parameter=a>\n7\n</parameter>\n<parameter=b>\n2.5\n</parameter>\n</function>\n</tool_call>"
+
+    def add(a: int, b: float):
+        """Add.
+
+        Args:
+            a: first
+            b: second
+        """
+
+    for tools in ([{"type": "function", "function": {"name": "add", "parameters": {"properties": {"a": {"type": "integer"}, "b": {"type": "number"}}}}}], [add]):
+        steps = assert_same(template, "", [text], tools=tools)
+        assert message_of(steps)["tool_calls"][0]["function"]["arguments"] == {"a": 7, "b": 2.5}
+
+
+def test_parse_error_names_the_field_and_the_parser_then_refuses_to_continue():
+    parser = rtcompile.ResponseParser(rtcompile.template_for("qwen3"), "")
+    with pytest.raises(ValueError) as info:
+        parser.feed("<tool_call>{not json}</tool_call>")
+    assert "tool_calls" in str(info.value) and "{not json}" in str(info.value)
+    with pytest.raises(ParserFailedError):
+        parser.feed("more")
+
+
+def test_errors_keep_records_the_raw_region_and_goes_on():
+    parser = rtcompile.ResponseParser(rtcompile.template_for("qwen3"), "", errors="keep")
+    events = parser.feed('<tool_call>{not json}</tool_call>\nok <tool_call>{"name": "f", "arguments": {}}</tool_call>')
+    message, _ = parser.finalize()
+    failed = [e for e in events if e["type"] == "region_close" and "error" in e]
+    assert len(failed) == 1 and failed[0]["value"] is None
+    assert message[ERRORS_KEY] == [{"field": "tool_calls", "raw": "{not json}", "error": failed[0]["error"]}]
+    assert message["tool_calls"] == [{"type": "function", "function": {"name": "f", "arguments": {}}}]
+    assert message["content"] == "ok"
+
+
+def test_endless_zero_width_loop_raises_instead_of_hanging():
+    template = {"start_anchor": "@", "fields": {"z": {"open_pattern": "(?=a)", "close_pattern": "(?=a)"}}}
+    result = []
+
+    def run():
+        try:
+            rtcompile.parse_response("xa", template, prefix="")
+        except ParserLoopError as e:
+            result.append(e)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive(), "the parser hung"
+    assert len(result) == 1 and result[0].field == "z"
+
+
+def test_slow_pattern_times_out_with_a_clear_error():
+    template = {"start_anchor": "@", "fields": {"x": {"open_pattern": r"(a|aa)+b", "close": "!"}}}
+    parser = rtcompile.ResponseParser(template, "", timeout=0.05)
+    with pytest.raises(MatchTimeoutError, match="timeout=0.05"):
+        parser.feed("a" * 40 + "c")
+
+
+def test_interpreter_reference_is_the_one_installed():
+    import transformers
+
+    assert transformers.__version__ == "5.23.0"
+    assert interpreter.parse_response is not rtcompile.parse_response

@@ -1,0 +1,121 @@
+"""The scanner's shortcuts give exactly what a plain `regex` partial search gives."""
+
+import re
+
+import regex
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rtcompile.patterns import analyse_pattern, literal_charsets, whitespace
+from rtcompile.runtime.scanning import literal_partial_start, search_window
+
+ALPHABET = "ab <>/x\n\t|"
+PATTERNS = [
+    r"\s*<tool_call>",
+    r"abc|b",
+    r"a|abc",
+    r"<a>.*?</a>",
+    r"\s?<x>",
+    r"(?<=a)b<",
+    r"b+<",
+    r"\n\s*<",
+    r"(ab)+x",
+    r"a(?=b<)",
+    r"a(?!b)",
+    r"</x>(\n)?",
+    r"\s*(?:<\|x\|>|<b>)",
+    r"[ab]{2,3}x",
+    r"ab\Z",
+    r"a$",
+    r"x\b",
+    r"(?:\s|\|)*</?a>",
+]
+texts = st.text(alphabet=ALPHABET, max_size=14)
+
+
+def _classes(pattern):
+    context, charsets = analyse_pattern(pattern)
+    assert charsets is not None, pattern
+    first = re.compile("[" + "".join(re.escape(c) for c in sorted(charsets.first)) + "]")
+    return first, "".join(sorted(charsets.lead))
+
+
+@given(st.sampled_from(PATTERNS), texts, st.data())
+def test_search_window_equals_search_up_to_the_bound(pattern, text, data):
+    compiled = regex.compile(pattern, regex.DOTALL)
+    first, lead = _classes(pattern)
+    pos = data.draw(st.integers(0, len(text)))
+    bound = data.draw(st.integers(pos, len(text) + 1))
+    for eos in (False, True):
+        m = compiled.search(text, pos, partial=not eos)
+        expected = None if m is None or m.start() > bound else (m.span(), m.partial)
+        got = search_window(compiled, text, pos, eos, bound, first, lead)
+        got = None if got is None else (got.span(), got.partial)
+        # The empty partial match at the very end means "nothing here" to the scanner.
+        if expected is not None and expected[1] and expected[0][0] == len(text):
+            expected = None
+        if got is not None and got[1] and got[0][0] == len(text):
+            got = None
+        assert got == expected
+
+
+@given(st.sampled_from(PATTERNS), texts)
+def test_every_match_starts_with_lead_characters_then_a_first_character(pattern, text):
+    compiled = regex.compile(pattern, regex.DOTALL)
+    _, charsets = analyse_pattern(pattern)
+    for start in range(len(text)):
+        for partial in (False, True):
+            m = compiled.match(text, start, partial=partial)
+            if m is None or m.start() == len(text):
+                continue
+            assert _starts_like(text, start, charsets, m.partial), (pattern, text, start, m)
+
+
+def _starts_like(text, start, charsets, partial):
+    """text[start:] begins with lead characters, then a first character (or, for a partial match,
+    the end of the text)."""
+    for q in range(start, len(text)):
+        if text[q] in charsets.first:
+            return True
+        if text[q] not in charsets.lead:
+            return False
+    return partial
+
+
+@given(st.lists(st.text(alphabet="ab<>", min_size=1, max_size=4), min_size=1, max_size=3), texts, st.data())
+def test_literal_partial_start_equals_the_regex_partial_search(literals, text, data):
+    literals = list(dict.fromkeys(literals))
+    pos = data.draw(st.integers(0, len(text)))
+    alternation = regex.compile("|".join(regex.escape(s) for s in sorted(literals, key=len, reverse=True)))
+    m = alternation.search(text, pos, partial=True)
+    if m is not None and not m.partial:
+        return  # complete matches are found with str.find
+    expected = len(text) if m is None else m.start()
+    assert literal_partial_start(text, pos, tuple(literals), max(map(len, literals))) == expected
+
+
+def test_unanalysable_patterns_are_left_to_the_engine():
+    assert analyse_pattern(r"\p{L}+<x>") == (None, None)  # regex-only syntax
+    assert analyse_pattern(r"(?i)<x>")[1] is None  # case folding
+    assert analyse_pattern(r"[[:alpha:]]<")[1] is None  # a POSIX class in regex, a set in re
+    assert analyse_pattern(r"\w+<")[1] is None  # too wide
+    assert analyse_pattern(r"(?=<)")[1] is None  # can match the empty string
+    assert analyse_pattern(r"(?<=a.*)<")[0] is None  # unbounded lookbehind: keep all text
+
+
+def test_context_widths():
+    assert analyse_pattern(r"<x>")[0] == 0
+    assert analyse_pattern(r"(?<=ab)<")[0] == 2
+    assert analyse_pattern(r"\b<")[0] == 1
+    assert analyse_pattern(r"^<")[0] == 1
+    assert analyse_pattern(r"<$")[0] == 0
+
+
+def test_whitespace_set_is_what_regex_calls_whitespace():
+    everything = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
+    assert whitespace() == frozenset(regex.findall(r"\s", everything))
+
+
+def test_literal_charsets_are_first_characters():
+    assert literal_charsets(["<a>", "[b"]).first == frozenset("<[")
+    assert literal_charsets(["<a>"]).lead == frozenset()
