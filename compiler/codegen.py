@@ -143,9 +143,7 @@ class State:
     method: str
     doc: str
     watches: list[Watch]
-    quick_reject: Code | None
-    # The same test on a fresh chunk `text` alone (used by the generated feed's fast path).
-    text_reject: Code | None = None
+    quick: QuickCheck | None
 
 
 def _state(method: str, doc: str, watches: list[Watch], triggers: dict, leads: dict) -> State:
@@ -154,33 +152,38 @@ def _state(method: str, doc: str, watches: list[Watch], triggers: dict, leads: d
     # Cheap literal finds first: once a match is known, later regex searches only need to look at
     # text before it (search_window), instead of running on to the end of a long buffer.
     ordered = sorted(watches, key=lambda w: w.delimiter.pattern is not None)
-    quick = _quick_reject(method, watches, triggers, leads)
-    text_reject = _quick_reject(method, watches, triggers, leads, on_chunk=True)
-    return State(method, doc, ordered, quick, text_reject)
+    return State(method, doc, ordered, _quick_check(method, watches, triggers, leads))
 
 
-def _quick_reject(method: str, watches: list[Watch], triggers: dict, leads: dict, on_chunk: bool = False) -> Code | None:
-    """An expression true when no watched delimiter can match, even partially, in the unread text:
-    `buf[pos:]` in a scan method, or a whole fresh chunk `text` (non-empty) in the fast feed."""
+@dataclass
+class QuickCheck:
+    """How a state decides, without a regex call, that the unread text holds no delimiter."""
+
+    absent: Code  # true when no watched delimiter's first character occurs in buf[pos:]
+    absent_in_text: Code  # the same for a fresh chunk `text`
+    lead: str | None  # constant holding the lead characters (a trailing run of them may be held)
+    lead_hold: bool  # with no first character, a trailing lead run is exactly what to hold
+
+
+def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: dict) -> QuickCheck | None:
     if not watches or any(w.delimiter.charsets is None for w in watches):
         return None
-    first = frozenset().union(*(w.delimiter.charsets.first for w in watches))
-    lead = frozenset().union(*(w.delimiter.charsets.lead for w in watches))
-    target, start = ("text", "") if on_chunk else ("buf", ", pos")
+    charsets = [w.delimiter.charsets for w in watches]
+    first = frozenset().union(*(c.first for c in charsets))
+    lead = frozenset().union(*(c.lead for c in charsets))
+    tag = method.upper().lstrip("_")
     if len(first) <= MAX_FIND_CHAIN:
-        absent = " and ".join(f"{target}.find({py_literal(c)}{start}) < 0" for c in sorted(first))
+        absent = [" and ".join(f"{target}.find({py_literal(c)}{start}) < 0" for c in sorted(first)) for target, start in (("buf", ", pos"), ("text", ""))]
     else:
-        name = f"FIRST_CHARS_{method.upper().lstrip('_')}"
+        name = f"FIRST_CHARS_{tag}"
         triggers[name] = _char_class(first)
-        absent = f"{name}.search({target}{start}) is None"
-    if not lead:
-        return Code(absent)
-    name = f"LEAD_CHARS_{method.upper().lstrip('_')}"
-    leads[name] = "".join(sorted(lead))
-    # A run of lead characters at the very end may be the start of a delimiter: hold it.
-    if on_chunk:
-        return Code(f"{absent} and text[-1] not in {name}")
-    return Code(f"{absent} and (n == pos or buf[-1] not in {name})")
+        absent = [f"{name}.search(buf, pos) is None", f"{name}.search(text) is None"]
+    lead_name = None
+    if lead:
+        lead_name = f"LEAD_CHARS_{tag}"
+        leads[lead_name] = "".join(sorted(lead))
+    lead_hold = bool(lead) and all(c.lead_run and c.lead == lead for c in charsets if c.lead)
+    return QuickCheck(Code(absent[0]), Code(absent[1]), lead_name, lead_hold)
 
 
 def _char_class(chars: frozenset[str]) -> str:
@@ -274,8 +277,8 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         for f, state in zip([f for f in fields if f.open is not None], states[1:]):
             by_field[f.index] = state
         for index, state in sorted(by_field.items()):
-            if state.text_reject is not None:
-                fast_states.append({"index": index, "name": fields[index].name, "dirty": fields[index].dirty, "reject": state.text_reject})
+            if state.quick is not None:
+                fast_states.append({"index": index, "name": fields[index].name, "dirty": fields[index].dirty, "quick": state.quick})
     anchor = template.start_anchor
     border_free = (
         anchor.literals[0] if anchor.literals is not None and len(anchor.literals) == 1 and _border_free(anchor.literals[0]) else None

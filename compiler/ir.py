@@ -27,6 +27,9 @@ class CharSets:
 
     lead: frozenset[str]
     first: frozenset[str]
+    # The pattern starts with `[lead]*` itself: then, with no `first` character in the unread
+    # text, the partial match starts exactly where the trailing run of lead characters starts.
+    lead_run: bool = False
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,21 @@ def analyse_pattern(source: str) -> tuple[int | None, CharSets | None]:
     parsed = _parse(source)
     if parsed is None:
         return None, None
-    return _context(parsed), _charsets(parsed)
+    charsets = _charsets(parsed)
+    if charsets is not None and charsets.lead and _starts_with_star_of(parsed, charsets.lead):
+        charsets = CharSets(lead=charsets.lead, first=charsets.first, lead_run=True)
+    return _context(parsed), charsets
+
+
+def _starts_with_star_of(items, lead: frozenset[str]) -> bool:
+    """Whether the pattern's first item is `[lead]*` (any repeat from zero to unbounded)."""
+    if len(items) < 2:
+        return False
+    op, av = items[0]
+    if op not in REPEATS:
+        return False
+    low, high, sub = av
+    return low == 0 and high == sre.MAXREPEAT and _single_char_class(sub) == set(lead)
 
 
 def _parse(source: str):

@@ -16,6 +16,7 @@ from rtcompile.runtime import (
     regex,
     resolve,
     search_window,
+    trailing_run,
     truncate_after_last,
 )
 
@@ -153,8 +154,10 @@ class ResponseParser(Machine):
     def _scan_sink(self, buf, pos, eos):
         "Outside explicit regions (the implicit field or the null sink): every open, and the implicit field's close."
         n = len(buf)
-        if buf.find("<", pos) < 0 and (n == pos or buf[-1] not in LEAD_CHARS_SCAN_SINK):
-            return n, None
+        if buf.find("<", pos) < 0:
+            if n == pos or buf[-1] not in LEAD_CHARS_SCAN_SINK:
+                return n, None
+            return trailing_run(buf, pos, LEAD_CHARS_SCAN_SINK), None
         hold = n
         best = None
         # open of field 0

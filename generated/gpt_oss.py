@@ -16,6 +16,7 @@ from rtcompile.runtime import (
     regex,
     resolve,
     search_window,
+    trailing_run,
     truncate_after_last,
 )
 

@@ -12,7 +12,7 @@ import regex
 
 from .content_parsers import make_parser
 from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError, RegionParseError
-from .scanning import SHORT_BUFFER, literal_partial_start, search_window, truncate_after_last
+from .scanning import SHORT_BUFFER, literal_partial_start, search_window, trailing_run, truncate_after_last
 from .machine import ERRORS_KEY, Machine, parse_whole
 from .transforms import each_scope, resolve
 
@@ -49,5 +49,6 @@ __all__ = [
     "regex",
     "resolve",
     "search_window",
+    "trailing_run",
     "truncate_after_last",
 ]

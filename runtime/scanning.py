@@ -34,6 +34,14 @@ def literal_partial_start(buf: str, pos: int, literals: tuple[str, ...], longest
     return n
 
 
+def trailing_run(buf: str, pos: int, chars: str) -> int:
+    """Where the run of `chars` at the end of buf[pos:] starts."""
+    p = len(buf)
+    while p > pos and buf[p - 1] in chars:
+        p -= 1
+    return p
+
+
 def search_window(
     pattern: Any, buf: str, pos: int, eos: bool, bound: int, first: Any, lead: str, timeout: float | None = None
 ) -> Any:

@@ -119,3 +119,22 @@ def test_whitespace_set_is_what_regex_calls_whitespace():
 def test_literal_charsets_are_first_characters():
     assert literal_charsets(["<a>", "[b"]).first == frozenset("<[")
     assert literal_charsets(["<a>"]).lead == frozenset()
+
+
+@given(st.sampled_from([p for p in PATTERNS if analyse_pattern(p)[1].lead_run]), texts, st.data())
+def test_without_first_characters_a_leading_star_holds_exactly_the_trailing_run(pattern, text, data):
+    from rtcompile.runtime.scanning import trailing_run
+
+    _, charsets = analyse_pattern(pattern)
+    pos = data.draw(st.integers(0, len(text)))
+    if any(c in charsets.first for c in text[pos:]):
+        return
+    m = regex.compile(pattern, regex.DOTALL).search(text, pos, partial=True)
+    expected = len(text) if m is None else m.start()
+    assert trailing_run(text, pos, "".join(charsets.lead)) == expected
+
+
+def test_leading_star_is_recognised():
+    assert analyse_pattern(r"\s*<x>")[1].lead_run
+    assert not analyse_pattern(r"\s?<x>")[1].lead_run
+    assert not analyse_pattern(r"<x>")[1].lead_run
