@@ -1,0 +1,1062 @@
+"""The benchmark harness: rtcompile's generated parsers side by side with the interpreter.
+
+    python -m bench                  # full run: 1K, 16K, 128K, 1M; batch of 10,000
+    python -m bench --quick          # under a minute on 2 cores: 1K, 16K, 128K (windowed)
+    python -m bench --json out.json  # also write every sample
+    python -m bench --profile        # cProfile of one stream per implementation
+
+Method (see bench/README.md for the reasoning):
+
+* One process, implementations interleaved: each repetition runs every implementation once,
+  in a rotated order, so a neighbour taking a core hits all of them alike. Figures are medians
+  over the repetitions, of process CPU time (the headline: these machines are shared) and of
+  wall time (in brackets).
+* Before anything is timed, every implementation's output is checked against the interpreter:
+  the whole-message result, and for streaming the events of every `feed` call (chunk
+  boundaries included), `initial_events`, `finalize`'s events and the message. Any difference
+  stops the run with exit status 2.
+* Streaming: construct with the prompt as prefix, feed every chunk, finalize; the figure is
+  time per chunk. The interpreter copies its whole buffer on each chunk, so at the large sizes
+  (1M in the full run, 128K in quick mode) it is timed on windows of consecutive chunks
+  instead of whole streams: for each window, a parser is fed everything before the window in
+  2K pieces (not timed), then the window's chunks one by one (timed). Windows sit at the
+  middles of equal slices of the stream, so their mean cost is the mean cost over the stream.
+  The same windowed feeding is what gets verified against rtcompile at those sizes (every
+  event of every window), and the full chunked streams of the other implementations are
+  checked for the interpreter's final message. `--full-verify` checks complete interpreter
+  streams there as well (about 15 s per template at 1M).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import gc
+import io
+import itertools
+import json
+import os
+import platform
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from . import startup, workloads
+from .impls import adapters_for
+
+IMPLEMENTATIONS = ("interpreter", "rtcompile", "handwritten")
+
+
+@dataclass
+class Config:
+    sizes: tuple[str, ...]
+    reps: dict[str, int]  # timed samples per implementation and size
+    interpreter_reps: dict[str, int]
+    min_sample_s: float  # a sample repeats its stream / parse until it lasts about this long
+    interpreter_windows: dict[str, tuple[int, int]]  # size -> (windows, chunks per window)
+    batch_count: int
+    batch_reps: int
+    import_runs: int
+    startup_all_templates: bool  # quick mode probes start-up costs for the first template only
+    full_verify: bool = False
+
+
+FULL = Config(
+    sizes=("1K", "16K", "128K", "1M"),
+    reps={"1K": 7, "16K": 7, "128K": 5, "1M": 5},
+    interpreter_reps={"1K": 7, "16K": 7, "128K": 3, "1M": 3},
+    min_sample_s=0.05,
+    interpreter_windows={"1M": (4, 1_000)},
+    batch_count=10_000,
+    batch_reps=3,
+    import_runs=7,
+    startup_all_templates=True,
+)
+
+QUICK = Config(
+    sizes=("1K", "16K", "128K"),
+    reps={"1K": 3, "16K": 3, "128K": 2},
+    interpreter_reps={"1K": 3, "16K": 3, "128K": 2},
+    min_sample_s=0.01,
+    interpreter_windows={"128K": (4, 250)},
+    batch_count=1_000,
+    batch_reps=2,
+    import_runs=2,
+    startup_all_templates=False,
+)
+
+TARGETS = {
+    "stream_ratio_16K": 7.0,
+    "stream_ratio_1M": 100.0,
+    "growth": 1.3,
+    "whole_ratio_16K_qwen3": 15.0,
+    "whole_ratio_16K_other": 1.0,
+    "vs_handwritten": 1.5,
+    "import_ms": 15.0,
+    "cold_compile_ms": 300.0,
+    "cache_hit_ms": 2.0,
+}
+
+
+class MismatchError(AssertionError):
+    """An implementation's output differs from the interpreter's: the benchmark must not run."""
+
+
+# ---- timing --------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _frozen_heap():
+    """Move everything alive now (modules, workloads, parsers' templates) out of the collector's
+    sight while measuring: each sample then starts from the same empty young heap, and the
+    `gc.collect()` before it costs microseconds instead of a scan of the whole process."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _timed(action: Callable[[], Any]) -> tuple[float, float]:
+    gc.collect()
+    cpu, wall = time.process_time(), time.perf_counter()
+    action()
+    return time.process_time() - cpu, time.perf_counter() - wall
+
+
+def _rotations(names: list[str], reps: int):
+    """Each repetition's running order: every implementation once, starting point rotated."""
+    for rep in range(reps):
+        shift = rep % len(names)
+        yield rep, names[shift:] + names[:shift]
+
+
+def _summary(samples: list[tuple[float, float]], scale: float, **extra: Any) -> dict:
+    return {
+        "cpu": statistics.median(cpu for cpu, _ in samples) * scale,
+        "wall": statistics.median(wall for _, wall in samples) * scale,
+        "samples_cpu": [cpu * scale for cpu, _ in samples],
+        "samples_wall": [wall * scale for _, wall in samples],
+        **extra,
+    }
+
+
+def window_plan(chunk_count: int, windows: int, per_window: int) -> list[tuple[int, int]]:
+    """(first chunk, chunk count) of windows at the middles of `windows` equal slices."""
+    per_window = min(per_window, chunk_count // windows)
+    return [
+        (int((index + 0.5) * chunk_count / windows) - per_window // 2, per_window)
+        for index in range(windows)
+    ]
+
+
+def _chunk_offsets(chunks: list[str]) -> list[int]:
+    return [0, *itertools.accumulate(len(chunk) for chunk in chunks)]
+
+
+# Text around a timed window is fed in pieces of this size, never in one call: the interpreter's
+# partial search of a pattern that starts with `\s*` (qwen3's `\s*<tool_call>`) is quadratic in
+# the length of the text it searches when nothing matches, so one 900K feed takes minutes.
+CATCH_UP_PIECE = 2_048
+
+
+def catch_up_pieces(text: str, start: int, end: int) -> list[str]:
+    return [
+        text[position : min(position + CATCH_UP_PIECE, end)]
+        for position in range(start, end, CATCH_UP_PIECE)
+    ]
+
+
+def stream_sample(adapter, workload: workloads.Workload, inner: int) -> tuple[float, float]:
+    prefix, tools, chunks = workload.prefix, workload.tools, workload.chunks
+
+    def run() -> None:
+        for _ in range(inner):
+            parser = adapter.make_parser(prefix, tools)
+            feed = parser.feed
+            for chunk in chunks:
+                feed(chunk)
+            parser.finalize()
+
+    cpu, wall = _timed(run)
+    count = inner * len(chunks)
+    return cpu / count, wall / count
+
+
+def windowed_stream_sample(
+    adapter, workload: workloads.Workload, plan, offsets
+) -> tuple[float, float]:
+    cpu_total = wall_total = 0.0
+    fed = 0
+    for start, count in plan:
+        parser = adapter.make_parser(workload.prefix, workload.tools)
+        feed = parser.feed
+        for piece in catch_up_pieces(workload.text, 0, offsets[start]):
+            feed(piece)
+        window = workload.chunks[start : start + count]
+
+        def run() -> None:
+            for chunk in window:
+                feed(chunk)
+
+        cpu, wall = _timed(run)
+        cpu_total += cpu
+        wall_total += wall
+        fed += count
+    return cpu_total / fed, wall_total / fed
+
+
+def whole_sample(adapter, workload: workloads.Workload, inner: int) -> tuple[float, float]:
+    text, prefix, tools = workload.text, workload.prefix, workload.tools
+
+    def run() -> None:
+        for _ in range(inner):
+            adapter.parse(text, prefix, tools)
+
+    cpu, wall = _timed(run)
+    return cpu / inner, wall / inner
+
+
+def batch_sample(adapter, texts: list[str], prefix: str, tools: list) -> tuple[float, float]:
+    parse = adapter.parse
+
+    def run() -> None:
+        for text in texts:
+            parse(text, prefix, tools)
+
+    return _timed(run)
+
+
+# ---- verification --------------------------------------------------------------------------------
+
+
+class Verification:
+    """Counts what was checked, per implementation, so a run can prove its checks happened."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, dict[str, int]] = {}
+
+    def add(self, implementation: str, kind: str, amount: int = 1) -> None:
+        per_kind = self.counts.setdefault(implementation, {})
+        per_kind[kind] = per_kind.get(kind, 0) + amount
+
+
+def _outcome(action: Callable[[], Any]) -> tuple[str, Any]:
+    try:
+        return "ok", action()
+    except Exception as error:  # the comparison is of outcomes, exceptions included
+        return "raised", type(error).__name__
+
+
+def recorded_stream(
+    adapter, prefix: str, tools: list, pieces: list[str]
+) -> tuple[dict, list[list[dict]]]:
+    parser = adapter.make_parser(prefix, tools)
+    events = [list(parser.initial_events)]
+    for piece in pieces:
+        events.append(parser.feed(piece))
+    message, final_events = parser.finalize()
+    events.append(final_events)
+    return message, events
+
+
+def _describe_event_difference(
+    expected: list[list[dict]], actual: list[list[dict]], pieces: list[str]
+) -> str:
+    if len(expected) != len(actual):
+        return f"{len(actual)} event lists instead of {len(expected)}"
+    for index, (want, got) in enumerate(zip(expected, actual)):
+        if want != got:
+            where = (
+                "initial_events"
+                if index == 0
+                else (
+                    "finalize()"
+                    if index == len(expected) - 1
+                    else (f"feed #{index - 1} ({pieces[index - 1][:40]!r})")
+                )
+            )
+            return f"first difference at {where}:\n  interpreter: {want!r}\n  got:         {got!r}"
+    return "no difference"
+
+
+def _check_equal(
+    what: str, implementation: str, expected: Any, actual: Any, detail: str = ""
+) -> None:
+    if expected != actual:
+        raise MismatchError(
+            f"{what}: {implementation} differs from the interpreter.\n"
+            f"  interpreter: {str(expected)[:600]}\n  {implementation}: {str(actual)[:600]}\n{detail}"
+        )
+
+
+def verify_workload(
+    adapters: dict, workload: workloads.Workload, config: Config, verification: Verification
+) -> None:
+    """Compare every implementation with the interpreter on this workload; raise MismatchError."""
+    label = f"{workload.template_name} {workload.size_label}"
+    reference = adapters["interpreter"]
+    prefix, tools = workload.prefix, workload.tools
+    expected_message = reference.parse(workload.text, prefix, tools)
+    if expected_message != workload.generation.expected_message():
+        raise MismatchError(
+            f"{label}: the workload does not parse back into the message it was generated from; "
+            f"fix bench/workloads.py.\n  parsed:    {str(expected_message)[:600]}\n"
+            f"  generated: {str(workload.generation.expected_message())[:600]}"
+        )
+    others = {name: adapter for name, adapter in adapters.items() if name != "interpreter"}
+    for name, adapter in others.items():
+        _check_equal(
+            f"{label} parse_response",
+            name,
+            ("ok", expected_message),
+            _outcome(lambda: adapter.parse(workload.text, prefix, tools)),
+        )
+        verification.add(name, "whole_message")
+
+    windows = config.interpreter_windows.get(workload.size_label)
+    if windows is None or config.full_verify:
+        reference_message, reference_events = recorded_stream(
+            reference, prefix, tools, workload.chunks
+        )
+        _check_equal(
+            f"{label} streamed message",
+            "interpreter (stream vs whole)",
+            expected_message,
+            reference_message,
+        )
+        for name, adapter in others.items():
+            message, events = recorded_stream(adapter, prefix, tools, workload.chunks)
+            _check_equal(
+                f"{label} streaming events",
+                name,
+                reference_events,
+                events,
+                _describe_event_difference(reference_events, events, workload.chunks),
+            )
+            _check_equal(f"{label} streamed message", name, reference_message, message)
+            verification.add(name, "streams_full")
+            verification.add(name, "feed_calls_compared", len(workload.chunks))
+        return
+
+    offsets = _chunk_offsets(workload.chunks)
+    for start, count in window_plan(len(workload.chunks), *windows):
+        pieces = [
+            *catch_up_pieces(workload.text, 0, offsets[start]),
+            *workload.chunks[start : start + count],
+            *catch_up_pieces(workload.text, offsets[start + count], len(workload.text)),
+        ]
+        reference_message, reference_events = recorded_stream(reference, prefix, tools, pieces)
+        _check_equal(
+            f"{label} windowed stream",
+            "interpreter (stream vs whole)",
+            expected_message,
+            reference_message,
+        )
+        for name, adapter in others.items():
+            message, events = recorded_stream(adapter, prefix, tools, pieces)
+            _check_equal(
+                f"{label} windowed streaming events",
+                name,
+                reference_events,
+                events,
+                _describe_event_difference(reference_events, events, pieces),
+            )
+            _check_equal(f"{label} windowed streamed message", name, reference_message, message)
+            verification.add(name, "streams_windowed")
+            verification.add(name, "feed_calls_compared", len(pieces))
+    full_streams = {}
+    for name, adapter in others.items():
+        message, events = recorded_stream(adapter, prefix, tools, workload.chunks)
+        _check_equal(f"{label} full streamed message", name, expected_message, message)
+        full_streams[name] = events
+        verification.add(name, "streams_full_message_only")
+    # Where the interpreter is too slow for a full stream, the others still agree event by event.
+    names = sorted(full_streams)
+    for first, second in zip(names, names[1:]):
+        _check_equal(
+            f"{label} full streaming events",
+            f"{second} vs {first}",
+            full_streams[first],
+            full_streams[second],
+        )
+
+
+def verify_batch(
+    adapters: dict,
+    texts: list[str],
+    generations,
+    prefix: str,
+    tools: list,
+    label: str,
+    verification: Verification,
+) -> None:
+    reference = adapters["interpreter"]
+    expected = [reference.parse(text, prefix, tools) for text in texts]
+    for index, (message, generation) in enumerate(zip(expected, generations)):
+        if message != generation.expected_message():
+            raise MismatchError(
+                f"{label} batch item {index}: the workload does not parse back into its message"
+            )
+    for name, adapter in adapters.items():
+        if name == "interpreter":
+            continue
+        for index, text in enumerate(texts):
+            _check_equal(
+                f"{label} batch item {index}",
+                name,
+                ("ok", expected[index]),
+                _outcome(lambda: adapter.parse(text, prefix, tools)),
+            )
+        verification.add(name, "batch_messages", len(texts))
+
+
+# ---- measurement ---------------------------------------------------------------------------------
+
+
+def _repeats_for(sample: Callable[[int], tuple[float, float]], min_seconds: float) -> int:
+    """How many repetitions make one sample last `min_seconds`: two untimed runs, the first a
+    warm-up, the second's CPU time decides (wall time would follow the neighbours' load)."""
+    sample(1)
+    cpu, _ = sample(1)
+    single = max(cpu, 1e-7)
+    return max(1, min(100_000, round(min_seconds / single + 0.5)))
+
+
+def measure_size(adapters: dict, workload: workloads.Workload, config: Config) -> tuple[dict, dict]:
+    size = workload.size_label
+    names = list(adapters)
+    windows = config.interpreter_windows.get(size)
+    offsets = _chunk_offsets(workload.chunks) if windows else None
+    plan = window_plan(len(workload.chunks), *windows) if windows else None
+    chunk_count = len(workload.chunks)
+    stream_repeats: dict[str, int] = {}
+    whole_repeats: dict[str, int] = {}
+    for name, adapter in adapters.items():
+        if not (name == "interpreter" and plan is not None):
+            stream_repeats[name] = _repeats_for(
+                lambda inner: tuple(
+                    t * chunk_count for t in stream_sample(adapter, workload, inner)
+                ),
+                config.min_sample_s,
+            )
+        whole_repeats[name] = _repeats_for(
+            lambda inner: whole_sample(adapter, workload, inner), config.min_sample_s
+        )
+    stream_samples: dict[str, list] = {name: [] for name in names}
+    whole_samples: dict[str, list] = {name: [] for name in names}
+    reps = max(config.reps[size], config.interpreter_reps[size])
+    for rep, order in _rotations(names, reps):
+        for name in order:
+            limit = config.interpreter_reps[size] if name == "interpreter" else config.reps[size]
+            if rep >= limit:
+                continue
+            adapter = adapters[name]
+            if name in stream_repeats:
+                stream_samples[name].append(stream_sample(adapter, workload, stream_repeats[name]))
+            else:
+                stream_samples[name].append(
+                    windowed_stream_sample(adapter, workload, plan, offsets)
+                )
+            whole_samples[name].append(whole_sample(adapter, workload, whole_repeats[name]))
+    streaming = {}
+    for name in names:
+        if name in stream_repeats:
+            method = f"{stream_repeats[name]} whole stream(s) per sample"
+        else:
+            method = f"{len(plan)} windows x {plan[0][1]} chunks"
+        streaming[name] = _summary(stream_samples[name], 1e6, unit="us/chunk", method=method)
+    whole = {
+        name: _summary(
+            whole_samples[name],
+            1e6,
+            unit="us/message",
+            method=f"{whole_repeats[name]} parse(s) per sample",
+        )
+        for name in names
+    }
+    return streaming, whole
+
+
+def measure_batch(
+    adapters: dict, texts: list[str], prefix: str, tools: list, config: Config
+) -> dict:
+    samples: dict[str, list] = {name: [] for name in adapters}
+    for _, order in _rotations(list(adapters), config.batch_reps):
+        for name in order:
+            samples[name].append(batch_sample(adapters[name], texts, prefix, tools))
+    result = {}
+    for name, runs in samples.items():
+        cpu = statistics.median(run[0] for run in runs)
+        wall = statistics.median(run[1] for run in runs)
+        result[name] = {
+            "messages": len(texts),
+            "cpu": len(texts) / cpu,
+            "wall": len(texts) / wall,
+            "unit": "messages/s",
+            "samples_cpu_s": [run[0] for run in runs],
+            "samples_wall_s": [run[1] for run in runs],
+        }
+    return result
+
+
+def profile_stream(adapter, workload: workloads.Workload, top: int = 14) -> str:
+    profiler = cProfile.Profile()
+    parser = adapter.make_parser(workload.prefix, workload.tools)
+    profiler.enable()
+    for chunk in workload.chunks:
+        parser.feed(chunk)
+    parser.finalize()
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+# ---- report --------------------------------------------------------------------------------------
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
+    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(headers, widths)).rstrip()]
+    lines.append("  ".join("-" * width for width in widths))
+    lines.extend(
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip()
+        for row in rows
+    )
+    return "\n".join(lines)
+
+
+def _figure(entry: dict | None, digits: int = 2) -> str:
+    if entry is None:
+        return "-"
+    return f"{entry['cpu']:.{digits}f} ({entry['wall']:.{digits}f})"
+
+
+def _ratio(numerator: dict | None, denominator: dict | None) -> float | None:
+    if numerator is None or denominator is None or denominator["cpu"] <= 0:
+        return None
+    return numerator["cpu"] / denominator["cpu"]
+
+
+def _verdict(value: float | None, target: float, at_least: bool) -> str:
+    if value is None:
+        return ""
+    met = value >= target if at_least else value <= target
+    return "ok" if met else "MISS"
+
+
+class TargetBook:
+    """Every target comparison made in the report, for the JSON output and the summary."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict] = []
+
+    def check(self, name: str, value: float | None, target: float, at_least: bool) -> str:
+        if value is None:
+            return ""
+        verdict = _verdict(value, target, at_least)
+        self.entries.append(
+            {
+                "target": name,
+                "value": value,
+                "goal": f"{'>=' if at_least else '<='} {target:g}",
+                "met": verdict == "ok",
+            }
+        )
+        return f"{'>=' if at_least else '<='}{target:g} {verdict}"
+
+
+def render_report(results: dict, config: Config, book: TargetBook) -> str:
+    out: list[str] = []
+    env = results["environment"]
+    out.append(
+        f"rtcompile benchmark ({'quick' if results['quick'] else 'full'}) - Python {env['python']}, "
+        f"transformers {env['transformers']}, {env['cpus']} CPUs, load average {env['load_before']} -> "
+        f"{env.get('load_after')}"
+    )
+    out.append("Times are medians of process CPU time, wall time in brackets; ratios use CPU time.")
+    out.append(
+        "Generations are "
+        + (
+            "ASCII only."
+            if results["ascii_only"]
+            else "mostly ASCII with a few characters like '—' and '°' (2 bytes per character in CPython)."
+        )
+        + "\n"
+    )
+    for name, info in results["templates"].items():
+        missing = ", ".join(f"{impl}: {why}" for impl, why in info["missing"].items())
+        out.append(
+            f"  {name}: template {info['source']}, prompt from {info['prefix_source']}"
+            + (f"; not run: {missing}" if missing else "")
+        )
+    out.append("")
+
+    largest = config.sizes[-1]
+    rows = []
+    for name, per_size in results["streaming"].items():
+        for size, per_impl in per_size.items():
+            interp, rtc, hand = (per_impl.get(impl) for impl in IMPLEMENTATIONS)
+            ratio = _ratio(interp, rtc)
+            vs_hand = _ratio(rtc, hand)
+            target = ""
+            if size == "16K":
+                target = book.check(
+                    f"streaming ratio {name} 16K", ratio, TARGETS["stream_ratio_16K"], True
+                )
+            elif size == "1M":
+                target = book.check(
+                    f"streaming ratio {name} 1M", ratio, TARGETS["stream_ratio_1M"], True
+                )
+            hand_target = (
+                book.check(
+                    f"streaming rtcompile/handwritten {name} {size}",
+                    vs_hand,
+                    TARGETS["vs_handwritten"],
+                    False,
+                )
+                if vs_hand is not None
+                else ""
+            )
+            rows.append(
+                [
+                    name,
+                    size,
+                    str(results["workloads"][name][size]["chunks"]),
+                    _figure(interp),
+                    _figure(rtc, 3),
+                    _figure(hand, 3),
+                    f"{ratio:.1f}x" if ratio else "-",
+                    target,
+                    f"{vs_hand:.2f}x {hand_target}" if vs_hand else "-",
+                ]
+            )
+    out.append("Streaming in token-like chunks of 1-6 characters: microseconds per chunk")
+    out.append(
+        _table(
+            [
+                "template",
+                "size",
+                "chunks",
+                "interpreter",
+                "rtcompile",
+                "handwritten",
+                "interp/rtc",
+                "target",
+                "rtc/hand",
+            ],
+            rows,
+        )
+    )
+    interp_methods = {
+        entry["interpreter"]["method"]
+        for sizes in results["streaming"].values()
+        for entry in sizes.values()
+        if "interpreter" in entry
+    }
+    out.append(f"  interpreter timing: {', '.join(sorted(interp_methods))}\n")
+
+    if "16K" in config.sizes and largest != "16K":
+        rows = []
+        for name, per_size in results["streaming"].items():
+            for impl in IMPLEMENTATIONS:
+                small, big = per_size["16K"].get(impl), per_size[largest].get(impl)
+                if small is None or big is None:
+                    continue
+                growth = big["cpu"] / small["cpu"]
+                target = (
+                    book.check(
+                        f"growth {impl} {name} {largest}/16K", growth, TARGETS["growth"], False
+                    )
+                    if impl == "rtcompile" and largest == "1M"
+                    else ""
+                )
+                rows.append(
+                    [
+                        name,
+                        impl,
+                        f"{small['cpu']:.3f}",
+                        f"{big['cpu']:.3f}",
+                        f"{growth:.2f}",
+                        target,
+                    ]
+                )
+        out.append(
+            f"Growth: per-chunk CPU cost at {largest} / at 16K"
+            + ("" if largest == "1M" else " (quick mode: 1M not run, no target)")
+        )
+        out.append(
+            _table(
+                ["template", "implementation", "16K us", f"{largest} us", "growth", "target"], rows
+            )
+        )
+        out.append("")
+
+    rows = []
+    for name, per_size in results["whole_message"].items():
+        for size, per_impl in per_size.items():
+            interp, rtc, hand = (per_impl.get(impl) for impl in IMPLEMENTATIONS)
+            ratio = _ratio(interp, rtc)
+            vs_hand = _ratio(rtc, hand)
+            target = ""
+            if size == "16K":
+                goal = (
+                    TARGETS["whole_ratio_16K_qwen3"]
+                    if name == "qwen3"
+                    else TARGETS["whole_ratio_16K_other"]
+                )
+                target = book.check(f"whole-message ratio {name} 16K", ratio, goal, True)
+            hand_target = (
+                book.check(
+                    f"whole-message rtcompile/handwritten {name} {size}",
+                    vs_hand,
+                    TARGETS["vs_handwritten"],
+                    False,
+                )
+                if vs_hand is not None
+                else ""
+            )
+            rows.append(
+                [
+                    name,
+                    size,
+                    _figure(interp, 1),
+                    _figure(rtc, 1),
+                    _figure(hand, 1),
+                    f"{ratio:.1f}x" if ratio else "-",
+                    target,
+                    f"{vs_hand:.2f}x {hand_target}" if vs_hand else "-",
+                ]
+            )
+    out.append("Whole message (parse_response): microseconds per message")
+    out.append(
+        _table(
+            [
+                "template",
+                "size",
+                "interpreter",
+                "rtcompile",
+                "handwritten",
+                "interp/rtc",
+                "target",
+                "rtc/hand",
+            ],
+            rows,
+        )
+    )
+    out.append("")
+
+    rows = []
+    for name, per_impl in results["batch"].items():
+        interp, rtc, hand = (per_impl.get(impl) for impl in IMPLEMENTATIONS)
+        ratio = rtc["cpu"] / interp["cpu"] if rtc and interp else None
+        rows.append(
+            [
+                name,
+                str(interp["messages"]),
+                _figure(interp, 0),
+                _figure(rtc, 0),
+                _figure(hand, 0),
+                f"{ratio:.1f}x" if ratio else "-",
+            ]
+        )
+    out.append(
+        f"Batch: {config.batch_count:,} finished ~1K generations parsed one after another: messages/s"
+    )
+    out.append(
+        _table(
+            ["template", "messages", "interpreter", "rtcompile", "handwritten", "rtc/interp"], rows
+        )
+    )
+    out.append("")
+
+    if results.get("import"):
+        rows = []
+        for name, entry in results["import"].items():
+            module_ms = entry["module_cpu_s"] * 1e3
+            heavy = ", ".join(entry["heavy_imports"]) or "none"
+            target = book.check(f"import ms {name}", module_ms, TARGETS["import_ms"], False)
+            heavy_target = book.check(
+                f"heavy imports {name}", float(len(entry["heavy_imports"])), 0.0, False
+            )
+            rows.append(
+                [
+                    name,
+                    f"{module_ms:.1f} ({entry['module_wall_s'] * 1e3:.1f})",
+                    f"{entry['regex_cpu_s'] * 1e3:.1f} ({entry['regex_wall_s'] * 1e3:.1f})",
+                    target,
+                    f"{heavy} {heavy_target}",
+                ]
+            )
+        out.append(
+            "Import of a generated module in a fresh interpreter, above a bare `import regex` (ms)"
+        )
+        out.append(
+            _table(
+                [
+                    "template",
+                    "module import",
+                    "import regex",
+                    "target",
+                    "jinja2/black/transformers",
+                ],
+                rows,
+            )
+        )
+        out.append("")
+    if results.get("compile"):
+        rows = []
+        for name, entry in results["compile"].items():
+            cold = entry["compile_cold_cpu"] * 1e3
+            memo = entry["load_memo_same_object_cpu"] * 1e3
+            fresh_hit = entry["load_new_process_warm_cache_cpu"] * 1e3
+            rows.append(
+                [
+                    name,
+                    f"{cold:.0f} ({entry['compile_cold_wall'] * 1e3:.0f})",
+                    book.check(f"cold compile ms {name}", cold, TARGETS["cold_compile_ms"], False),
+                    f"{entry['compile_warm_cpu'] * 1e3:.0f}",
+                    f"{entry['load_first_cpu'] * 1e3:.0f}",
+                    f"{memo:.3f} / {entry['load_memo_equal_copy_cpu'] * 1e3:.2f}",
+                    f"{fresh_hit:.2f} ({entry['load_new_process_warm_cache_wall'] * 1e3:.2f})",
+                    book.check(f"cache hit ms {name}", fresh_hit, TARGETS["cache_hit_ms"], False),
+                    str(len(entry["cache_dir_files_after_first_load"])),
+                ]
+            )
+        out.append("Compile and load (ms, CPU; wall in brackets)")
+        out.append(
+            "  cold = first compile_template in a fresh process; warm = second one; first load = load()"
+            " with an empty cache dir;"
+        )
+        out.append(
+            "  memo = load() again in-process (same dict / equal copy); new process = load() in a new"
+            " process sharing the cache dir"
+        )
+        out.append(
+            _table(
+                [
+                    "template",
+                    "cold compile",
+                    "target",
+                    "warm",
+                    "first load",
+                    "memo",
+                    "new process",
+                    "target",
+                    "cache files",
+                ],
+                rows,
+            )
+        )
+        out.append("")
+
+    counts = results["verification"]
+    out.append(
+        "Equality checks passed before timing (per implementation): "
+        + "; ".join(
+            f"{impl}: " + ", ".join(f"{kind} {amount}" for kind, amount in sorted(kinds.items()))
+            for impl, kinds in counts.items()
+        )
+    )
+    missed = [entry["target"] for entry in book.entries if not entry["met"]]
+    out.append(
+        f"Targets: {len(book.entries) - len(missed)} of {len(book.entries)} met"
+        + (f"; missed: {', '.join(missed)}" if missed else "")
+    )
+    return "\n".join(out)
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+
+def _environment() -> dict:
+    import transformers
+
+    try:
+        import rtcompile
+
+        rtcompile_version = getattr(rtcompile, "__version__", "unknown")
+    except ImportError:
+        rtcompile_version = None
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "transformers": transformers.__version__,
+        "rtcompile": rtcompile_version,
+        "load_before": " ".join(f"{value:.2f}" for value in os.getloadavg()),
+    }
+
+
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes and few repetitions (< 1 minute)"
+    )
+    parser.add_argument("--json", metavar="FILE", help="also write all figures and samples as JSON")
+    parser.add_argument(
+        "--templates",
+        nargs="+",
+        choices=workloads.TEMPLATE_NAMES,
+        default=list(workloads.TEMPLATE_NAMES),
+    )
+    parser.add_argument(
+        "--sizes", nargs="+", choices=list(workloads.SIZES), help="override the sizes of the mode"
+    )
+    parser.add_argument(
+        "--implementations", nargs="+", choices=IMPLEMENTATIONS, default=list(IMPLEMENTATIONS)
+    )
+    parser.add_argument(
+        "--full-verify",
+        action="store_true",
+        help="verify whole interpreter streams at every size (slow at 1M)",
+    )
+    parser.add_argument(
+        "--ascii",
+        action="store_true",
+        help="ASCII-only generations (1 byte per character in CPython; default has a few non-ASCII)",
+    )
+    parser.add_argument(
+        "--no-startup", action="store_true", help="skip the import and compile probes"
+    )
+    parser.add_argument(
+        "--profile",
+        nargs="?",
+        const="qwen3:16K",
+        metavar="TEMPLATE:SIZE",
+        help="print a cProfile of one stream per implementation (default qwen3:16K)",
+    )
+    return parser.parse_args(argv)
+
+
+def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
+    config = QUICK if arguments.quick else FULL
+    if arguments.sizes:
+        ordered = [size for size in workloads.SIZES if size in arguments.sizes]
+        config = Config(**{**asdict(config), "sizes": tuple(ordered)})
+        for size in ordered:  # sizes outside the mode get the full run's settings
+            for table_name in ("reps", "interpreter_reps"):
+                getattr(config, table_name).setdefault(size, getattr(FULL, table_name)[size])
+            if size in FULL.interpreter_windows:
+                config.interpreter_windows.setdefault(size, FULL.interpreter_windows[size])
+    config.full_verify = arguments.full_verify
+    wanted = tuple(dict.fromkeys(["interpreter", *arguments.implementations]))
+    verification = Verification()
+    results: dict[str, Any] = {
+        "quick": arguments.quick,
+        "ascii_only": arguments.ascii,
+        "config": asdict(config),
+        "environment": _environment(),
+        "templates": {},
+        "workloads": {},
+        "streaming": {},
+        "whole_message": {},
+        "batch": {},
+        "import": {},
+        "compile": {},
+        "profiles": {},
+    }
+    for name in arguments.templates:
+        template, source = workloads.load_template(name)
+        adapters, missing = adapters_for(name, template, wanted)
+        results["templates"][name] = {
+            "source": source,
+            "prefix_source": workloads.prompt_prefix(name)[1],
+            "missing": missing,
+        }
+        results["workloads"][name] = {}
+        results["streaming"][name] = {}
+        results["whole_message"][name] = {}
+        for size in config.sizes:
+            phase_started = time.perf_counter()
+            workload = workloads.build_workload(name, size, ascii_only=arguments.ascii)
+            results["workloads"][name][size] = {
+                "chars": len(workload.text),
+                "chunks": len(workload.chunks),
+                "prefix_chars": len(workload.prefix),
+                "tool_calls": len(workload.generation.calls),
+            }
+            verify_workload(adapters, workload, config, verification)
+            with _frozen_heap():
+                streaming, whole = measure_size(adapters, workload, config)
+            results["streaming"][name][size] = streaming
+            results["whole_message"][name][size] = whole
+            print(
+                f"  measured {name} {size} ({time.perf_counter() - phase_started:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+        phase_started = time.perf_counter()
+        texts, generations = workloads.batch_texts(
+            name, config.batch_count, ascii_only=arguments.ascii
+        )
+        prefix = workloads.prompt_prefix(name)[0]
+        verify_batch(adapters, texts, generations, prefix, workloads.TOOLS, name, verification)
+        with _frozen_heap():
+            results["batch"][name] = measure_batch(adapters, texts, prefix, workloads.TOOLS, config)
+        print(
+            f"  measured {name} batch ({time.perf_counter() - phase_started:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        phase_started = time.perf_counter()
+        if arguments.profile and arguments.profile.split(":")[0] == name:
+            size = arguments.profile.split(":")[1] if ":" in arguments.profile else "16K"
+            workload = workloads.build_workload(name, size, ascii_only=arguments.ascii)
+            results["profiles"][f"{name}:{size}"] = {
+                impl: profile_stream(adapter, workload) for impl, adapter in adapters.items()
+            }
+        probe_startup = config.startup_all_templates or name == arguments.templates[0]
+        if "rtcompile" in adapters and probe_startup and not arguments.no_startup:
+            import rtcompile
+
+            with tempfile.TemporaryDirectory(prefix="rtcompile-bench-") as work_dir:
+                source_text = rtcompile.compile_template(template)
+                results["import"][name] = startup.measure_import(
+                    source_text, f"bench_generated_{name}", config.import_runs, work_dir
+                )
+                results["compile"][name] = startup.measure_compile(template, work_dir)
+            print(
+                f"  measured start-up of {name} ({time.perf_counter() - phase_started:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+    results["environment"]["load_after"] = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    results["verification"] = verification.counts
+    book = TargetBook()
+    report = render_report(results, config, book)
+    for key, profiles in results["profiles"].items():
+        for impl, text in profiles.items():
+            report += (
+                f"\n\ncProfile of one stream, {key}, {impl} (sorted by own time):\n{text.strip()}"
+            )
+    results["targets"] = book.entries
+    return results, report, 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = parse_arguments(argv)
+    started = time.perf_counter()
+    try:
+        results, report, status = run(arguments)
+    except MismatchError as error:
+        print(
+            f"\nBENCHMARK STOPPED: output mismatch, nothing was timed for this case.\n{error}",
+            file=sys.stderr,
+        )
+        return 2
+    results["elapsed_s"] = time.perf_counter() - started
+    print(report)
+    print(f"\n(elapsed {results['elapsed_s']:.1f} s)")
+    if arguments.json:
+        with open(arguments.json, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=1, default=str)
+    return status
