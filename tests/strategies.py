@@ -10,7 +10,7 @@ so that delimiters of different fields collide, overlap, prefix one another and 
 often than realistic templates would let them.
 
 Public entry points:
-    cases()            a `Case` (template, prefix, chunks, tools) for the streaming/one-shot comparison
+    cases()            a `Case`: a template and one to three `Run`s (prefix, chunks, tools) with it
     tool_call_cases()  like `cases()`, with a tool-call-shaped field and a tools list always present
     known_format_cases()  the interpreter's bundled fallback templates with generated outputs
     invalid_templates()   an `InvalidTemplate`: a valid template broken by one validation rule
@@ -18,7 +18,6 @@ Public entry points:
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass, field as dataclass_field
 from typing import Any, Callable, Optional, Union
@@ -88,10 +87,9 @@ class TemplatePlan:
 
 
 @dataclass
-class Case:
-    """One differential run: the template, the prefix, the generation split into chunks, the tools."""
+class Run:
+    """One pass over a template: the prefix, the generation split into chunks, the tools."""
 
-    template: Any
     prefix: Optional[str]
     chunks: list[str]
     tools: Optional[list] = None
@@ -103,12 +101,24 @@ class Case:
         return "".join(self.chunks)
 
     def __repr__(self) -> str:
-        # Printable as Python: paste into an @example(...) to pin a regression.
         tools = None if self.tools is None else "[" + ", ".join(_tool_repr(t) for t in self.tools) + "]"
         return (
-            f"Case(template={self.template!r}, prefix={self.prefix!r}, chunks={self.chunks!r}, "
-            f"tools={tools}, after_finalize={self.after_finalize!r})"
+            f"Run(prefix={self.prefix!r}, chunks={self.chunks!r}, tools={tools}, "
+            f"after_finalize={self.after_finalize!r})"
         )
+
+
+@dataclass
+class Case:
+    """A template and the runs made with it. Several runs share one template because compiling a
+    template costs far more than running it."""
+
+    template: Any
+    runs: list[Run]
+
+    def __repr__(self) -> str:
+        # Printable as Python: paste into an @example(...) to pin a regression.
+        return f"Case(template={self.template!r}, runs={self.runs!r})"
 
 
 def _tool_repr(tool: Any) -> str:
@@ -182,7 +192,10 @@ def pattern_delimiters(draw, *, allow_captures: bool = True) -> Delimiter:
     forms = [
         "plain", "leading_ws", "trailing_ws", "lookahead", "lookbehind", "negative_lookahead",
         "end", "optional_tail", "optional_newline", "alternation", "char_class", "lazy_any",
-        "case_insensitive", "empty_matchable", "start", "greedy_class",
+        "case_insensitive", "empty_matchable", "start", "greedy_class", "greedy_any",
+        # Forms that look behind the match or depend on where the buffer starts: an implementation
+        # that trims consumed text must still give them the interpreter's view of the buffer.
+        "lookbehind_then", "negative_lookbehind", "word_boundary", "multiline_start", "search_start",
     ]
     if allow_captures:
         forms += ["named_word", "named_lazy", "named_optional"]
@@ -215,6 +228,19 @@ def pattern_delimiters(draw, *, allow_captures: bool = True) -> Delimiter:
         return Delimiter(_char_class(chars), True, tuple(dict.fromkeys(chars)))
     if form == "greedy_class":
         return Delimiter(f"{e_left}{_char_class('ab')}+{e_right}", True, (left + "a" + right, left + "ab" + right))
+    if form == "greedy_any":
+        # A partial match can always grow to the end of the buffer: holds everything after `left`.
+        return Delimiter(f"{e_left}.*{e_right}", True, (left + right, left + "x" + right))
+    if form == "lookbehind_then":
+        return Delimiter(f"(?<={e_left}){e_right}", True, (left + right, right))
+    if form == "negative_lookbehind":
+        return Delimiter(f"(?<!{e_left}){e_right}", True, (right, left + right))
+    if form == "word_boundary":
+        return Delimiter(f"\\b{e_left}", True, (left, " " + left))
+    if form == "multiline_start":
+        return Delimiter(f"(?m)^{e_left}", True, ("\n" + left, left))
+    if form == "search_start":
+        return Delimiter(f"\\G{e_left}", True, (left,))
     if form == "lazy_any":
         return Delimiter(f"{e_left}.*?{e_right}", True, (left + right, left + "xy" + right))
     if form == "case_insensitive":
@@ -523,10 +549,26 @@ def _put_delimiter(spec: dict, kind: str, delimiter: Delimiter) -> None:
 
 
 @st.composite
-def field_plans(draw, name: str, *, implicit: bool, tool_call: bool = False, valid_only: bool = False) -> FieldPlan:
+def field_plans(
+    draw,
+    name: str,
+    *,
+    implicit: bool,
+    tool_call: bool = False,
+    valid_only: bool = False,
+    shared: tuple[Delimiter, ...] = (),
+) -> FieldPlan:
+    """One field. `shared` holds the delimiters of the fields drawn before: reusing one now and then
+    makes two delimiters match at one position with one length, where the field *name* breaks the tie."""
+
+    def some_delimiter() -> Delimiter:
+        if shared and draw(one_in(4)):
+            return draw(st.sampled_from(shared))
+        return draw(delimiters())
+
     spec: dict = {}
-    open_delimiter = None if implicit else draw(delimiters())
-    close_delimiter = draw(st.none() | delimiters())
+    open_delimiter = None if implicit else some_delimiter()
+    close_delimiter = None if draw(one_in(5)) else some_delimiter()
     if tool_call:
         return _tool_call_field(draw, name, open_delimiter or draw(delimiters()), close_delimiter)
     if open_delimiter is not None:
@@ -627,14 +669,20 @@ def template_plans(draw, *, tool_call: bool = False, valid_only: bool = False) -
     tool_call_index = draw(st.integers(0, count - 1)) if tool_call else None
     if tool_call_index is not None and tool_call_index == implicit_index:
         implicit_index = None
-    fields = [
-        draw(
-            field_plans(
-                name, implicit=index == implicit_index, tool_call=index == tool_call_index, valid_only=valid_only
+    fields: list[FieldPlan] = []
+    for index, name in enumerate(names):
+        shared = tuple(d for f in fields for d in (f.open, f.close) if d is not None)
+        fields.append(
+            draw(
+                field_plans(
+                    name,
+                    implicit=index == implicit_index,
+                    tool_call=index == tool_call_index,
+                    valid_only=valid_only,
+                    shared=shared,
+                )
             )
         )
-        for index, name in enumerate(names)
-    ]
     template: dict = {}
     version = draw(st.sampled_from(["absent", "absent", 1, 1.0, True]))  # 1.0 and True compare equal to 1
     if version != "absent":
@@ -815,15 +863,33 @@ tools_lists = st.lists(tool_entries(), max_size=3)
 
 
 @st.composite
-def cases_from_plans(draw, plans: st.SearchStrategy[TemplatePlan], *, always_tools: bool = False) -> Case:
-    plan = draw(plans)
+def runs(draw, plan: TemplatePlan, *, always_tools: bool = False) -> Run:
     text = draw(outputs(plan))
-    return Case(
-        template=copy.deepcopy(plan.template),
+    return Run(
         prefix=draw(prefixes(plan)),
         chunks=draw(chunkings(text)),
         tools=draw(tools_lists) if always_tools or draw(one_in(4)) else None,
         after_finalize=draw(st.sampled_from([None, None, "feed", "finalize"])),
+    )
+
+
+def fresh_tree(value: Any) -> Any:
+    """A copy that shares no container, not even between two keys of the original (`deepcopy`
+    would keep such aliasing). A template read from JSON never aliases: were two `defaults` values
+    one list, the interpreter would append to both, which no JSON template can express."""
+    if isinstance(value, dict):
+        return {key: fresh_tree(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [fresh_tree(item) for item in value]
+    return value
+
+
+@st.composite
+def cases_from_plans(draw, plans: st.SearchStrategy[TemplatePlan], *, always_tools: bool = False) -> Case:
+    plan = draw(plans)
+    return Case(
+        template=fresh_tree(plan.template),
+        runs=draw(st.lists(runs(plan, always_tools=always_tools), min_size=1, max_size=3)),
     )
 
 
@@ -906,7 +972,7 @@ def invalid_templates(draw) -> InvalidTemplate:
     # The rule comes first: draws late in a large example lean towards their first choice.
     rule = draw(st.sampled_from(sorted(_MUTATIONS)))
     plan = draw(template_plans(valid_only=True))
-    template = copy.deepcopy(plan.template)  # a private copy to break
+    template = fresh_tree(plan.template)  # a private copy to break
     fields: dict = template["fields"]
     name = draw(st.sampled_from(sorted(fields)))
     spec = fields[name]

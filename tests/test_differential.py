@@ -34,7 +34,7 @@ from hypothesis import event, example, given, note
 from hypothesis import strategies as st
 from transformers.utils.chat_parsing import response_parser as interpreter_module
 
-from strategies import Case, cases, get_weather, known_format_cases, tool_call_cases
+from strategies import Case, Run, cases, get_weather, known_format_cases, tool_call_cases
 
 SELF_MODE = os.environ.get("RTCOMPILE_DIFF_SELF") == "1"
 # Generous: a healthy run of one case takes milliseconds; compiling a template well under a second.
@@ -179,8 +179,8 @@ class Step:
         return f"{self.name}: {self.result!r}"
 
 
-def run_streaming(implementation: Implementation, case: Case) -> list[Step]:
-    """Drive one parser through the case; stop at the first exception."""
+def run_streaming(implementation: Implementation, template: Any, run: Run) -> list[Step]:
+    """Drive one parser through the run; stop at the first exception."""
     steps: list[Step] = []
 
     def attempt(name: str, action: Callable[[], Any]) -> bool:
@@ -195,27 +195,27 @@ def run_streaming(implementation: Implementation, case: Case) -> list[Step]:
     holder: dict = {}
 
     def construct():
-        holder["parser"] = implementation.construct(case.template, case.prefix, case.tools)
+        holder["parser"] = implementation.construct(template, run.prefix, run.tools)
         return holder["parser"].initial_events
 
     if not attempt("construct", construct):
         return steps
     parser = holder["parser"]
-    for index, chunk in enumerate(case.chunks):
+    for index, chunk in enumerate(run.chunks):
         if not attempt(f"feed[{index}]({chunk!r})", lambda: parser.feed(chunk)):
             return steps
     if not attempt("finalize", lambda: parser.finalize()):
         return steps
-    if case.after_finalize == "feed":
+    if run.after_finalize == "feed":
         attempt("feed after finalize", lambda: parser.feed("x"))
-    elif case.after_finalize == "finalize":
+    elif run.after_finalize == "finalize":
         attempt("finalize after finalize", lambda: parser.finalize())
     return steps
 
 
-def run_one_shot(implementation: Implementation, case: Case) -> list[Step]:
+def run_one_shot(implementation: Implementation, template: Any, run: Run) -> list[Step]:
     try:
-        message = implementation.one_shot(case.text, case.template, case.prefix, case.tools)
+        message = implementation.one_shot(run.text, template, run.prefix, run.tools)
     except Exception as error:  # noqa: BLE001
         return [Step("parse_response", error=error)]
     return [Step("parse_response", message, snapshot=canonical(message))]
@@ -232,8 +232,8 @@ def guarded_run(side: str, runner: Callable[[], list[Step]]) -> list[Step]:
         pytest.fail(f"{side} did not finish within {STEP_TIME_LIMIT_SECONDS}s (the interpreter did)")
 
 
-def compare(expected: list[Step], actual: list[Step], case: Case, candidate_name: str) -> None:
-    report = [f"case: {case!r}", f"candidate: {candidate_name}"]
+def compare(expected: list[Step], actual: list[Step], template: Any, run: Run, candidate_name: str) -> None:
+    report = [f"template: {template!r}", f"run: {run!r}", f"candidate: {candidate_name}"]
     for index, want in enumerate(expected):
         got = actual[index] if index < len(actual) else None
         if got is None:
@@ -285,8 +285,7 @@ def _fail(report: list[str], expected: list[Step], actual: list[Step]) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def record_statistics(case: Case, steps: list[Step]) -> None:
-    template = case.template
+def record_statistics(template: Any, run: Run, steps: list[Step]) -> None:
     fields = template.get("fields") if isinstance(template, dict) else None
     if isinstance(fields, dict):
         for spec in fields.values():
@@ -315,7 +314,7 @@ def record_statistics(case: Case, steps: list[Step]) -> None:
     if final is not None:
         closes += sum(1 for e in final.result[1] if e.get("type") == "region_close")
     event("region closes: " + ("0" if closes == 0 else "1-2" if closes <= 2 else "3+"))
-    event("prefix: " + ("None" if case.prefix is None else "empty" if case.prefix == "" else "non-empty"))
+    event("prefix: " + ("None" if run.prefix is None else "empty" if run.prefix == "" else "non-empty"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -341,37 +340,44 @@ QWEN3 = {
 
 def check_streaming(case: Case, entry_point: str) -> None:
     implementation = candidate(entry_point)
-    note(f"text: {case.text!r}")
-    expected = guarded_run("interpreter", lambda: run_streaming(INTERPRETER, case))
-    record_statistics(case, expected)
-    actual = guarded_run(implementation.name, lambda: run_streaming(implementation, case))
-    compare(expected, actual, case, implementation.name)
+    for run in case.runs:
+        expected = guarded_run("interpreter", lambda: run_streaming(INTERPRETER, case.template, run))
+        record_statistics(case.template, run, expected)
+        actual = guarded_run(implementation.name, lambda: run_streaming(implementation, case.template, run))
+        compare(expected, actual, case.template, run, implementation.name)
 
 
 # Regressions and hand-picked seeds; paste a printed falsifying Case here to pin it.
 @example(
     case=Case(
-        template=QWEN3,
-        prefix="<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n",
-        chunks=["plan", "</thi", "nk>\n\nok\n\n<tool_", 'call>\n{"name": "get_weather", "arguments": {"a": "3"}}\n</tool_call>', "<|im_end|>"],
-        tools=[get_weather],
+        QWEN3,
+        [
+            Run(
+                prefix="<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n",
+                chunks=[
+                    "plan",
+                    "</thi",
+                    "nk>\n\nok\n\n<tool_",
+                    'call>\n{"name": "get_weather", "arguments": {"a": "3"}}\n</tool_call>',
+                    "<|im_end|>",
+                ],
+                tools=[get_weather],
+            )
+        ],
     ),
     entry_point="api",
 )
 @example(  # zero-width open and close at one position: the interpreter loops in the first feed
     case=Case(
-        template={"start_anchor": "<a>", "fields": {"a": {"open_pattern": "(?=<)", "close_pattern": "(?=<)"}}},
-        prefix="",
-        chunks=["x<y"],
+        {"start_anchor": "<a>", "fields": {"a": {"open_pattern": "(?=<)", "close_pattern": "(?=<)"}}},
+        [Run(prefix="", chunks=["x<y"])],
     ),
     entry_point="api",
 )
 @example(  # a literal list where "<a" is a prefix of "<ab": a complete "<a" at the end must wait
     case=Case(
-        template={"start_anchor": "|", "fields": {"b": {"open": ["<ab", "<a"], "close": ">"}, "c": {}}},
-        prefix="",
-        chunks=["x<a", "b1>", "<a", "2>"],
-        after_finalize="feed",
+        {"start_anchor": "|", "fields": {"b": {"open": ["<ab", "<a"], "close": ">"}, "c": {}}},
+        [Run(prefix="", chunks=["x<a", "b1>", "<a", "2>"], after_finalize="feed")],
     ),
     entry_point="module",
 )
@@ -383,13 +389,14 @@ def test_streaming_matches_interpreter(case: Case, entry_point: str) -> None:
 @given(case=tool_call_cases(), entry_point=st.sampled_from(ENTRY_POINTS))
 def test_tool_call_coercion_matches_interpreter(case: Case, entry_point: str) -> None:
     # For the statistics: how often the tools actually change what the interpreter produces.
-    without_tools = Case(case.template, case.prefix, case.chunks, None)
-    with_tools = guarded_run("interpreter", lambda: run_streaming(INTERPRETER, case))
-    plain = guarded_run("interpreter", lambda: run_streaming(INTERPRETER, without_tools))
-    same = len(plain) == len(with_tools) and all(
-        a.error is None and b.error is None and a.snapshot == b.snapshot for a, b in zip(plain, with_tools)
-    )
-    event("tools changed nothing" if same else "tools changed the interpreter's result")
+    for run in case.runs:
+        without_tools = Run(run.prefix, run.chunks, None, run.after_finalize)
+        with_tools = guarded_run("interpreter", lambda: run_streaming(INTERPRETER, case.template, run))
+        plain = guarded_run("interpreter", lambda: run_streaming(INTERPRETER, case.template, without_tools))
+        same = len(plain) == len(with_tools) and all(
+            a.error is None and b.error is None and a.snapshot == b.snapshot for a, b in zip(plain, with_tools)
+        )
+        event("tools changed nothing" if same else "tools changed the interpreter's result")
     check_streaming(case, entry_point)
 
 
@@ -398,13 +405,13 @@ def test_known_formats_match_interpreter(case: Case, entry_point: str) -> None:
     check_streaming(case, entry_point)
 
 
-@example(case=Case(template=QWEN3, prefix="", chunks=["<think>a</think>b<|im_end|>"]), entry_point="api")
+@example(case=Case(QWEN3, [Run(prefix="", chunks=["<think>a</think>b<|im_end|>"])]), entry_point="api")
 @given(case=cases(), entry_point=st.sampled_from(ENTRY_POINTS))
 def test_one_shot_matches_interpreter(case: Case, entry_point: str) -> None:
     implementation = candidate(entry_point)
-    expected = guarded_run("interpreter", lambda: run_one_shot(INTERPRETER, case))
-    event(
-        "interpreter: " + ("completed" if expected[0].error is None else f"raised {type(expected[0].error).__name__}")
-    )
-    actual = guarded_run(implementation.name, lambda: run_one_shot(implementation, case))
-    compare(expected, actual, case, implementation.name)
+    for run in case.runs:
+        expected = guarded_run("interpreter", lambda: run_one_shot(INTERPRETER, case.template, run))
+        outcome = "completed" if expected[0].error is None else f"raised {type(expected[0].error).__name__}"
+        event(f"interpreter: {outcome}")
+        actual = guarded_run(implementation.name, lambda: run_one_shot(implementation, case.template, run))
+        compare(expected, actual, case.template, run, implementation.name)

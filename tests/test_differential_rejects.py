@@ -41,15 +41,26 @@ def candidate_entry_points() -> dict[str, Callable[[Any, Any], Any]]:
     }
 
 
-def check_path(error: BaseException, invalid: InvalidTemplate, entry_point: str) -> None:
+def check_path(error: BaseException, invalid: InvalidTemplate, entry_point: str, context: str) -> None:
+    """The message names the problem's JSON path, and `.path` (when not the root, "") is that path."""
     message = str(error)
     path = getattr(error, "path", None)
-    assert isinstance(path, str), f"{entry_point}: TemplateError.path should be a str, got {path!r}"
-    assert path in message, f"{entry_point}: the message does not name the path {path!r}: {message!r}"
-    assert any(path.startswith(expected) for expected in invalid.paths), (
-        f"{entry_point}: rule {invalid.rule!r} should be reported at one of {invalid.paths}, "
-        f"but the error's path is {path!r}: {message!r}"
-    )
+    problems = []
+    if not isinstance(path, str):
+        problems.append(f"TemplateError.path should be a str, got {path!r}")
+    elif path and not any(path.startswith(expected) for expected in invalid.paths):
+        problems.append(f"its path is {path!r}")
+    elif path not in message:
+        problems.append(f"the message does not contain its own path {path!r}")
+    if not any(expected in message for expected in invalid.paths):
+        problems.append("the message names none of the expected paths")
+    if problems:
+        pytest.fail(
+            f"{entry_point}: rule {invalid.rule!r} should be reported at one of {invalid.paths}, but "
+            + "; ".join(problems)
+            + f"\nmessage: {message!r}\n{context}",
+            pytrace=False,
+        )
 
 
 @example(
@@ -69,27 +80,39 @@ def test_invalid_templates_are_rejected_like_the_interpreter(invalid: InvalidTem
     # The strategy must break the template, not just trip over the missing prefix.
     assert not str(interpreter_error.value).startswith(_PREFIX_ERROR_START), f"{invalid!r} was not invalid"
     event(f"rule {invalid.rule}: interpreter raised {expected.__name__}")
+    context = f"case: {invalid!r}, prefix={prefix!r}"
 
     for name, construct in entry_points.items():
-        try:
-            construct(invalid.template, prefix)
-        except Exception as error:  # noqa: BLE001 - the class is what is being checked
-            assert isinstance(error, expected), (
-                f"{name}: raised {type(error).__qualname__}: {error}; "
-                f"the interpreter raised {expected.__qualname__}: {interpreter_error.value}"
-            )
-            if SELF_MODE:
-                continue
-            import rtcompile
-
-            if expected is ValueError:
-                assert isinstance(error, rtcompile.TemplateError), (
-                    f"{name}: a template error should be rtcompile.TemplateError, got {type(error).__qualname__}: {error}"
-                )
-            if isinstance(error, rtcompile.TemplateError):
-                check_path(error, invalid, name)
-        else:
+        error = raised_by(lambda: construct(invalid.template, prefix))
+        if error is None:
             pytest.fail(
                 f"{name} accepted a template the interpreter rejects "
-                f"({expected.__qualname__}: {interpreter_error.value})"
+                f"({expected.__qualname__}: {interpreter_error.value})\n{context}",
+                pytrace=False,
             )
+        if not isinstance(error, expected):
+            pytest.fail(
+                f"{name}: raised {type(error).__module__}.{type(error).__qualname__}: {error}\n"
+                f"the interpreter raised {expected.__qualname__}: {interpreter_error.value}\n{context}",
+                pytrace=False,
+            )
+        if SELF_MODE:
+            continue
+        import rtcompile
+
+        if expected is ValueError and not isinstance(error, rtcompile.TemplateError):
+            pytest.fail(
+                f"{name}: a template error should be rtcompile.TemplateError, "
+                f"got {type(error).__qualname__}: {error}\n{context}",
+                pytrace=False,
+            )
+        if isinstance(error, rtcompile.TemplateError):
+            check_path(error, invalid, name, context)
+
+
+def raised_by(action: Callable[[], Any]) -> BaseException | None:
+    try:
+        action()
+    except Exception as error:  # noqa: BLE001 - the class is what is being checked
+        return error
+    return None
