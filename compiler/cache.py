@@ -22,6 +22,7 @@ import functools
 import hashlib
 import logging
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -36,6 +37,9 @@ from .version import __version__
 
 logger = logging.getLogger("rtcompile")
 HEADER_PREFIX = "# rtcompile-cache "
+# Cache.path_for's names, and the temporary names write_atomic gives them while writing.
+ENTRY_NAME = re.compile(r"tmpl_[0-9a-f]{32}\.py")
+TEMPORARY_NAME = re.compile(r"tmpl_[0-9a-f]{32}\.[^.]+\.tmp")
 
 
 class CacheWarning(UserWarning):
@@ -89,7 +93,9 @@ class FileSystem:
 
     def read_text(self, path: Path) -> str | None:
         try:
-            with open(path, encoding="utf-8") as f:
+            # A file cut inside a multi-byte character is not valid UTF-8: decode it anyway (it can
+            # then only fail the checksum and be rebuilt) rather than raise UnicodeDecodeError.
+            with open(path, encoding="utf-8", errors="replace") as f:
                 return f.read()
         except FileNotFoundError:
             return None
@@ -110,8 +116,19 @@ class FileSystem:
             raise
 
     def entries(self, directory: Path) -> list[Path]:
+        """The cache files in `directory`: only names this cache writes, so pointing
+        RTCOMPILE_CACHE_DIR at a directory of other Python files never lists (or clears) them."""
+        return self._matching(directory, ENTRY_NAME)
+
+    def leftovers(self, directory: Path) -> list[Path]:
+        """Temporary files of writes that never finished (a killed process; write_atomic removes
+        its own on any error it sees)."""
+        return self._matching(directory, TEMPORARY_NAME)
+
+    @staticmethod
+    def _matching(directory: Path, pattern: re.Pattern) -> list[Path]:
         try:
-            return sorted(p for p in directory.iterdir() if p.suffix == ".py")
+            return sorted(p for p in directory.iterdir() if pattern.fullmatch(p.name))
         except FileNotFoundError:
             return []
 
@@ -175,8 +192,9 @@ class Cache:
         return entries, sum(p.stat().st_size for p in entries)
 
     def clear(self) -> int:
+        """Remove every entry (and temporary files left by interrupted writes); the entry count."""
         entries = self.fs.entries(self.directory)
-        for path in entries:
+        for path in entries + self.fs.leftovers(self.directory):
             self.fs.remove(path)
         return len(entries)
 

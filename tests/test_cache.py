@@ -1,0 +1,558 @@
+"""The on-disk cache of compiled parsers (rtcompile.cache).
+
+Every test works in its own directory (tmp_path, and RTCOMPILE_CACHE_DIR pointing there when the
+public API is used), with a fresh in-process memo, so nothing is shared with the user's cache or
+between tests. Faults that cannot be produced for real here (a full disk; a read-only directory when
+running as root) go through the cache's `FileSystem` seam.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import rtcompile
+from rtcompile import api, cache, frontend
+from rtcompile.cache import Cache, CacheWarning, FileSystem
+
+# Small templates keep each compilation short; each test compiles a few at most.
+ANGLE = {
+    "start_anchor": "<a>",
+    "fields": {
+        "reasoning_content": {"open": "<t>", "close": "</t>", "content": "text"},
+        "content": {"content": "text"},
+    },
+}
+SQUARE = {"start_anchor": "[a]", "fields": {"content": {"content": "text"}}}
+# Non-ASCII delimiters put multi-byte characters into the generated source.
+FULLWIDTH = {
+    "start_anchor": "<｜Assistant｜>",
+    "fields": {"content": {"close": "<｜end｜>", "content": "text"}},
+}
+
+
+def check_angle_parser(module) -> None:
+    assert module.parse_response("<t>why</t>so", prefix="") == {
+        "reasoning_content": "why",
+        "content": "so",
+    }
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """A private RTCOMPILE_CACHE_DIR, and no module compiled by another test reused in memory."""
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("RTCOMPILE_CACHE_DIR", str(directory))
+    monkeypatch.setattr(api, "_MEMO", api._Memo())
+    monkeypatch.setattr(cache, "_caches", {})
+    return directory
+
+
+@pytest.fixture
+def no_generator(monkeypatch):
+    """Call to forbid compiling from here on: the next loads must come from the cache."""
+
+    def forbid():
+        def generate(*args, **kwargs):
+            raise AssertionError("the generator was called")
+
+        monkeypatch.setattr(api, "generate", generate)
+
+    return forbid
+
+
+@pytest.fixture
+def count_generator(monkeypatch):
+    calls = []
+    real = api.generate
+
+    def counting(lowered, **kwargs):
+        calls.append(lowered.sha256)
+        return real(lowered, **kwargs)
+
+    monkeypatch.setattr(api, "generate", counting)
+    return calls
+
+
+def entry_path(directory: Path, template: dict) -> Path:
+    return Cache(directory).path_for(cache.cache_key(frontend.lower(template).sha256))
+
+
+def cache_warnings(record) -> list[warnings.WarningMessage]:
+    return [w for w in record if issubclass(w.category, CacheWarning)]
+
+
+def assert_valid_entry(directory: Path, template: dict) -> str:
+    path = entry_path(directory, template)
+    text = path.read_text(encoding="utf-8")
+    assert cache.verified_source(cache.cache_key(frontend.lower(template).sha256), text)
+    return text
+
+
+def py_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+# ---- hits and misses ----------------------------------------------------------------------------
+
+
+def test_a_miss_writes_one_verified_file_and_a_hit_never_calls_the_generator(
+    isolated, no_generator
+):
+    first = Cache(isolated).load(frontend.lower(ANGLE))
+    check_angle_parser(first)
+    assert [p.name for p in isolated.iterdir()] == [entry_path(isolated, ANGLE).name]
+    text = assert_valid_entry(isolated, ANGLE)
+    no_generator()
+    second = Cache(isolated).load(frontend.lower(ANGLE))
+    check_angle_parser(second)
+    assert second is not first and second.__file__ == str(entry_path(isolated, ANGLE))
+    assert entry_path(isolated, ANGLE).read_text(encoding="utf-8") == text  # untouched by the hit
+
+
+def test_public_load_uses_the_directory_from_the_environment(isolated, no_generator, monkeypatch):
+    check_angle_parser(rtcompile.load(ANGLE))
+    assert_valid_entry(isolated, ANGLE)
+    monkeypatch.setattr(
+        api, "_MEMO", api._Memo()
+    )  # forget the module: only the disk can answer now
+    no_generator()
+    check_angle_parser(rtcompile.load(ANGLE))
+    assert rtcompile.parse_response("<t>a</t>b", ANGLE, prefix="") == {
+        "reasoning_content": "a",
+        "content": "b",
+    }
+
+
+def test_a_hit_in_a_new_process_neither_compiles_nor_imports_black(isolated):
+    """black is the expensive part of compiling; a hit must not even import it."""
+    rtcompile.load(ANGLE)
+    code = (
+        "import json, sys\n"
+        "import rtcompile, rtcompile.api as api\n"
+        "def refuse(*a, **k): raise SystemExit('the generator was called')\n"
+        "api.generate = refuse\n"
+        f"module = rtcompile.load(json.loads({json.dumps(json.dumps(ANGLE))}))\n"
+        "print(json.dumps(module.parse_response('<t>x</t>y', prefix='')))\n"
+        "print('black' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    message, imported = result.stdout.splitlines()
+    assert json.loads(message) == {"reasoning_content": "x", "content": "y"}
+    assert imported == "False"
+
+
+def test_templates_get_separate_entries(isolated, count_generator):
+    Cache(isolated).load(frontend.lower(ANGLE))
+    Cache(isolated).load(frontend.lower(SQUARE))
+    Cache(isolated).load(frontend.lower(ANGLE))
+    assert len(count_generator) == 2
+    assert entry_path(isolated, ANGLE) != entry_path(isolated, SQUARE)
+    assert py_files(isolated) == sorted(
+        [entry_path(isolated, ANGLE).name, entry_path(isolated, SQUARE).name]
+    )
+
+
+# ---- the key ------------------------------------------------------------------------------------
+
+
+def test_key_depends_on_the_template_not_on_the_object():
+    angle = frontend.lower(ANGLE).sha256
+    assert cache.cache_key(angle) == cache.cache_key(
+        frontend.lower(json.loads(json.dumps(ANGLE))).sha256
+    )
+    assert cache.cache_key(angle) != cache.cache_key(frontend.lower(SQUARE).sha256)
+    # Key order is meaning (field order breaks ties between delimiters; the order of defaults is
+    # the order of the message's keys), so it is part of the key.
+    swapped_fields = {**ANGLE, "fields": dict(reversed(list(ANGLE["fields"].items())))}
+    assert cache.cache_key(frontend.lower(swapped_fields).sha256) != cache.cache_key(angle)
+    one_order = {**SQUARE, "defaults": {"b": 1, "a": 2}}
+    other_order = {**SQUARE, "defaults": {"a": 2, "b": 1}}
+    assert frontend.lower(one_order).sha256 != frontend.lower(other_order).sha256
+
+
+@pytest.mark.parametrize(
+    "attribute, value",
+    [("__version__", "999.0.0"), ("RUNTIME_ABI", -1), ("generator_fingerprint", lambda: "0" * 64)],
+)
+def test_key_changes_with_the_compiler(monkeypatch, attribute, value):
+    sha = frontend.lower(ANGLE).sha256
+    before = cache.cache_key(sha)
+    monkeypatch.setattr(cache, attribute, value)
+    assert cache.cache_key(sha) != before
+
+
+def test_key_changes_with_the_python_version(monkeypatch):
+    sha = frontend.lower(ANGLE).sha256
+    before = cache.cache_key(sha)
+    monkeypatch.setattr(cache.sys, "version_info", (3, 99, 0, "final", 0))
+    assert cache.cache_key(sha) != before
+
+
+def test_a_new_compiler_version_never_reuses_old_output(isolated, count_generator, monkeypatch):
+    Cache(isolated).load(frontend.lower(ANGLE))
+    old = entry_path(isolated, ANGLE)
+    monkeypatch.setattr(cache, "__version__", "999.0.0")
+    check_angle_parser(Cache(isolated).load(frontend.lower(ANGLE)))
+    assert len(count_generator) == 2
+    new = entry_path(isolated, ANGLE)
+    assert new != old and new.exists() and old.exists()
+    assert (
+        f"key={cache.cache_key(frontend.lower(ANGLE).sha256)}"
+        in new.read_text(encoding="utf-8").splitlines()[0]
+    )
+
+
+def test_the_generator_fingerprint_covers_the_generator_files():
+    here = Path(cache.__file__).parent
+    for name in cache.GENERATOR_FILES:
+        assert (here / name).is_file(), name
+    assert len(cache.generator_fingerprint()) == 64
+
+
+# ---- entries that must not be trusted -----------------------------------------------------------
+
+
+def sentinel_code(sentinel: Path) -> str:
+    return f"open({str(sentinel)!r}, 'w').write('executed')\n"
+
+
+def assert_rebuilt(directory: Path, template: dict, sentinel: Path | None = None) -> None:
+    module = Cache(directory).load(frontend.lower(template))
+    if template is ANGLE:
+        check_angle_parser(module)
+    assert_valid_entry(directory, template)
+    assert not [p for p in directory.iterdir() if p.suffix == ".tmp"]
+    if sentinel is not None:
+        assert not sentinel.exists(), "a cache file that failed verification was executed"
+
+
+def test_a_hand_edited_entry_is_never_executed(isolated, tmp_path, count_generator):
+    Cache(isolated).load(frontend.lower(ANGLE))
+    path = entry_path(isolated, ANGLE)
+    header, body = path.read_text(encoding="utf-8").split("\n", 1)
+    sentinel = tmp_path / "sentinel"
+    path.write_text(f"{header}\n{sentinel_code(sentinel)}{body}", encoding="utf-8")
+    assert_rebuilt(isolated, ANGLE, sentinel)
+    assert len(count_generator) == 2
+    assert "sentinel" not in path.read_text(encoding="utf-8")
+
+
+def test_an_entry_written_for_another_key_is_never_executed(isolated, tmp_path):
+    """A well-formed file (a correct checksum of its own source) under the wrong key: e.g. another
+    template's or another compiler version's output moved into place."""
+    sentinel = tmp_path / "sentinel"
+    path = entry_path(isolated, ANGLE)
+    isolated.mkdir(mode=0o700)
+    other_key = cache.cache_key(frontend.lower(SQUARE).sha256)
+    path.write_text(cache.with_header(other_key, sentinel_code(sentinel)), encoding="utf-8")
+    assert_rebuilt(isolated, ANGLE, sentinel)
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda text: text[: len(text) // 2],
+        lambda text: text[: text.index("\n")],  # the header alone, without its newline
+        lambda text: text.split("\n", 1)[1],  # no header
+        lambda text: "",
+        lambda text: text.replace("source-sha256=", "source-sha256=0"),
+        lambda text: text.replace("key=", "key=f"),
+        lambda text: text + "\n",
+    ],
+    ids=[
+        "half_written",
+        "header_only",
+        "no_header",
+        "empty",
+        "bad_checksum",
+        "bad_key",
+        "appended",
+    ],
+)
+def test_damaged_entries_are_rebuilt(isolated, corrupt, count_generator):
+    Cache(isolated).load(frontend.lower(ANGLE))
+    path = entry_path(isolated, ANGLE)
+    good = path.read_text(encoding="utf-8")
+    path.write_text(corrupt(good), encoding="utf-8")
+    assert_rebuilt(isolated, ANGLE)
+    assert path.read_text(encoding="utf-8") == good
+    assert len(count_generator) == 2
+
+
+def test_a_file_cut_inside_a_multibyte_character_is_rebuilt(isolated):
+    Cache(isolated).load(frontend.lower(FULLWIDTH))
+    path = entry_path(isolated, FULLWIDTH)
+    data = path.read_bytes()
+    lead_byte = next(i for i, byte in enumerate(data) if byte >= 0xC0)
+    path.write_bytes(data[: lead_byte + 1])  # not valid UTF-8 any more
+    module = Cache(isolated).load(frontend.lower(FULLWIDTH))
+    assert module.parse_response("hi<｜end｜>", prefix="") == {"content": "hi"}
+    assert path.read_bytes() == data
+
+
+def test_a_verified_entry_that_fails_to_run_is_rebuilt(isolated, tmp_path):
+    """E.g. a runtime changed under a cached module: the file is intact but raises on import."""
+    sentinel = tmp_path / "sentinel"
+    key = cache.cache_key(frontend.lower(ANGLE).sha256)
+    isolated.mkdir(mode=0o700)
+    entry_path(isolated, ANGLE).write_text(
+        cache.with_header(
+            key, f"{sentinel_code(sentinel)}raise ImportError('built for another runtime')\n"
+        ),
+        encoding="utf-8",
+    )
+    check_angle_parser(Cache(isolated).load(frontend.lower(ANGLE)))
+    assert sentinel.exists()  # it was trusted (its header is right) and ran, then replaced
+    assert "another runtime" not in assert_valid_entry(isolated, ANGLE)
+
+
+# ---- an unusable cache falls back to memory, with one warning -----------------------------------
+
+
+class FullDisk(FileSystem):
+    def write_atomic(self, path, text):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+
+class ReadOnlyFileSystem(FileSystem):
+    def write_atomic(self, path, text):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+
+class NoPermission(FileSystem):
+    def ensure_private_dir(self, path):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+
+@pytest.mark.parametrize("filesystem", [FullDisk, ReadOnlyFileSystem, NoPermission])
+def test_faults_fall_back_to_memory_with_exactly_one_warning(isolated, filesystem):
+    store = Cache(isolated, fs=filesystem())
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        check_angle_parser(store.load(frontend.lower(ANGLE)))
+        square = store.load(frontend.lower(SQUARE))
+        check_angle_parser(store.load(frontend.lower(ANGLE)))
+    assert square.parse_response("x", prefix="") == {"content": "x"}
+    found = cache_warnings(record)
+    assert len(found) == 1, [str(w.message) for w in record]
+    assert str(isolated) in str(found[0].message) and "in memory" in str(found[0].message)
+    assert not isolated.exists() or not any(isolated.iterdir())
+
+
+def test_a_real_write_failure_leaves_no_temporary_file(isolated, monkeypatch):
+    def disk_full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(cache.os, "fsync", disk_full)
+    with pytest.warns(CacheWarning, match="No space left"):
+        check_angle_parser(Cache(isolated).load(frontend.lower(ANGLE)))
+    assert list(isolated.iterdir()) == []
+
+
+def test_a_path_that_cannot_be_a_directory(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("RTCOMPILE_CACHE_DIR", str(blocker / "cache"))
+    with pytest.warns(CacheWarning, match="cannot use the cache directory"):
+        check_angle_parser(rtcompile.load(ANGLE))
+    assert blocker.read_text() == "not a directory"
+
+
+def test_one_warning_per_directory_through_the_public_api(tmp_path, monkeypatch):
+    directories = []
+    for name in ("first", "second"):
+        blocker = tmp_path / name
+        blocker.write_text("")
+        directories.append(blocker / "cache")
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for directory in directories:
+            monkeypatch.setenv("RTCOMPILE_CACHE_DIR", str(directory))
+            check_angle_parser(rtcompile.load(ANGLE))
+            assert rtcompile.parse_response("x", SQUARE, prefix="") == {"content": "x"}
+            monkeypatch.setattr(api, "_MEMO", api._Memo())  # make the next directory compile again
+    found = cache_warnings(record)
+    assert len(found) == 2, [str(w.message) for w in found]
+    for warning, directory in zip(found, directories):
+        assert str(directory) in str(warning.message)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_a_read_only_directory(isolated):
+    isolated.mkdir(mode=0o500)
+    try:
+        with pytest.warns(CacheWarning):
+            check_angle_parser(Cache(isolated).load(frontend.lower(ANGLE)))
+        assert list(isolated.iterdir()) == []
+    finally:
+        isolated.chmod(0o700)
+
+
+# ---- the directory's owner and mode -------------------------------------------------------------
+
+
+def test_the_created_directory_is_private(tmp_path, monkeypatch):
+    directory = tmp_path / "nested" / "deeper" / "cache"
+    monkeypatch.setenv("RTCOMPILE_CACHE_DIR", str(directory))
+    previous = os.umask(0)  # even a umask that lets everybody write must not open the cache
+    try:
+        rtcompile.load(ANGLE)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert_valid_entry(directory, ANGLE)
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o702])
+def test_a_directory_others_can_write_is_refused(isolated, mode):
+    isolated.mkdir()
+    isolated.chmod(mode)
+    with pytest.warns(CacheWarning, match="writable by other users"):
+        check_angle_parser(Cache(isolated).load(frontend.lower(ANGLE)))
+    assert list(isolated.iterdir()) == []
+    assert stat.S_IMODE(isolated.stat().st_mode) == mode  # refused, not silently "fixed"
+
+
+def test_an_existing_directory_only_others_can_read_is_accepted(isolated):
+    isolated.mkdir()
+    isolated.chmod(0o755)
+    check_angle_parser(Cache(isolated).load(frontend.lower(ANGLE)))
+    assert_valid_entry(isolated, ANGLE)
+
+
+def test_a_directory_owned_by_someone_else_is_refused(isolated, monkeypatch):
+    isolated.mkdir(mode=0o700)
+    real_uid = os.getuid()
+    monkeypatch.setattr(cache.os, "getuid", lambda: real_uid + 1)
+    with pytest.warns(CacheWarning, match="belongs to another user"):
+        check_angle_parser(Cache(isolated).load(frontend.lower(ANGLE)))
+    assert list(isolated.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a directory away")
+def test_a_directory_really_owned_by_nobody_is_refused(isolated):
+    isolated.mkdir(mode=0o700)
+    os.chown(isolated, 65534, 65534)
+    with pytest.warns(CacheWarning, match="belongs to another user"):
+        check_angle_parser(Cache(isolated).load(frontend.lower(ANGLE)))
+    assert list(isolated.iterdir()) == []
+
+
+# ---- concurrent writers -------------------------------------------------------------------------
+
+RACER = r"""
+import json, os, sys, time
+from pathlib import Path
+import rtcompile.api as api
+from rtcompile import frontend
+from rtcompile.cache import Cache
+
+directory, index, count, template = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+real_generate = api.generate
+
+def generate_then_wait(lowered, **kwargs):
+    # Every racer compiles before any of them writes: all of them miss, all of them write.
+    source = real_generate(lowered, **kwargs)
+    (directory.parent / f"ready-{index}").touch()
+    deadline = time.monotonic() + 90
+    while len(list(directory.parent.glob("ready-*"))) < count:
+        if time.monotonic() > deadline:
+            sys.exit("the other racers never arrived")
+        time.sleep(0.005)
+    return source
+
+api.generate = generate_then_wait
+module = Cache(directory).load(frontend.lower(template))
+print(json.dumps(module.parse_response("<t>r</t>c", prefix="")))
+"""
+
+
+def test_processes_racing_on_one_entry_all_succeed_and_leave_one_file(tmp_path):
+    directory = tmp_path / "cache"
+    count = 3
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(directory), str(i), str(count), json.dumps(ANGLE)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(count)
+    ]
+    results = [racer.communicate(timeout=180) for racer in racers]
+    for racer, (out, err) in zip(racers, results):
+        assert racer.returncode == 0, err
+        assert json.loads(out) == {"reasoning_content": "r", "content": "c"}
+    assert len(list(tmp_path.glob("ready-*"))) == count  # every racer really compiled
+    assert py_files(directory) == [entry_path(directory, ANGLE).name]  # one file, no temporaries
+    assert_valid_entry(directory, ANGLE)
+
+
+# ---- python -m rtcompile cache ------------------------------------------------------------------
+
+
+def run_cli(*args: str, directory: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rtcompile", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RTCOMPILE_CACHE_DIR": str(directory)},
+    )
+
+
+def test_cli_shows_and_clears_the_cache(isolated):
+    Cache(isolated).load(frontend.lower(ANGLE))
+    Cache(isolated).load(frontend.lower(SQUARE))
+    names = sorted([entry_path(isolated, ANGLE).name, entry_path(isolated, SQUARE).name])
+    size = sum((isolated / name).stat().st_size for name in names)
+    unrelated = isolated / "notes.py"
+    unrelated.write_text("# not a cache entry\n")
+    leftover = isolated / (entry_path(isolated, ANGLE).stem + ".x1y2z3.tmp")
+    leftover.write_text("half of an interrupted write")
+
+    shown = run_cli("cache", directory=isolated)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == f"cache directory: {isolated}"
+    assert lines[1] == f"entries: 2, {size} bytes"
+    assert [line.strip() for line in lines[2:]] == names
+    assert run_cli("cache", "show", directory=isolated).stdout == shown.stdout
+
+    cleared = run_cli("cache", "clear", directory=isolated)
+    assert cleared.returncode == 0, cleared.stderr
+    assert cleared.stdout.strip() == f"removed 2 entries from {isolated}"
+    assert sorted(p.name for p in isolated.iterdir()) == [
+        "notes.py"
+    ]  # only the cache's own files go
+
+    empty = run_cli("cache", directory=isolated)
+    assert empty.stdout.splitlines()[1] == "entries: 0, 0 bytes"
+
+
+def test_cli_cache_on_a_directory_that_does_not_exist_yet(tmp_path):
+    missing = tmp_path / "never-created"
+    shown = run_cli("cache", directory=missing)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == [f"cache directory: {missing}", "entries: 0, 0 bytes"]
+    cleared = run_cli("cache", "clear", directory=missing)
+    assert cleared.returncode == 0 and "removed 0 entries" in cleared.stdout
+    assert not missing.exists()
+
+
+def test_cli_cache_rejects_unknown_actions(isolated):
+    result = run_cli("cache", "explode", directory=isolated)
+    assert result.returncode == 2
+    assert "invalid choice" in result.stderr
