@@ -173,8 +173,8 @@ def test_key_depends_on_the_template_not_on_the_object():
         frontend.lower(json.loads(json.dumps(ANGLE))).sha256
     )
     assert cache.cache_key(angle) != cache.cache_key(frontend.lower(SQUARE).sha256)
-    # Key order is meaning (field order breaks ties between delimiters; the order of defaults is
-    # the order of the message's keys), so it is part of the key.
+    # Key order can be observed (the order of defaults is the order of the message's keys; field
+    # order is the order of "required fields missing" errors), so the key keeps it.
     swapped_fields = {**ANGLE, "fields": dict(reversed(list(ANGLE["fields"].items())))}
     assert cache.cache_key(frontend.lower(swapped_fields).sha256) != cache.cache_key(angle)
     one_order = {**SQUARE, "defaults": {"b": 1, "a": 2}}

@@ -715,7 +715,7 @@ def test_pickle_and_deepcopy_keep_the_acceleration(fresh):
 def test_for_tokenizer_compiles_the_tokenizers_template(interpreted):
     module = integration.for_tokenizer(interpreted)
     # Not rtcompile.load(QWEN3): save_pretrained sorts the keys of the template, fields included,
-    # and field order is part of a template's meaning (and of its hash).
+    # and rtcompile's template hash keeps key order (it can be observed in messages and errors).
     assert list(interpreted.response_template["fields"]) == sorted(QWEN3["fields"])
     assert module is rtcompile.load(interpreted.response_template)
     assert module.TEMPLATE == QWEN3
