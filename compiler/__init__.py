@@ -24,6 +24,10 @@ _EXPORTS = {
     "template_for": "library",
     "list_templates": "library",
     "UnknownTemplateError": "library",
+    "for_tokenizer": "integration",
+    "accelerate": "integration",
+    "deaccelerate": "integration",
+    "is_accelerated": "integration",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

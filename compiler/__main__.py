@@ -54,7 +54,7 @@ def _compile_parser() -> argparse.ArgumentParser:
     parser.add_argument("template", metavar="TEMPLATE")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the module here (default: stdout)")
     parser.add_argument("--check", action="store_true", help="validate and print warnings; write nothing")
-    parser.add_argument("--strict", action="store_true", help="with --check: treat warnings as errors")
+    parser.add_argument("--strict", action="store_true", help="treat lint warnings as errors (with or without --check)")
     parser.add_argument("--version", action="version", version=f"rtcompile {__version__}")
     return parser
 
@@ -66,15 +66,16 @@ def _compile(argv: list[str]) -> int:
         lowered = frontend.lower(template)
     except (frontend.TemplateError, TypeError) as e:
         raise CliError(f"{label}: {e}") from None
-    if args.check:
+    if args.check or args.strict:
         warnings = lint.lint(lowered)
         for warning in warnings:
             print(f"rtcompile: warning: {label}: {warning}", file=sys.stderr)
         if warnings and args.strict:
             print(f"rtcompile: error: {label}: {len(warnings)} warning(s) under --strict", file=sys.stderr)
             return EXIT_ERROR
-        print(f"{label}: ok ({len(lowered.fields)} fields, {len(warnings)} warning(s))")
-        return 0
+        if args.check:
+            print(f"{label}: ok ({len(lowered.fields)} fields, {len(warnings)} warning(s))")
+            return 0
     source = api.generate(lowered, origin=label)
     if args.output is None:
         sys.stdout.write(source)

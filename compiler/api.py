@@ -16,7 +16,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from . import codegen, frontend
+from . import frontend
 from .version import __version__
 
 
@@ -31,7 +31,9 @@ def compile_template(template: Any, *, origin: str | None = None) -> str:
 
 def generate(template, *, origin: str | None = None) -> str:
     """The formatted, compile-checked module source for a lowered template (ir.Template)."""
-    import black  # the compiler's dependency only; generated modules never import it
+    import black  # the compiler's dependencies only: a cache hit never imports them
+
+    from . import codegen
 
     label = f"<rtcompile {template.sha256[:16]}>"
     raw = codegen.render(template, origin=origin or f"response template sha256:{template.sha256[:16]}")
@@ -112,10 +114,13 @@ def read_template(source: str | os.PathLike) -> dict:
         return template_for(source)
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
-    if isinstance(data, dict) and "response_template" in data and "fields" not in data:
-        data = data["response_template"]
+    if isinstance(data, dict) and "fields" not in data:
+        if "response_template" in data:
+            data = data["response_template"]
+        elif path.name == "tokenizer_config.json":
+            data = None
         if data is None:
-            raise frontend.TemplateError("response_template", f"{path} has no response template (null)")
+            raise frontend.TemplateError("response_template", f"{path} has no response template")
     return data
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import logging
 import os
 import re
@@ -32,7 +33,7 @@ import warnings
 from pathlib import Path
 
 from . import api
-from .codegen import RUNTIME_ABI
+from .runtime import RUNTIME_ABI
 from .version import __version__
 
 logger = logging.getLogger("rtcompile")
@@ -60,11 +61,22 @@ GENERATOR_FILES = ("frontend.py", "ir.py", "patterns.py", "codegen.py", "codegen
 
 @functools.lru_cache(maxsize=None)
 def generator_fingerprint() -> str:
+    """Read once per process, when the cache is first used: the generator's files as loaded."""
     digest = hashlib.sha256()
     here = Path(__file__).parent
     for name in GENERATOR_FILES:
         digest.update(name.encode() + b"\0" + (here / name).read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+CONTENT_FACTS = re.compile(r'^(TEMPLATE_SHA256|__rtcompile_version__) = "([^"\\]*)"$', re.MULTILINE)
+
+
+def describes(source: str, template_sha256: str) -> bool:
+    """Whether generated source declares this template's hash and this compiler's version (read
+    from its text, before anything in it runs)."""
+    facts = dict(CONTENT_FACTS.findall(source))
+    return facts.get("TEMPLATE_SHA256") == template_sha256 and facts.get("__rtcompile_version__") == __version__
 
 
 def default_directory() -> Path:
@@ -172,7 +184,7 @@ class Cache:
             self._warn(f"cannot use the cache directory {self.directory}: {e}")
             return api.module_from_source(api.generate(lowered), lowered.sha256)
         if text is not None:
-            if verified_source(key, text):
+            if verified_source(key, text) and describes(text, lowered.sha256):
                 try:
                     return api.module_from_source(text, lowered.sha256, filename=str(path))
                 except Exception as e:  # a stale or broken entry: rebuild it, keep going

@@ -302,19 +302,32 @@ def test_a_file_cut_inside_a_multibyte_character_is_rebuilt(isolated):
     assert path.read_bytes() == data
 
 
+def test_an_entry_declaring_another_template_is_never_run(isolated, tmp_path):
+    """A right header (key and checksum) over source generated for a different template."""
+    sentinel = tmp_path / "sentinel"
+    key = cache.cache_key(frontend.lower(ANGLE).sha256)
+    isolated.mkdir(mode=0o700)
+    other = rtcompile.compile_template(SQUARE)
+    entry_path(isolated, ANGLE).write_text(cache.with_header(key, sentinel_code(sentinel) + other), encoding="utf-8")
+    check_angle_parser(Cache(isolated).load(frontend.lower(ANGLE)))
+    assert not sentinel.exists()
+    assert_valid_entry(isolated, ANGLE)
+
+
 def test_a_verified_entry_that_fails_to_run_is_rebuilt(isolated, tmp_path):
     """E.g. a runtime changed under a cached module: the file is intact but raises on import."""
     sentinel = tmp_path / "sentinel"
     key = cache.cache_key(frontend.lower(ANGLE).sha256)
     isolated.mkdir(mode=0o700)
+    facts = f'TEMPLATE_SHA256 = "{frontend.lower(ANGLE).sha256}"\n__rtcompile_version__ = "{rtcompile.__version__}"\n'
     entry_path(isolated, ANGLE).write_text(
         cache.with_header(
-            key, f"{sentinel_code(sentinel)}raise ImportError('built for another runtime')\n"
+            key, f"{facts}{sentinel_code(sentinel)}raise ImportError('built for another runtime')\n"
         ),
         encoding="utf-8",
     )
     check_angle_parser(Cache(isolated).load(frontend.lower(ANGLE)))
-    assert sentinel.exists()  # it was trusted (its header is right) and ran, then replaced
+    assert sentinel.exists()  # it was trusted (header and declared facts are right) and ran, then replaced
     assert "another runtime" not in assert_valid_entry(isolated, ANGLE)
 
 

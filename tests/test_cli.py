@@ -233,6 +233,17 @@ def test_strict_turns_warnings_into_an_error(cli, tmp_path):
     assert result.stdout == ""
 
 
+def test_strict_without_check_refuses_to_write_a_linted_template(cli, tmp_path):
+    path = write_json(tmp_path / "linted.json", LINTED)
+    output = tmp_path / "parser.py"
+    result = cli(path, "--strict", "-o", output)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == f"rtcompile: error: {path}: 3 warning(s) under --strict"
+    assert not output.exists()
+    clean = cli(write_json(tmp_path / "clean.json", TEMPLATE), "--strict", "-o", output)
+    assert clean.returncode == 0 and output.exists()
+
+
 def test_check_writes_nothing(cli, tmp_path):
     path = write_json(tmp_path / "linted.json", LINTED)
     output = tmp_path / "parser.py"
@@ -342,11 +353,6 @@ def test_tokenizer_config_without_a_template(cli, tmp_path):
     assert_one_line_error(result, str(directory))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="api.read_template reads a tokenizer_config.json without 'response_template' as a template "
-    "itself, so the error is about its other keys ('Unknown keys in response_template: [eos_token]')",
-)
 def test_a_tokenizer_config_without_the_key_says_it_has_no_template(cli, tmp_path):
     directory = tmp_path / "tok"
     directory.mkdir()
