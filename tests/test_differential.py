@@ -42,6 +42,19 @@ STEP_TIME_LIMIT_SECONDS = float(os.environ.get("RTCOMPILE_DIFF_TIMEOUT", "10"))
 ENTRY_POINTS = ("api", "module")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def private_compile_cache(tmp_path_factory):
+    """Each example compiles a new template: keep those thousands of modules out of the user's
+    cache directory, and never run a module another checkout's compiler left there."""
+    previous = os.environ.get("RTCOMPILE_CACHE_DIR")
+    os.environ["RTCOMPILE_CACHE_DIR"] = str(tmp_path_factory.mktemp("rtcompile-cache"))
+    yield
+    if previous is None:
+        del os.environ["RTCOMPILE_CACHE_DIR"]
+    else:
+        os.environ["RTCOMPILE_CACHE_DIR"] = previous
+
+
 # --------------------------------------------------------------------------------------------------
 # The interpreter, instrumented to detect its no-progress loop
 # --------------------------------------------------------------------------------------------------

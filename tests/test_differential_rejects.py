@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from transformers.utils.chat_parsing import response_parser as interpreter_module
 
 from strategies import InvalidTemplate, invalid_templates
-from test_differential import SELF_MODE
+from test_differential import SELF_MODE, private_compile_cache  # noqa: F401 - an autouse fixture
 
 _PREFIX_ERROR_START = "`ResponseParser`/`parse_response` requires `prefix`"
 
