@@ -38,6 +38,9 @@ NOISE_ALPHABET = DELIMITER_ALPHABET + 'xyz{}[]":=,;\t\\' + "é中😀\u2028\u030
 # Field names drawn in random order: the interpreter breaks ties by *name*, not declaration order,
 # and upper case sorts before lower case, so declaration order and name order often disagree.
 FIELD_NAMES = ("content", "reasoning_content", "tool_calls", "a", "b_b", "Z")
+# Names that are not Python identifiers, or are keywords, quotes, braces, non-ASCII: template text
+# must reach generated code only as escaped literals, and name ordering must stay code-point order.
+ODD_FIELD_NAMES = ("x-y", "class", "名", "", "a b", "__init__", "None", "'\"", "\\", "{content}", "Ä", "\n")
 GROUP_NAMES = ("name", "id", "content")
 TOOL_NAMES = ("a", "ab", "get_weather")
 ARGUMENT_KEYS = ("a", "b", "n", "flag")
@@ -45,6 +48,8 @@ ARGUMENT_KEYS = ("a", "b", "n", "flag")
 COMMON_LITERALS = (
     "<a>", "</a>", "<b>", "</b>", "<ab>", "</ab>", "<a", "<ab", "|a|", "<|", "|>",
     "a", "<", ">", "</", "\n", "\n\n", " <a>", "ab", "b>", "<|a|>",
+    # Rarely collide, but must survive code generation: quotes, backslashes, braces, NUL, CR.
+    '"""', "'", "\\", "{x}", "\x00", "\r\n", "%s",
 )
 
 # Text that a tool schema may coerce: integers, floats written as integers, booleans in both
@@ -664,7 +669,8 @@ default_values = st.one_of(
 @st.composite
 def template_plans(draw, *, tool_call: bool = False, valid_only: bool = False) -> TemplatePlan:
     count = draw(st.integers(1, 4))
-    names = draw(st.lists(st.sampled_from(FIELD_NAMES), min_size=count, max_size=count, unique=True))
+    name_pool = st.sampled_from(FIELD_NAMES * 4 + ODD_FIELD_NAMES)
+    names = draw(st.lists(name_pool, min_size=count, max_size=count, unique=True))
     implicit_index = draw(st.none() | st.integers(0, count - 1))
     tool_call_index = draw(st.integers(0, count - 1)) if tool_call else None
     if tool_call_index is not None and tool_call_index == implicit_index:
@@ -688,7 +694,7 @@ def template_plans(draw, *, tool_call: bool = False, valid_only: bool = False) -
     if version != "absent":
         template["version"] = version
     if draw(st.booleans()):
-        keys = st.sampled_from(FIELD_NAMES + ("role", "extra"))
+        keys = st.sampled_from(FIELD_NAMES * 2 + ("role", "extra") + ODD_FIELD_NAMES[:4])
         template["defaults"] = draw(st.dictionaries(keys, default_values, max_size=3))
     template["fields"] = {plan.name: plan.spec for plan in fields}
     anchor = draw(anchor_delimiters)
@@ -980,7 +986,20 @@ def invalid_templates(draw) -> InvalidTemplate:
     if rule == "template_not_dict":
         return InvalidTemplate(draw(st.sampled_from([[], "template", None, 1, [template]])), rule, ("",))
     paths = _MUTATIONS[rule](draw, template, name, spec, anchor_key)
-    return InvalidTemplate(template, rule, paths)
+    return InvalidTemplate(template, rule, _with_bracketed_names(paths, name))
+
+
+def _with_bracketed_names(paths: tuple[str, ...], name: str) -> tuple[str, ...]:
+    """Each `fields.NAME...` path also in the bracket notation that names which are not plain words
+    need (`fields["x-y"].open`), either being acceptable."""
+    dotted = f"fields.{name}"
+    variants = []
+    for path in paths:
+        variants.append(path)
+        if path == dotted or path.startswith(dotted + "."):
+            variants.append(f"fields[{json.dumps(name)}]" + path[len(dotted):])
+            variants.append(f"fields[{json.dumps(name, ensure_ascii=False)}]" + path[len(dotted):])
+    return tuple(dict.fromkeys(variants))
 
 
 def _set_version(draw, template, name, spec, anchor_key):
