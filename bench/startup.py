@@ -88,6 +88,9 @@ def _run_probe(
     script: str, args: list[str], env_extra: dict[str, str] | None = None, cwd: str | None = None
 ) -> dict:
     env = dict(os.environ)
+    # Measure as an installed package runs: with bytecode cached (some environments, this one
+    # included, set PYTHONDONTWRITEBYTECODE, which would recompile every module at each import).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(env_extra or {})
     completed = subprocess.run(
         [sys.executable, "-c", script, *args],

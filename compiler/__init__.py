@@ -20,7 +20,7 @@ _EXPORTS = {
     "compile_template": "api",
     "load": "api",
     "parse_response": "api",
-    "TemplateError": "frontend",
+    "TemplateError": "canonical",
     "template_for": "library",
     "list_templates": "library",
     "UnknownTemplateError": "library",

@@ -16,7 +16,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from . import frontend
+from . import canonical, frontend
 from .version import __version__
 
 
@@ -78,13 +78,12 @@ class _Memo:
         last = self._last
         if last is not None and last[0] is template and last[1] == template:
             return last[2]
-        lowered = frontend.lower(template)
-        key = lowered.sha256
+        key = canonical.sha256_of(canonical.canonical_json(template))
         module = self._by_hash.get(key)
         if module is None:
             from .cache import default_cache
 
-            module = default_cache().load(lowered)
+            module = default_cache().load_template(template, key)
             with self._lock:
                 module = self._by_hash.setdefault(key, module)
         self._last = (template, copy.deepcopy(template), module)
@@ -120,7 +119,7 @@ def read_template(source: str | os.PathLike) -> dict:
         elif path.name == "tokenizer_config.json":
             data = None
         if data is None:
-            raise frontend.TemplateError("response_template", f"{path} has no response template")
+            raise canonical.TemplateError("response_template", f"{path} has no response template")
     return data
 
 

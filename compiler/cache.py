@@ -175,29 +175,41 @@ class Cache:
 
     def load(self, lowered) -> types.ModuleType:
         """The module for a lowered template: from a verified cache file, else compiled (and stored)."""
-        key = cache_key(lowered.sha256)
+        return self._load(lowered.sha256, lambda: lowered)
+
+    def load_template(self, template, template_sha256: str) -> types.ModuleType:
+        """The same for a raw template with its canonical hash: a hit needs no validation (the
+        template was valid when its entry was written) and never imports the generator."""
+        from . import frontend
+
+        return self._load(template_sha256, lambda: frontend.lower(template))
+
+    def _load(self, sha256: str, lower) -> types.ModuleType:
+        key = cache_key(sha256)
         path = self.path_for(key)
         try:
             self.fs.ensure_private_dir(self.directory)
             text = self.fs.read_text(path)
         except OSError as e:
+            lowered = lower()  # an invalid template raises its TemplateError before any warning
             self._warn(f"cannot use the cache directory {self.directory}: {e}")
-            return api.module_from_source(api.generate(lowered), lowered.sha256)
+            return api.module_from_source(api.generate(lowered), sha256)
         if text is not None:
-            if verified_source(key, text) and describes(text, lowered.sha256):
+            if verified_source(key, text) and describes(text, sha256):
                 try:
-                    return api.module_from_source(text, lowered.sha256, filename=str(path))
+                    return api.module_from_source(text, sha256, filename=str(path))
                 except Exception as e:  # a stale or broken entry: rebuild it, keep going
                     logger.warning("rtcompile: cached parser %s failed to load (%s); rebuilding", path, e)
             else:
                 logger.warning("rtcompile: cache entry %s is not a file written for this key; rebuilding", path)
+        lowered = lower()
         text = with_header(key, api.generate(lowered))
         try:
             self.fs.write_atomic(path, text)
         except OSError as e:
             self._warn(f"cannot write to the cache directory {self.directory}: {e}")
-            return api.module_from_source(text, lowered.sha256)
-        return api.module_from_source(text, lowered.sha256, filename=str(path))
+            return api.module_from_source(text, sha256)
+        return api.module_from_source(text, sha256, filename=str(path))
 
     def stats(self) -> tuple[list[Path], int]:
         entries = self.fs.entries(self.directory)

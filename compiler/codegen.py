@@ -160,7 +160,7 @@ class QuickCheck:
     """How a state decides, without a regex call, that the unread text holds no delimiter."""
 
     absent: Code  # true when no watched delimiter's first character occurs in buf[pos:]
-    absent_in_text: Code  # the same for a fresh chunk `text`
+    absent_in_unread: Code  # the same for the generated feed's `unread` text
     lead: str | None  # constant holding the lead characters (a trailing run of them may be held)
     lead_hold: bool  # with no first character, a trailing lead run is exactly what to hold
 
@@ -173,11 +173,11 @@ def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: dict)
     lead = frozenset().union(*(c.lead for c in charsets))
     tag = method.upper().lstrip("_")
     if len(first) <= MAX_FIND_CHAIN:
-        absent = [" and ".join(f"{target}.find({py_literal(c)}{start}) < 0" for c in sorted(first)) for target, start in (("buf", ", pos"), ("text", ""))]
+        absent = [" and ".join(f"{target}.find({py_literal(c)}{start}) < 0" for c in sorted(first)) for target, start in (("buf", ", pos"), ("unread", ""))]
     else:
         name = f"FIRST_CHARS_{tag}"
         triggers[name] = _char_class(first)
-        absent = [f"{name}.search(buf, pos) is None", f"{name}.search(text) is None"]
+        absent = [f"{name}.search(buf, pos) is None", f"{name}.search(unread) is None"]
     lead_name = None
     if lead:
         lead_name = f"LEAD_CHARS_{tag}"

@@ -11,13 +11,13 @@ transform placeholder that can never resolve, ...) are not errors here; `lint()`
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
 import regex
 
 from . import ir
+from .canonical import TemplateError, TemplateTypeError, canonical_json, sha256_of
 from .patterns import analyse_pattern, literal_charsets
 
 # A set, like the interpreter's dict: an unhashable `content` value raises TypeError there too.
@@ -40,19 +40,6 @@ FIELD_KEYS = {
 PLACEHOLDER = regex.compile(r"\{(\w+(?:\.\w+)*)\}")
 
 
-class TemplateError(ValueError):
-    """An invalid response template. `path` is the JSON path of the problem."""
-
-    def __init__(self, path: str, detail: str):
-        super().__init__(f"{path}: {detail}" if path else detail)
-        self.path = path
-        self.detail = detail
-
-
-class TemplateTypeError(TemplateError, TypeError):
-    """An invalid template where the interpreter raises TypeError (e.g. a non-string pattern)."""
-
-
 def json_path(*parts: Any) -> str:
     """`fields.tool_calls.open`, with bracketed JSON strings for keys that are not plain words."""
     out = ""
@@ -64,18 +51,6 @@ def json_path(*parts: Any) -> str:
         else:
             out += f"[{json.dumps(part)}]"
     return out
-
-
-def canonical_json(template: Any) -> str:
-    """The template as canonical JSON text: key order kept (it is meaningful), ASCII only."""
-    try:
-        return json.dumps(template, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
-    except (TypeError, ValueError) as e:
-        raise TemplateError("", f"response_template must be JSON data (dicts, lists, strings, numbers, booleans, null): {e}") from e
-
-
-def template_sha256(template: Any) -> str:
-    return hashlib.sha256(canonical_json(template).encode("ascii")).hexdigest()
 
 
 def lower(template: Any) -> ir.Template:
@@ -100,7 +75,7 @@ def lower(template: Any) -> ir.Template:
         start_anchor=start_anchor,
         source=json.loads(canonical),
         canonical=canonical,
-        sha256=hashlib.sha256(canonical.encode("ascii")).hexdigest(),
+        sha256=sha256_of(canonical),
     )
 
 
@@ -118,11 +93,8 @@ def _check_shape(spec: Any) -> None:
     fields = spec.get("fields", {})
     if not isinstance(fields, dict) or not fields:
         raise TemplateError("fields", "response_template.fields must be a non-empty dict")
-    for name in fields:
-        if not isinstance(name, str):
-            # JSON object keys are always strings; this only guards the Python API.
-            raise TemplateError("fields", f"field names must be strings, got {type(name).__name__}")
-    # Everything below is stored as data in the generated module: it must be JSON.
+    # Everything is stored as data in the generated module: it must be JSON (string keys only,
+    # no tuples or objects; only the Python API can pass those).
     canonical_json(spec)
 
 

@@ -16,10 +16,7 @@ folding or ASCII/locale flags, wide character classes.
 
 from __future__ import annotations
 
-import functools
 import warnings
-
-import regex
 
 try:  # Python 3.11+
     from re import _constants as sre
@@ -118,45 +115,67 @@ def _children(op, av):
 
 
 def _charsets(items) -> CharSets | None:
-    """Lead and first characters of a non-nullable sequence (see ir.CharSets)."""
+    """Lead and first characters of a pattern (see ir.CharSets); None if unknown or if the pattern
+    can match the empty string."""
+    facts = _sequence_starts(items)
+    if facts is None or facts[2]:
+        return None
+    lead, first, _ = facts
+    if len(lead) + len(first) > MAX_SET_SIZE:
+        return None
+    return CharSets(lead=frozenset(lead), first=frozenset(first))
+
+
+# How a (sub)pattern's matches start, as (lead, first, nullable): every non-empty match is either a
+# run of `lead` characters followed by a `first` character (and then anything), or, only when the
+# item is nullable, a run of `lead` characters alone. None: unknown.
+Starts = "tuple[set[str], set[str], bool] | None"
+
+
+def _sequence_starts(items) -> Starts:
     lead: set[str] = set()
+    first: set[str] = set()
     for op, av in items:
-        if op is sre.AT or op in (sre.ASSERT, sre.ASSERT_NOT):
-            continue  # zero-width: it can only narrow where a match starts
-        if op in REPEATS:
-            low, _high, sub = av
-            if low == 0:
-                chars = _single_char_class(sub)
-                if chars is None:
-                    return None
-                lead |= chars
-                continue
-            inner = _charsets(sub)
-        elif op is sre.SUBPATTERN:
-            _group, add_flags, _del_flags, sub = av
-            if add_flags & UNSAFE_FLAGS:
-                return None
-            inner = _charsets(sub)
-        elif ATOMIC is not None and op is ATOMIC:
-            inner = _charsets(av)
-        elif op is sre.BRANCH:
-            alternatives = [_charsets(alt) for alt in av[1]]
-            if any(a is None for a in alternatives):
-                return None
-            inner = CharSets(
-                lead=frozenset().union(*(a.lead for a in alternatives)),
-                first=frozenset().union(*(a.first for a in alternatives)),
-            )
-        else:
-            chars = _single_char_class([(op, av)])
-            inner = None if chars is None else CharSets(lead=frozenset(), first=frozenset(chars))
+        facts = _item_starts(op, av)
+        if facts is None:
+            return None
+        item_lead, item_first, nullable = facts
+        lead |= item_lead
+        first |= item_first
+        if not nullable:
+            return lead, first, False
+    return lead, first, True
+
+
+def _item_starts(op, av) -> Starts:
+    if op is sre.AT or op in (sre.ASSERT, sre.ASSERT_NOT):
+        return set(), set(), True  # zero-width: it can only narrow where a match starts
+    if op in REPEATS:
+        low, _high, sub = av
+        chars = _single_char_class(sub)
+        if chars is not None:
+            # [c]* and [c]? are runs of lead characters; [c]+ starts with a first character.
+            return (chars, set(), True) if low == 0 else (set(), chars, False)
+        inner = _sequence_starts(sub)
         if inner is None:
             return None
-        result = CharSets(lead=frozenset(lead | inner.lead), first=inner.first)
-        if len(result.lead) + len(result.first) > MAX_SET_SIZE:
+        return inner[0], inner[1], inner[2] or low == 0
+    if op is sre.SUBPATTERN:
+        _group, add_flags, _del_flags, sub = av
+        return None if add_flags & UNSAFE_FLAGS else _sequence_starts(sub)
+    if ATOMIC is not None and op is ATOMIC:
+        return _sequence_starts(av)
+    if op is sre.BRANCH:
+        alternatives = [_sequence_starts(alt) for alt in av[1]]
+        if any(a is None for a in alternatives):
             return None
-        return result
-    return None  # the whole pattern can match the empty string
+        return (
+            set().union(*(a[0] for a in alternatives)),
+            set().union(*(a[1] for a in alternatives)),
+            any(a[2] for a in alternatives),
+        )
+    chars = _single_char_class([(op, av)])
+    return None if chars is None else (set(), chars, False)
 
 
 def _single_char_class(items) -> set[str] | None:
@@ -184,8 +203,13 @@ def _single_char_class(items) -> set[str] | None:
     return chars if len(chars) <= MAX_SET_SIZE else None
 
 
-@functools.lru_cache(maxsize=None)
+# What `regex` matches with \\s (Unicode White_Space); a test checks it against the installed
+# regex module over every code point, so a change there cannot go unnoticed.
+WHITESPACE = frozenset(
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
+
+
 def whitespace() -> frozenset[str]:
-    """What `regex` itself matches with \\s (all such characters are below U+3001)."""
-    candidates = "".join(map(chr, range(0x3001)))
-    return frozenset(regex.findall(r"\s", candidates))
+    return WHITESPACE

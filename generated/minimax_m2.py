@@ -52,11 +52,14 @@ OPEN_0 = ("<think>",)
 OPEN_1 = regex.compile(
     '\\s*(?:<minimax:tool_call>\\s*)?<invoke name=\\"(?P<name>[^\\"]+)\\">', regex.DOTALL
 )
+OPEN_1_FIRST = re.compile("[<]")  # where its matches can start...
+OPEN_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
 CLOSE_2 = regex.compile("\\s*(?:\\[e~\\[|</minimax:tool_call>)", regex.DOTALL)
 CLOSE_2_FIRST = re.compile("[<\\[]")  # where its matches can start...
 CLOSE_2_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
 CLOSE_0 = ("</think>",)
 CLOSE_1 = ("</invoke>",)
+LEAD_CHARS_SCAN_SINK = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters that may run before those (e.g. a leading \s*)
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -110,26 +113,47 @@ class ResponseParser(Machine):
     )
 
     def feed(self, text):
-        """Fast path for the common chunk: nothing held back, the region open, and no character
-        that could start a watched delimiter. Everything else goes through Machine.feed."""
-        if text and self._opened and not self._halted and self._pos == len(self._buf):
+        """Fast path for the common chunk: the region is open and the unread text holds no
+        character a watched delimiter can start with (a trailing run of lead characters is held
+        back, exactly as a scan would). Everything else goes through Machine.feed."""
+        if text and self._opened and not self._halted:
+            buf, pos = self._buf, self._pos
+            unread = text if pos == len(buf) else buf[pos:] + text
             state = self._current
             if state == 0:
-                if text.find("<") < 0:
-                    self._parts.append(text)
+                if unread.find("<") < 0:
+                    self._buf, self._pos = unread, len(unread)
+                    self._parts.append(unread)
                     return [
                         {
                             "type": "region_chunk",
                             "field": "reasoning_content",
-                            "text": text,
+                            "text": unread,
                             "dirty": False,
                         }
                     ]
             elif state == 1:
-                if text.find("<") < 0:
-                    self._parts.append(text)
+                if unread.find("<") < 0:
+                    self._buf, self._pos = unread, len(unread)
+                    self._parts.append(unread)
                     return [
-                        {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
+                        {
+                            "type": "region_chunk",
+                            "field": "tool_calls",
+                            "text": unread,
+                            "dirty": True,
+                        }
+                    ]
+            elif state == 2:
+                if unread.find("<") < 0 and unread.find("[") < 0:
+                    hold = trailing_run(unread, 0, LEAD_CHARS_SCAN_SINK)
+                    self._buf, self._pos = unread, hold
+                    if hold == 0:
+                        return []
+                    chunk = unread[:hold]
+                    self._parts.append(chunk)
+                    return [
+                        {"type": "region_chunk", "field": "content", "text": chunk, "dirty": False}
                     ]
         return Machine.feed(self, text)
 
@@ -144,6 +168,10 @@ class ResponseParser(Machine):
     def _scan_sink(self, buf, pos, eos):
         "Outside explicit regions (the implicit field or the null sink): every open, and the implicit field's close."
         n = len(buf)
+        if buf.find("<", pos) < 0 and buf.find("[", pos) < 0:
+            if n == pos or buf[-1] not in LEAD_CHARS_SCAN_SINK:
+                return n, None
+            return trailing_run(buf, pos, LEAD_CHARS_SCAN_SINK), None
         hold = n
         best = None
         # open of field 0
@@ -158,7 +186,19 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # open of field 1
-        m = OPEN_1.search(buf, pos, partial=not eos, timeout=self._timeout)
+        if best is None and n - pos < SHORT_BUFFER:
+            m = OPEN_1.search(buf, pos, partial=not eos, timeout=self._timeout)
+        else:
+            m = search_window(
+                OPEN_1,
+                buf,
+                pos,
+                eos,
+                n if best is None else best[0],
+                OPEN_1_FIRST,
+                OPEN_1_LEAD,
+                self._timeout,
+            )
         if m is not None:
             s, e = m.span()
             if not eos and (m.partial or e == n):

@@ -98,32 +98,47 @@ class ResponseParser(Machine):
     )
 
     def feed(self, text):
-        """Fast path for the common chunk: nothing held back, the region open, and no character
-        that could start a watched delimiter. Everything else goes through Machine.feed."""
-        if text and self._opened and not self._halted and self._pos == len(self._buf):
+        """Fast path for the common chunk: the region is open and the unread text holds no
+        character a watched delimiter can start with (a trailing run of lead characters is held
+        back, exactly as a scan would). Everything else goes through Machine.feed."""
+        if text and self._opened and not self._halted:
+            buf, pos = self._buf, self._pos
+            unread = text if pos == len(buf) else buf[pos:] + text
             state = self._current
             if state == 0:
-                if text.find("<") < 0:
-                    self._parts.append(text)
+                if unread.find("<") < 0:
+                    self._buf, self._pos = unread, len(unread)
+                    self._parts.append(unread)
                     return [
                         {
                             "type": "region_chunk",
                             "field": "reasoning_content",
-                            "text": text,
+                            "text": unread,
                             "dirty": False,
                         }
                     ]
             elif state == 1:
-                if text.find("<") < 0:
-                    self._parts.append(text)
+                if unread.find("<") < 0:
+                    self._buf, self._pos = unread, len(unread)
+                    self._parts.append(unread)
                     return [
-                        {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
+                        {
+                            "type": "region_chunk",
+                            "field": "tool_calls",
+                            "text": unread,
+                            "dirty": True,
+                        }
                     ]
             elif state == 2:
-                if text.find("<") < 0 and text[-1] not in LEAD_CHARS_SCAN_SINK:
-                    self._parts.append(text)
+                if unread.find("<") < 0:
+                    hold = trailing_run(unread, 0, LEAD_CHARS_SCAN_SINK)
+                    self._buf, self._pos = unread, hold
+                    if hold == 0:
+                        return []
+                    chunk = unread[:hold]
+                    self._parts.append(chunk)
                     return [
-                        {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
+                        {"type": "region_chunk", "field": "content", "text": chunk, "dirty": False}
                     ]
         return Machine.feed(self, text)
 

@@ -13,6 +13,7 @@ they are here for nested `value_parser`s and the per-call path.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Callable
 
@@ -20,7 +21,12 @@ import regex
 
 # Placeholders for pre-extracted custom-delimited strings (control characters models don't write).
 SENTINEL_OPEN, SENTINEL_CLOSE = "\x01", "\x02"
-UNQUOTED_KEY = regex.compile(r"(?<=[{,])(\w+):")
+
+
+@functools.lru_cache(maxsize=None)
+def unquoted_key() -> Any:
+    """The bare-identifier key pattern of `unquoted_keys` (compiled on first use, not at import)."""
+    return regex.compile(r"(?<=[{,])(\w+):")
 
 
 def make_parser(name: Any, args: Any) -> Callable[[str], Any]:
@@ -104,7 +110,7 @@ def _run_json(text: str, args: dict, patterns: list, unquoted_keys: Any, check_s
 
         working = pattern.sub(stash, working)
     if unquoted_keys:
-        working = UNQUOTED_KEY.sub(r'"\1":', working)
+        working = unquoted_key().sub(r'"\1":', working)
     for i, value in enumerate(captured):
         working = working.replace(f"{SENTINEL_OPEN}{i}{SENTINEL_CLOSE}", json.dumps(value))
     try:

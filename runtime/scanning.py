@@ -9,10 +9,7 @@ start position in turn: the first complete match wins, else the first partial on
 
 from __future__ import annotations
 
-import logging
 from typing import Any
-
-logger = logging.getLogger("rtcompile")
 
 # Below this many unread characters one regex search (a single C call) is cheaper than trying only
 # the candidate start positions (search_window); above it, skipping to candidates wins, and
@@ -89,6 +86,8 @@ def truncate_after_last(prefix: str, anchor: Any, border_free_literal: str | Non
         for match in anchor.finditer(prefix):
             last_end = match.end()
     if last_end is None:
-        logger.info("start anchor not found in the prefix; parsing the entire prefix instead")
+        import logging  # only on this rare path: importing logging costs milliseconds at startup
+
+        logging.getLogger("rtcompile").info("start anchor not found in the prefix; parsing the entire prefix instead")
         return prefix
     return prefix[last_end:]

@@ -29,6 +29,9 @@ PATTERNS = [
     r"a$",
     r"x\b",
     r"(?:\s|\|)*</?a>",
+    r"(?:<a>)?\s*<b>",
+    r"(?:x|\s+)?a?\s*</?x>",
+    r"\s+<",
 ]
 texts = st.text(alphabet=ALPHABET, max_size=14)
 
@@ -138,3 +141,11 @@ def test_leading_star_is_recognised():
     assert analyse_pattern(r"\s*<x>")[1].lead_run
     assert not analyse_pattern(r"\s?<x>")[1].lead_run
     assert not analyse_pattern(r"<x>")[1].lead_run
+
+
+def test_optional_groups_before_the_first_character_are_understood():
+    _, charsets = analyse_pattern(r"(?:<\|start\|>assistant)?\s*<\|channel\|>commentary to=")
+    assert charsets.first == frozenset("<") and " " in charsets.lead
+    _, charsets = analyse_pattern(r"(?:ab|\s*c)?x")
+    assert charsets.first == frozenset("acx") and " " in charsets.lead
+    assert analyse_pattern(r"(?:ab)?")[1] is None  # can match the empty string
