@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field as dataclass_field
-from typing import Any, Callable, Optional, Union
+from enum import Enum
+from typing import Any, Callable, Literal, Optional, Union
 
 import regex
 from hypothesis import strategies as st
@@ -127,6 +128,9 @@ class Case:
 
 
 def _tool_repr(tool: Any) -> str:
+    source = getattr(tool, "tool_source", None)
+    if source is not None:
+        return f"python_tool({source!r})"
     return tool.__name__ if callable(tool) else repr(tool)
 
 
@@ -828,6 +832,91 @@ def ab(a: list[int], b: dict, n: Union[int, str], flag: Optional[bool] = None) -
 
 PYTHON_TOOLS: tuple[Callable, ...] = (get_weather, ab)
 
+
+class Color(Enum):
+    RED = "red"
+    GREEN = "green"
+
+
+class Mixed(Enum):
+    ONE = 1
+    A = "a"
+
+
+class NoMembers(Enum):
+    pass
+
+
+class Opaque:
+    """A custom class: no JSON schema for it (TypeHintParsingException)."""
+
+
+_TOOL_NAMESPACE = {
+    "Any": Any, "Optional": Optional, "Union": Union, "Literal": Literal,
+    "Color": Color, "Mixed": Mixed, "NoMembers": NoMembers, "Opaque": Opaque,
+}
+
+
+def python_tool(source: str) -> Callable:
+    """The function (or bound method) that `source` defines as `tool`; the source stays attached so
+    a failing case prints as reproducible Python."""
+    namespace = dict(_TOOL_NAMESPACE)
+    exec(source, namespace)  # noqa: S102 - test-generated source, built from the fixed pieces below
+    tool = namespace["tool"]
+    getattr(tool, "__func__", tool).tool_source = source  # a bound method reads its function's attributes
+    return tool
+
+
+# Type hints get_json_schema turns into schemas (including unions, enums, Literal, nested containers)
+# and, in REFUSED_TYPE_HINTS, some it refuses (TypeHintParsingException): a one-element or open
+# tuple, a custom class, an Enum without members.
+TYPE_HINTS = (
+    "int", "float", "str", "bool", "list", "dict", "list[int]", "dict[str, int]", "tuple[int, str]",
+    "Optional[int]", "Union[int, str]", "int | None", "int | str | None", "float | bool",
+    "Literal['x', 'y']", "Literal[1, 'a']", "Any", "Color", "Mixed", "list[dict[str, float]]",
+    "Union[list[int], dict]", "Optional[list[int]]", "None",
+)
+REFUSED_TYPE_HINTS = ("tuple[int]", "tuple[int, ...]", "Opaque", "NoMembers")
+ARGUMENT_DESCRIPTIONS = (
+    "a value", "a value (choices: [\"x\", \"y\"])", "a number (choices: [1, 2.5])", "spans\n            two lines",
+)
+
+
+@st.composite
+def python_tool_sources(draw) -> str:
+    """Source of a function named after a tool, with hints and a Google docstring built from parts:
+    sometimes no docstring, an undocumented or unhinted argument, or a bad `(choices: ...)` block."""
+    name = draw(st.sampled_from(TOOL_NAMES))
+    params = draw(st.lists(st.sampled_from(ARGUMENT_KEYS), max_size=4, unique=True))
+    as_method = draw(one_in(5))
+    signature, described = (["self"] if as_method else []), []
+    for param in params:
+        hint = draw(st.sampled_from(REFUSED_TYPE_HINTS if draw(one_in(25)) else TYPE_HINTS))
+        text = param if draw(one_in(40)) else f"{param}: {hint}"  # an unhinted argument now and then
+        if draw(one_in(3)):
+            text += " = None"
+        signature.append(text)
+        if not draw(one_in(30)):
+            # "(choices: [x])" is not JSON: get_json_schema lets the JSONDecodeError out.
+            description = "broken (choices: [x])" if draw(one_in(40)) else draw(st.sampled_from(ARGUMENT_DESCRIPTIONS))
+            described.append(f"            {param}: {description}")
+    # Defaults must follow non-defaults: keep the order valid Python.
+    signature.sort(key=lambda part: "=" in part)
+    returns = draw(st.sampled_from(["", " -> str", " -> Opaque", " -> list[int]"]))
+    docstring = ""
+    if not draw(one_in(20)):
+        docstring = '        """Do something.\n\n'
+        if described:
+            docstring += "        Args:\n" + "\n".join(described) + "\n"
+        if draw(st.booleans()):
+            docstring += "\n        Returns:\n            something\n"
+        docstring += '        """\n'
+    body = docstring + "        return None\n"
+    function = f"    def {name}({', '.join(signature)}){returns}:\n{body}"
+    if as_method:
+        return f"class Holder:\n{function}\ntool = Holder().{name}\n"
+    return function.replace("\n    ", "\n")[4:] + f"tool = {name}\n"
+
 parameter_schemas = st.sampled_from(
     [
         {"type": "integer"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
@@ -852,7 +941,9 @@ def tool_entries(draw) -> Any:
     if shape == "bare":
         return {"name": name, "parameters": parameters}
     if shape == "python":
-        return draw(st.sampled_from(PYTHON_TOOLS))
+        if draw(st.booleans()):
+            return draw(st.sampled_from(PYTHON_TOOLS))
+        return python_tool(draw(python_tool_sources()))
     if shape == "no_parameters":
         return {"type": "function", "function": {"name": name}}
     if shape == "bad_parameters":
