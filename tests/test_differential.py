@@ -24,6 +24,7 @@ harness bugs, and `--hypothesis-show-statistics` shows what the strategies gener
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import signal
 from dataclasses import dataclass
@@ -202,7 +203,8 @@ def run_streaming(implementation: Implementation, template: Any, run: Run) -> li
         except Exception as error:  # noqa: BLE001 - every exception class is part of the behaviour
             steps.append(Step(name, error=error))
             return False
-        steps.append(Step(name, result, snapshot=canonical(result)))
+        # A copy for the report, since a finished result gets vandalized below.
+        steps.append(Step(name, copy.deepcopy(result), snapshot=canonical(result)))
         return True
 
     holder: dict = {}
@@ -217,8 +219,13 @@ def run_streaming(implementation: Implementation, template: Any, run: Run) -> li
     for index, chunk in enumerate(run.chunks):
         if not attempt(f"feed[{index}]({chunk!r})", lambda: parser.feed(chunk)):
             return steps
-    if not attempt("finalize", lambda: parser.finalize()):
+    def finalize():
+        holder["finalized"] = parser.finalize()
+        return holder["finalized"]
+
+    if not attempt("finalize", finalize):
         return steps
+    vandalize(holder["finalized"])
     if run.after_finalize == "feed":
         attempt("feed after finalize", lambda: parser.feed("x"))
     elif run.after_finalize == "finalize":
@@ -231,7 +238,29 @@ def run_one_shot(implementation: Implementation, template: Any, run: Run) -> lis
         message = implementation.one_shot(run.text, template, run.prefix, run.tools)
     except Exception as error:  # noqa: BLE001
         return [Step("parse_response", error=error)]
-    return [Step("parse_response", message, snapshot=canonical(message))]
+    step = Step("parse_response", copy.deepcopy(message), snapshot=canonical(message))
+    vandalize(message)
+    return [step]
+
+
+def vandalize(value: Any, seen: Optional[set] = None) -> None:
+    """Mutate every container of a finished result, as a careless caller might. Defaults are copied
+    per parser, so no later parser of the same template may see this."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, dict):
+        for item in list(value.values()):
+            vandalize(item, seen)
+        value["vandalized"] = True
+    elif isinstance(value, list):
+        for item in list(value):
+            vandalize(item, seen)
+        value.append("vandalized")
+    elif isinstance(value, tuple):
+        for item in value:
+            vandalize(item, seen)
 
 
 def guarded_run(side: str, runner: Callable[[], list[Step]]) -> list[Step]:
