@@ -1,13 +1,13 @@
-"""Hypothesis strategies for the differential tests against transformers' response-template interpreter.
+"""Hypothesis strategies for the differential tests against transformers' response parser.
 
 Everything here builds *plans*: a template together with what is known about it (strings that match
 each delimiter, which payloads suit each content parser, which named groups a pattern captures). The
 outputs, prefixes and chunkings are then drawn from the plan, so generated text actually exercises
 the template instead of being noise the parser never reacts to.
 
-Delimiters are built from a deliberately tiny alphabet (`<`, `>`, `/`, `a`, `b`, `|`, newline, space)
-so that delimiters of different fields collide, overlap, prefix one another and nearly match far more
-often than realistic templates would let them.
+Delimiters are built from a deliberately tiny alphabet (`<`, `>`, `/`, `a`, `b`, `|`, newline,
+space) so that delimiters of different fields collide, overlap, prefix one another and nearly match
+far more often than realistic templates would let them.
 
 Public entry points:
     cases()            a `Case`: a template and one to three `Run`s (prefix, chunks, tools) with it
@@ -26,11 +26,11 @@ from typing import Any, Callable, Literal, Optional, Union
 import regex
 from hypothesis import strategies as st
 
-
 # --------------------------------------------------------------------------------------------------
 # Vocabulary
 # --------------------------------------------------------------------------------------------------
 
+# fmt: off
 DELIMITER_ALPHABET = "<>/ab|\n "
 # Characters for free text: the delimiter alphabet (so noise can complete or break delimiters),
 # JSON/kv punctuation, and a few non-ASCII code points (combining, astral, a line separator).
@@ -41,7 +41,9 @@ NOISE_ALPHABET = DELIMITER_ALPHABET + 'xyz{}[]":=,;\t\\' + "é中😀\u2028\u030
 FIELD_NAMES = ("content", "reasoning_content", "tool_calls", "a", "b_b", "Z")
 # Names that are not Python identifiers, or are keywords, quotes, braces, non-ASCII: template text
 # must reach generated code only as escaped literals, and name ordering must stay code-point order.
-ODD_FIELD_NAMES = ("x-y", "class", "名", "", "a b", "__init__", "None", "'\"", "\\", "{content}", "Ä", "\n")
+ODD_FIELD_NAMES = (
+    "x-y", "class", "名", "", "a b", "__init__", "None", "'\"", "\\", "{content}", "Ä", "\n",
+)
 GROUP_NAMES = ("name", "id", "content")
 TOOL_NAMES = ("a", "ab", "get_weather")
 ARGUMENT_KEYS = ("a", "b", "n", "flag")
@@ -59,6 +61,7 @@ ARGUMENT_TEXTS = (
     "3", "-2", "3.0", "2.5", "1e2", "true", "False", "0", "1", "null", "None",
     "[1, 2]", '{"k": 1}', "nan", "inf", "x", "", " 7 ", "0x1", "1_0",
 )
+# fmt: on
 
 
 # --------------------------------------------------------------------------------------------------
@@ -68,7 +71,7 @@ ARGUMENT_TEXTS = (
 
 @dataclass(frozen=True)
 class Delimiter:
-    """A delimiter as written in the template, plus strings that match (or are meant to match) it."""
+    """A delimiter as written in the template, plus strings that match (or are meant to) it."""
 
     value: Any  # a literal, a list of literals, or a pattern string
     is_pattern: bool
@@ -107,7 +110,9 @@ class Run:
         return "".join(self.chunks)
 
     def __repr__(self) -> str:
-        tools = None if self.tools is None else "[" + ", ".join(_tool_repr(t) for t in self.tools) + "]"
+        tools = (
+            None if self.tools is None else "[" + ", ".join(_tool_repr(t) for t in self.tools) + "]"
+        )
         return (
             f"Run(prefix={self.prefix!r}, chunks={self.chunks!r}, tools={tools}, "
             f"after_finalize={self.after_finalize!r})"
@@ -144,7 +149,9 @@ class InvalidTemplate:
     paths: tuple[str, ...]
 
     def __repr__(self) -> str:
-        return f"InvalidTemplate(template={self.template!r}, rule={self.rule!r}, paths={self.paths!r})"
+        return (
+            f"InvalidTemplate(template={self.template!r}, rule={self.rule!r}, paths={self.paths!r})"
+        )
 
 
 def one_in(count: int) -> st.SearchStrategy[bool]:
@@ -183,7 +190,9 @@ def literal_list_delimiters(draw) -> Delimiter:
         else:
             literals.append(base + draw(st.text(DELIMITER_ALPHABET, min_size=1, max_size=2)))
     if draw(one_in(5)):
-        literals.append(draw(st.sampled_from(literals)))  # duplicates are accepted and de-duplicated
+        literals.append(
+            draw(st.sampled_from(literals))
+        )  # duplicates are accepted and de-duplicated
     literals = draw(st.permutations(literals))
     return Delimiter(list(literals), False, tuple(dict.fromkeys(literals)))
 
@@ -198,14 +207,17 @@ def pattern_delimiters(draw, *, allow_captures: bool = True) -> Delimiter:
     right = draw(literal_strings)
     e_left, e_right = regex.escape(left), regex.escape(right)
     group = draw(st.sampled_from(GROUP_NAMES))
+    # fmt: off
     forms = [
         "plain", "leading_ws", "trailing_ws", "lookahead", "lookbehind", "negative_lookahead",
         "end", "optional_tail", "optional_newline", "alternation", "char_class", "lazy_any",
         "case_insensitive", "empty_matchable", "start", "greedy_class", "greedy_any",
         # Forms that look behind the match or depend on where the buffer starts: an implementation
         # that trims consumed text must still give them the interpreter's view of the buffer.
-        "lookbehind_then", "negative_lookbehind", "word_boundary", "multiline_start", "search_start",
+        "lookbehind_then", "negative_lookbehind", "word_boundary", "multiline_start",
+        "search_start",
     ]
+    # fmt: on
     if allow_captures:
         forms += ["named_word", "named_lazy", "named_optional"]
     form = draw(st.sampled_from(forms))
@@ -236,7 +248,11 @@ def pattern_delimiters(draw, *, allow_captures: bool = True) -> Delimiter:
         chars = draw(st.text(DELIMITER_ALPHABET, min_size=1, max_size=3))
         return Delimiter(_char_class(chars), True, tuple(dict.fromkeys(chars)))
     if form == "greedy_class":
-        return Delimiter(f"{e_left}{_char_class('ab')}+{e_right}", True, (left + "a" + right, left + "ab" + right))
+        return Delimiter(
+            f"{e_left}{_char_class('ab')}+{e_right}",
+            True,
+            (left + "a" + right, left + "ab" + right),
+        )
     if form == "greedy_any":
         # A partial match can always grow to the end of the buffer: holds everything after `left`.
         return Delimiter(f"{e_left}.*{e_right}", True, (left + right, left + "x" + right))
@@ -266,7 +282,10 @@ def pattern_delimiters(draw, *, allow_captures: bool = True) -> Delimiter:
         )
     if form == "named_lazy":
         return Delimiter(
-            f"{e_left}(?P<{group}>.*?){e_right}", True, (left + tool + right, left + right), (group,)
+            f"{e_left}(?P<{group}>.*?){e_right}",
+            True,
+            (left + tool + right, left + right),
+            (group,),
         )
     # An optional named group: a capture that may be None is dropped from the transform scope.
     return Delimiter(
@@ -309,12 +328,16 @@ json_values = st.recursive(
     json_scalars,
     lambda children: st.one_of(
         st.lists(children, max_size=3),
-        st.dictionaries(st.sampled_from(ARGUMENT_KEYS + ("name", "arguments")), children, max_size=3),
+        st.dictionaries(
+            st.sampled_from(ARGUMENT_KEYS + ("name", "arguments")), children, max_size=3
+        ),
     ),
     max_leaves=6,
 )
 argument_dicts = st.dictionaries(
-    st.sampled_from(ARGUMENT_KEYS), st.one_of(st.sampled_from(ARGUMENT_TEXTS), json_values), max_size=3
+    st.sampled_from(ARGUMENT_KEYS),
+    st.one_of(st.sampled_from(ARGUMENT_TEXTS), json_values),
+    max_size=3,
 )
 tool_call_objects = st.fixed_dictionaries(
     {"name": st.sampled_from(TOOL_NAMES), "arguments": argument_dicts}
@@ -328,7 +351,11 @@ def _render_unquoted(obj: dict) -> str:
 
 @st.composite
 def json_payloads(draw, args: dict) -> str:
-    kind = draw(st.sampled_from(["value", "tool_call", "tool_call_list", "unquoted", "delimited", "broken", "noise"]))
+    kind = draw(
+        st.sampled_from(
+            ["value", "tool_call", "tool_call_list", "unquoted", "delimited", "broken", "noise"]
+        )
+    )
     if kind == "value":
         return json.dumps(draw(json_values), ensure_ascii=draw(st.booleans()))
     if kind == "tool_call":
@@ -379,7 +406,10 @@ value_parsers = st.one_of(
     st.none(),
     st.fixed_dictionaries({"name": st.sampled_from(["text", "int", "float", "bool", "json"])}),
     st.fixed_dictionaries(
-        {"name": st.sampled_from(["text", "json", "kv-lines"]), "args": st.fixed_dictionaries({"strip": st.booleans()})}
+        {
+            "name": st.sampled_from(["text", "json", "kv-lines"]),
+            "args": st.fixed_dictionaries({"strip": st.booleans()}),
+        }
     ),
     st.just({}),  # name defaults to "text"
     st.just({"name": "no-such-parser"}),  # KeyError at parse time
@@ -408,7 +438,9 @@ def xml_inline_payloads(draw, style: str) -> str:
     render = XML_TAG_STYLES[style][1]
     pairs = draw(
         st.lists(
-            st.tuples(st.sampled_from(ARGUMENT_KEYS), st.sampled_from(ARGUMENT_TEXTS + ("a b", "<x>"))),
+            st.tuples(
+                st.sampled_from(ARGUMENT_KEYS), st.sampled_from(ARGUMENT_TEXTS + ("a b", "<x>"))
+            ),
             max_size=4,
         )
     )
@@ -434,7 +466,9 @@ def kv_lines_args(draw) -> dict:
     if value_parser is not None:
         args["value_parser"] = value_parser
     if draw(one_in(25)):
-        args[draw(st.sampled_from(["line_sep", "kv_sep"]))] = ""  # ValueError("empty separator") at parse time
+        args[draw(st.sampled_from(["line_sep", "kv_sep"]))] = (
+            ""  # ValueError("empty separator") at parse time
+        )
     return args
 
 
@@ -458,24 +492,40 @@ def kv_lines_payloads(draw, args: dict) -> str:
 
 # Text for the scalar parsers: mostly what each accepts (including Python's generous spellings:
 # "1_000", non-ASCII digits, "nan", "+5"), sometimes what it refuses (a ValueError at close).
-odd_number_texts = st.sampled_from(["nan", "-inf", "1e3", "1_000", "٣", "4.0", "0x10", "", "+5", "true", "yes", "TRUE"])
+odd_number_texts = st.sampled_from(
+    ["nan", "-inf", "1e3", "1_000", "٣", "4.0", "0x10", "", "+5", "true", "yes", "TRUE"]
+)
 scalar_texts = {
-    "int": st.one_of(st.integers(-10**6, 10**6).map(str), st.integers(-10**6, 10**6).map(str), odd_number_texts),
+    "int": st.one_of(
+        st.integers(-(10**6), 10**6).map(str),
+        st.integers(-(10**6), 10**6).map(str),
+        odd_number_texts,
+    ),
     "float": st.one_of(
-        st.floats(allow_nan=True, allow_infinity=True).map(repr), st.integers(-99, 99).map(str), odd_number_texts
+        st.floats(allow_nan=True, allow_infinity=True).map(repr),
+        st.integers(-99, 99).map(str),
+        odd_number_texts,
     ),
     "bool": st.sampled_from(["true", "True", "1", "0", "false", "yes", "TRUE", "", "2"]),
 }
 
 
 @st.composite
-def content_configs(draw, *, parser: Optional[str] = None) -> tuple[str, Optional[dict], st.SearchStrategy[str]]:
+def content_configs(
+    draw, *, parser: Optional[str] = None
+) -> tuple[str, Optional[dict], st.SearchStrategy[str]]:
     """(content parser name, content_args or None when absent, payload strategy)."""
     parser = parser or draw(
-        st.sampled_from(["text"] * 5 + ["int", "float", "bool", "json", "json", "xml-inline", "kv-lines"])
+        st.sampled_from(
+            ["text"] * 5 + ["int", "float", "bool", "json", "json", "xml-inline", "kv-lines"]
+        )
     )
     if parser in ("text", "int", "float", "bool"):
-        args = draw(st.sampled_from([None, {}, {"strip": True}, {"strip": False}, {"strip": 0}, {"unused": 1}]))
+        args = draw(
+            st.sampled_from(
+                [None, {}, {"strip": True}, {"strip": False}, {"strip": 0}, {"unused": 1}]
+            )
+        )
         inner = noise if parser == "text" else scalar_texts[parser]
         return parser, args, _padded(inner)
     if parser == "json":
@@ -484,7 +534,10 @@ def content_configs(draw, *, parser: Optional[str] = None) -> tuple[str, Optiona
             args["unquoted_keys"] = draw(st.booleans())
         if draw(st.booleans()):
             args["string_delims"] = draw(
-                st.lists(st.sampled_from([['<|"|>', '<|"|>'], ["'", "'"], ["«", "»"], ["<s>", "</s>"]]), max_size=2)
+                st.lists(
+                    st.sampled_from([['<|"|>', '<|"|>'], ["'", "'"], ["«", "»"], ["<s>", "</s>"]]),
+                    max_size=2,
+                )
             )
         if draw(st.booleans()):
             args["allow_non_json"] = draw(st.booleans())
@@ -541,7 +594,11 @@ def transforms(draw, captures: tuple[str, ...], each: bool, structured: bool = T
             leaves,
             lambda children: st.one_of(
                 st.lists(children, max_size=3),
-                st.dictionaries(st.sampled_from(["type", "function", "name", "arguments", "x"]), children, max_size=3),
+                st.dictionaries(
+                    st.sampled_from(["type", "function", "name", "arguments", "x"]),
+                    children,
+                    max_size=3,
+                ),
             ),
             max_leaves=5,
         )
@@ -568,7 +625,8 @@ def field_plans(
     shared: tuple[Delimiter, ...] = (),
 ) -> FieldPlan:
     """One field. `shared` holds the delimiters of the fields drawn before: reusing one now and then
-    makes two delimiters match at one position with one length, where the field *name* breaks the tie."""
+    makes two delimiters match at one position with one length: the field *name* breaks the tie.
+    """
 
     def some_delimiter() -> Delimiter:
         if shared and draw(one_in(4)):
@@ -600,7 +658,10 @@ def field_plans(
     if draw(one_in(10)):
         spec["optional"] = draw(st.sampled_from([False, False, True, 0]))
     captures = tuple(
-        dict.fromkeys((open_delimiter.captures if open_delimiter else ()) + (close_delimiter.captures if close_delimiter else ()))
+        dict.fromkeys(
+            (open_delimiter.captures if open_delimiter else ())
+            + (close_delimiter.captures if close_delimiter else ())
+        )
     )
     # Named groups demand a transform; leave one out now and then (a template error).
     if captures:
@@ -609,16 +670,22 @@ def field_plans(
         wants_transform = draw(one_in(4))
     if wants_transform:
         each = parser == "json" and draw(one_in(3))
-        spec["transform"] = draw(transforms(captures, each, structured=parser in ("json", "xml-inline", "kv-lines")))
+        spec["transform"] = draw(
+            transforms(captures, each, structured=parser in ("json", "xml-inline", "kv-lines"))
+        )
         if each or draw(one_in(10)):
             spec["transform_each"] = each
     spec = dict(draw(st.permutations(list(spec.items()))))
     return FieldPlan(name, spec, open_delimiter, close_delimiter, payloads)
 
 
-def _tool_call_field(draw, name: str, open_delimiter: Delimiter, close_delimiter: Optional[Delimiter]) -> FieldPlan:
+def _tool_call_field(
+    draw, name: str, open_delimiter: Delimiter, close_delimiter: Optional[Delimiter]
+) -> FieldPlan:
     """A field shaped like the tool-call fields of real templates, so tool-schema coercion runs."""
-    recipe = draw(st.sampled_from(["named_xml", "named_kv", "json_object", "json_list", "named_json"]))
+    recipe = draw(
+        st.sampled_from(["named_xml", "named_kv", "json_object", "json_list", "named_json"])
+    )
     named_open = Delimiter(
         r"<call=(?P<name>\w+)>", True, tuple(f"<call={t}>" for t in TOOL_NAMES), ("name",)
     )
@@ -629,11 +696,17 @@ def _tool_call_field(draw, name: str, open_delimiter: Delimiter, close_delimiter
         else:
             left = draw(literal_strings)
             open_delimiter = Delimiter(
-                regex.escape(left) + r"(?P<name>\w+)>", True, tuple(left + t + ">" for t in TOOL_NAMES), ("name",)
+                regex.escape(left) + r"(?P<name>\w+)>",
+                True,
+                tuple(left + t + ">" for t in TOOL_NAMES),
+                ("name",),
             )
         parser = {"named_xml": "xml-inline", "named_kv": "kv-lines", "named_json": "json"}[recipe]
         parser, args, payloads = draw(content_configs(parser=parser))
-        spec["transform"] = {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}}
+        spec["transform"] = {
+            "type": "function",
+            "function": {"name": "{name}", "arguments": "{content}"},
+        }
     elif recipe == "json_object":
         parser, args, payloads = draw(content_configs(parser="json"))
         payloads = _padded(tool_call_objects.map(json.dumps))
@@ -641,7 +714,10 @@ def _tool_call_field(draw, name: str, open_delimiter: Delimiter, close_delimiter
     else:
         parser, args, payloads = draw(content_configs(parser="json"))
         payloads = _padded(st.lists(tool_call_objects, max_size=3).map(json.dumps))
-        spec["transform"] = {"type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}}
+        spec["transform"] = {
+            "type": "function",
+            "function": {"name": "{name}", "arguments": "{arguments}"},
+        }
         spec["transform_each"] = True
     spec["content"] = parser
     if args is not None:
@@ -694,7 +770,9 @@ def template_plans(draw, *, tool_call: bool = False, valid_only: bool = False) -
             )
         )
     template: dict = {}
-    version = draw(st.sampled_from(["absent", "absent", 1, 1.0, True]))  # 1.0 and True compare equal to 1
+    version = draw(
+        st.sampled_from(["absent", "absent", 1, 1.0, True])
+    )  # 1.0 and True compare equal to 1
     if version != "absent":
         template["version"] = version
     if draw(st.booleans()):
@@ -736,7 +814,9 @@ def _samples(delimiter: Optional[Delimiter]) -> tuple[str, ...]:
 @st.composite
 def segments(draw, plan: TemplatePlan) -> str:
     kind = draw(
-        st.sampled_from(["region"] * 5 + ["open", "close", "payload", "noise", "near_miss", "anchor"])
+        st.sampled_from(
+            ["region"] * 5 + ["open", "close", "payload", "noise", "near_miss", "anchor"]
+        )
     )
     fieldplan = draw(st.sampled_from(plan.fields))
     if kind == "region":
@@ -754,7 +834,9 @@ def segments(draw, plan: TemplatePlan) -> str:
     if kind == "anchor":
         return draw(st.sampled_from(_samples(plan.anchor)))
     if kind == "near_miss":
-        delimiter = draw(st.sampled_from([d for d in (fieldplan.open, fieldplan.close, plan.anchor) if d]))
+        delimiter = draw(
+            st.sampled_from([d for d in (fieldplan.open, fieldplan.close, plan.anchor) if d])
+        )
         return draw(near_misses(draw(st.sampled_from(_samples(delimiter)))))
     return draw(noise)
 
@@ -766,7 +848,11 @@ def outputs(draw, plan: TemplatePlan, max_segments: int = 8) -> str:
 
 @st.composite
 def prefixes(draw, plan: TemplatePlan) -> Optional[str]:
-    kind = draw(st.sampled_from(["empty"] * 8 + ["no_anchor", "no_anchor", "turns"] * 3 + ["overlap"] * 2 + ["none"]))
+    kind = draw(
+        st.sampled_from(
+            ["empty"] * 8 + ["no_anchor", "no_anchor", "turns"] * 3 + ["overlap"] * 2 + ["none"]
+        )
+    )
     if kind == "empty":
         return ""
     if kind == "none":
@@ -776,12 +862,22 @@ def prefixes(draw, plan: TemplatePlan) -> Optional[str]:
     anchor_sample = st.sampled_from(_samples(plan.anchor))
     if kind == "turns":
         # Multi-turn history: earlier turns, each starting with an anchor; only the last counts.
-        turns = draw(st.lists(st.tuples(anchor_sample, outputs(plan, max_segments=2)), min_size=1, max_size=3))
+        turns = draw(
+            st.lists(
+                st.tuples(anchor_sample, outputs(plan, max_segments=2)), min_size=1, max_size=3
+            )
+        )
         return draw(outputs(plan, max_segments=1)) + "".join(a + body for a, body in turns)
     # The anchor runs into a delimiter: the truncated prefix starts in the middle of it.
-    delimiter_sample = draw(st.sampled_from([s for f in plan.fields for s in _samples(f.open) + _samples(f.close)]))
+    delimiter_sample = draw(
+        st.sampled_from([s for f in plan.fields for s in _samples(f.open) + _samples(f.close)])
+    )
     cut = draw(st.integers(0, len(delimiter_sample)))
-    return draw(anchor_sample) + delimiter_sample[cut:] + draw(st.sampled_from(["", *_samples(plan.anchor)]))
+    return (
+        draw(anchor_sample)
+        + delimiter_sample[cut:]
+        + draw(st.sampled_from(["", *_samples(plan.anchor)]))
+    )
 
 
 @st.composite
@@ -852,8 +948,14 @@ class Opaque:
 
 
 _TOOL_NAMESPACE = {
-    "Any": Any, "Optional": Optional, "Union": Union, "Literal": Literal,
-    "Color": Color, "Mixed": Mixed, "NoMembers": NoMembers, "Opaque": Opaque,
+    "Any": Any,
+    "Optional": Optional,
+    "Union": Union,
+    "Literal": Literal,
+    "Color": Color,
+    "Mixed": Mixed,
+    "NoMembers": NoMembers,
+    "Opaque": Opaque,
 }
 
 
@@ -863,13 +965,16 @@ def python_tool(source: str) -> Callable:
     namespace = dict(_TOOL_NAMESPACE)
     exec(source, namespace)  # noqa: S102 - test-generated source, built from the fixed pieces below
     tool = namespace["tool"]
-    getattr(tool, "__func__", tool).tool_source = source  # a bound method reads its function's attributes
+    getattr(tool, "__func__", tool).tool_source = (
+        source  # a bound method reads its function's attributes
+    )
     return tool
 
 
-# Type hints get_json_schema turns into schemas (including unions, enums, Literal, nested containers)
+# Type hints get_json_schema turns into schemas (unions, enums, Literal, nested containers)
 # and, in REFUSED_TYPE_HINTS, some it refuses (TypeHintParsingException): a one-element or open
 # tuple, a custom class, an Enum without members.
+# fmt: off
 TYPE_HINTS = (
     "int", "float", "str", "bool", "list", "dict", "list[int]", "dict[str, int]", "tuple[int, str]",
     "Optional[int]", "Union[int, str]", "int | None", "int | str | None", "float | bool",
@@ -878,27 +983,36 @@ TYPE_HINTS = (
 )
 REFUSED_TYPE_HINTS = ("tuple[int]", "tuple[int, ...]", "Opaque", "NoMembers")
 ARGUMENT_DESCRIPTIONS = (
-    "a value", "a value (choices: [\"x\", \"y\"])", "a number (choices: [1, 2.5])", "spans\n            two lines",
+    "a value", "a value (choices: [\"x\", \"y\"])", "a number (choices: [1, 2.5])",
+    "spans\n            two lines",
 )
+# fmt: on
 
 
 @st.composite
 def python_tool_sources(draw) -> str:
     """Source of a function named after a tool, with hints and a Google docstring built from parts:
-    sometimes no docstring, an undocumented or unhinted argument, or a bad `(choices: ...)` block."""
+    sometimes no docstring, an undocumented or unhinted argument, or a bad `(choices: ...)` block.
+    """
     name = draw(st.sampled_from(TOOL_NAMES))
     params = draw(st.lists(st.sampled_from(ARGUMENT_KEYS), max_size=4, unique=True))
     as_method = draw(one_in(5))
     signature, described = (["self"] if as_method else []), []
     for param in params:
         hint = draw(st.sampled_from(REFUSED_TYPE_HINTS if draw(one_in(25)) else TYPE_HINTS))
-        text = param if draw(one_in(40)) else f"{param}: {hint}"  # an unhinted argument now and then
+        text = (
+            param if draw(one_in(40)) else f"{param}: {hint}"
+        )  # an unhinted argument now and then
         if draw(one_in(3)):
             text += " = None"
         signature.append(text)
         if not draw(one_in(30)):
             # "(choices: [x])" is not JSON: get_json_schema lets the JSONDecodeError out.
-            description = "broken (choices: [x])" if draw(one_in(40)) else draw(st.sampled_from(ARGUMENT_DESCRIPTIONS))
+            description = (
+                "broken (choices: [x])"
+                if draw(one_in(40))
+                else draw(st.sampled_from(ARGUMENT_DESCRIPTIONS))
+            )
             described.append(f"            {param}: {description}")
     # Defaults must follow non-defaults: keep the order valid Python.
     signature.sort(key=lambda part: "=" in part)
@@ -917,24 +1031,34 @@ def python_tool_sources(draw) -> str:
         return f"class Holder:\n{function}\ntool = Holder().{name}\n"
     return function.replace("\n    ", "\n")[4:] + f"tool = {name}\n"
 
+
+# fmt: off
 parameter_schemas = st.sampled_from(
     [
         {"type": "integer"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
         {"type": "object"}, {"type": "array"}, {"type": "string"},
-        {"type": ["integer", "null"]}, {"type": ["boolean", "string"]}, {"type": ["array", "integer"]},
+        {"type": ["integer", "null"]}, {"type": ["boolean", "string"]},
+        {"type": ["array", "integer"]},
         {"anyOf": [{"type": "integer"}, {"type": "string"}]},
         {"oneOf": [{"type": "number"}, {"type": "null"}]},
         {"anyOf": [{"type": "array"}, {"type": "object"}]},
         {"type": "integer", "nullable": True}, {"nullable": True}, {}, {"type": 3}, "integer",
     ]
 )
+# fmt: on
 
 
 @st.composite
 def tool_entries(draw) -> Any:
-    shape = draw(st.sampled_from(["wrapped"] * 4 + ["bare", "python", "no_parameters", "bad_parameters", "junk"]))
+    shape = draw(
+        st.sampled_from(
+            ["wrapped"] * 4 + ["bare", "python", "no_parameters", "bad_parameters", "junk"]
+        )
+    )
     name = draw(st.sampled_from(TOOL_NAMES))
-    properties = draw(st.dictionaries(st.sampled_from(ARGUMENT_KEYS), parameter_schemas, max_size=4))
+    properties = draw(
+        st.dictionaries(st.sampled_from(ARGUMENT_KEYS), parameter_schemas, max_size=4)
+    )
     parameters = {"type": "object", "properties": properties}
     if shape == "wrapped":
         return {"type": "function", "function": {"name": name, "parameters": parameters}}
@@ -947,7 +1071,12 @@ def tool_entries(draw) -> Any:
     if shape == "no_parameters":
         return {"type": "function", "function": {"name": name}}
     if shape == "bad_parameters":
-        return {"function": {"name": name, "parameters": draw(st.sampled_from(["x", {"properties": []}, None]))}}
+        return {
+            "function": {
+                "name": name,
+                "parameters": draw(st.sampled_from(["x", {"properties": []}, None])),
+            }
+        }
     return draw(st.sampled_from(["not a tool", 3, {"function": {"name": 5}}, {"function": "x"}]))
 
 
@@ -982,7 +1111,9 @@ def fresh_tree(value: Any) -> Any:
 
 
 @st.composite
-def cases_from_plans(draw, plans: st.SearchStrategy[TemplatePlan], *, always_tools: bool = False) -> Case:
+def cases_from_plans(
+    draw, plans: st.SearchStrategy[TemplatePlan], *, always_tools: bool = False
+) -> Case:
     plan = draw(plans)
     return Case(
         template=fresh_tree(plan.template),
@@ -1006,14 +1137,20 @@ def _known_format_plans() -> list[TemplatePlan]:
     for template in _RESPONSE_TEMPLATE_FALLBACKS.values():
         fields = []
         for name, spec in template["fields"].items():
-            open_samples, close_samples = _KNOWN_SAMPLES[name, spec.get("open_pattern", spec.get("open", ""))]
+            open_samples, close_samples = _KNOWN_SAMPLES[
+                name, spec.get("open_pattern", spec.get("open", ""))
+            ]
             parser = spec.get("content", "text")
             if parser == "json":
                 payloads = _padded(
                     st.one_of(
                         tool_call_objects.map(json.dumps),
                         argument_dicts.map(_render_unquoted),
-                        argument_dicts.map(lambda d: _render_unquoted({k: '<|"|>' + str(v) + '<|"|>' for k, v in d.items()})),
+                        argument_dicts.map(
+                            lambda d: _render_unquoted(
+                                {k: '<|"|>' + str(v) + '<|"|>' for k, v in d.items()}
+                            )
+                        ),
                     )
                 )
             elif parser == "xml-inline":
@@ -1021,7 +1158,13 @@ def _known_format_plans() -> list[TemplatePlan]:
             else:
                 payloads = _padded(noise)
             fields.append(
-                FieldPlan(name, spec, Delimiter(None, True, open_samples), Delimiter(None, True, close_samples), payloads)
+                FieldPlan(
+                    name,
+                    spec,
+                    Delimiter(None, True, open_samples),
+                    Delimiter(None, True, close_samples),
+                    payloads,
+                )
             )
         anchors = template["start_anchor"]
         anchors = tuple(anchors) if isinstance(anchors, list) else (anchors,)
@@ -1033,7 +1176,10 @@ def _known_format_plans() -> list[TemplatePlan]:
 _KNOWN_SAMPLES = {
     ("reasoning_content", "<think>"): (("<think>", "<think>\n"), ("</think>", "</think>\n\n")),
     ("tool_calls", r"\s*<tool_call>"): (("<tool_call>", "\n<tool_call>\n"), ("</tool_call>",)),
-    ("content", ""): (("",), ("<|im_end|>", "\n<|im_end|>\n<|endoftext|>", "<|endoftext|>", "<|eot_id|>")),
+    ("content", ""): (
+        ("",),
+        ("<|im_end|>", "\n<|im_end|>\n<|endoftext|>", "<|endoftext|>", "<|eot_id|>"),
+    ),
     ("tool_calls", r"\s*<tool_call>\s*<function=(?P<name>[^>\n]+)>"): (
         tuple(f"\n<tool_call>\n<function={t}>" for t in TOOL_NAMES),
         ("</function>\n</tool_call>", "</function></tool_call>"),
@@ -1075,7 +1221,9 @@ def invalid_templates(draw) -> InvalidTemplate:
     spec = fields[name]
     anchor_key = "start_anchor_pattern" if "start_anchor_pattern" in template else "start_anchor"
     if rule == "template_not_dict":
-        return InvalidTemplate(draw(st.sampled_from([[], "template", None, 1, [template]])), rule, ("",))
+        return InvalidTemplate(
+            draw(st.sampled_from([[], "template", None, 1, [template]])), rule, ("",)
+        )
     paths = _MUTATIONS[rule](draw, template, name, spec, anchor_key)
     return InvalidTemplate(template, rule, _with_bracketed_names(paths, name))
 
@@ -1088,8 +1236,8 @@ def _with_bracketed_names(paths: tuple[str, ...], name: str) -> tuple[str, ...]:
     for path in paths:
         variants.append(path)
         if path == dotted or path.startswith(dotted + "."):
-            variants.append(f"fields[{json.dumps(name)}]" + path[len(dotted):])
-            variants.append(f"fields[{json.dumps(name, ensure_ascii=False)}]" + path[len(dotted):])
+            variants.append(f"fields[{json.dumps(name)}]" + path[len(dotted) :])
+            variants.append(f"fields[{json.dumps(name, ensure_ascii=False)}]" + path[len(dotted) :])
     return tuple(dict.fromkeys(variants))
 
 
@@ -1105,7 +1253,9 @@ def _unknown_top_level_key(draw, template, name, spec, anchor_key):
 
 
 def _defaults_not_dict(draw, template, name, spec, anchor_key):
-    template["defaults"] = draw(st.sampled_from([[], "assistant", 0, None, [["role", "assistant"]]]))
+    template["defaults"] = draw(
+        st.sampled_from([[], "assistant", 0, None, [["role", "assistant"]]])
+    )
     return ("defaults",)
 
 
@@ -1145,7 +1295,9 @@ def _bad_literal(draw, template, name, spec, anchor_key):
     kind = draw(st.sampled_from(["open", "close"]))
     spec.pop(f"{kind}_pattern", None)
     spec[kind] = draw(
-        st.sampled_from([[], [""], "", ["<a>", ""], ["<a>", 1], [None], 5, {"a": 1}, None, ["<a>", ["<b>"]]])
+        st.sampled_from(
+            [[], [""], "", ["<a>", ""], ["<a>", 1], [None], 5, {"a": 1}, None, ["<a>", ["<b>"]]]
+        )
     )
     return (f"fields.{name}.{kind}",)
 
@@ -1185,10 +1337,18 @@ def _transform_each_without_transform(draw, template, name, spec, anchor_key):
 
 
 def _mixed_placeholder(draw, template, name, spec, anchor_key):
-    mixed = draw(st.sampled_from(["x{content}", "{content} ", "{{content}}", "{a}{b}", "call:{name}", "{content.}x{y}"]))
+    mixed = draw(
+        st.sampled_from(
+            ["x{content}", "{content} ", "{{content}}", "{a}{b}", "call:{name}", "{content.}x{y}"]
+        )
+    )
     spec.pop("transform_each", None)
     where = draw(st.sampled_from(["whole", "nested", "list"]))
-    spec["transform"] = {"whole": mixed, "nested": {"function": {"name": mixed}}, "list": ["{content}", mixed]}[where]
+    spec["transform"] = {
+        "whole": mixed,
+        "nested": {"function": {"name": mixed}},
+        "list": ["{content}", mixed],
+    }[where]
     return (f"fields.{name}.transform",)
 
 
@@ -1197,7 +1357,9 @@ def _named_group_without_transform(draw, template, name, spec, anchor_key):
     spec.pop("transform_each", None)
     kind = draw(st.sampled_from(["open", "close"]))
     spec.pop(kind, None)
-    spec[f"{kind}_pattern"] = draw(st.sampled_from([r"<(?P<name>\w+)>", r"</(?P<id>a)>", r"(?P<x>)"]))
+    spec[f"{kind}_pattern"] = draw(
+        st.sampled_from([r"<(?P<name>\w+)>", r"</(?P<id>a)>", r"(?P<x>)"])
+    )
     return (f"fields.{name}.{kind}_pattern", f"fields.{name}.transform", f"fields.{name}")
 
 

@@ -1,12 +1,17 @@
 """Differential property tests: rtcompile must behave exactly like transformers' interpreter.
 
-For every generated case (template, prefix, chunked generation, tools) both implementations run side
-by side and must agree, step by step, on:
+Every generated case is a template and one to three runs (prefix, chunked generation, tools); for
+each run both implementations go side by side and must agree, step by step, on:
 
 * construction: `initial_events`, or the exception class;
 * every `feed`: the events it returns (chunk boundaries and `dirty` flags included), or the class;
 * `finalize`: the message and the final events, or the class;
-* a `feed`/`finalize` after `finalize` (RuntimeError), when the case asks for one.
+* a `feed`/`finalize` after `finalize` (RuntimeError), when the case asks for one;
+* one-shot `parse_response` on the whole generation (a separate property: the interpreter is not
+  chunk-invariant, so streamed and one-shot results are not compared with each other).
+
+Each finished message is then vandalized (every list and dict mutated): the next run of the same
+template must not see it, which is what copying `defaults` per parser guarantees.
 
 rtcompile may raise a subclass of the interpreter's exception class (e.g. its `TemplateError` is a
 `ValueError`). Values are compared strictly: types (1 vs 1.0 vs True), float spelling (nan, -0.0)
@@ -31,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 import pytest
-from hypothesis import event, example, given, note
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 from transformers.utils.chat_parsing import response_parser as interpreter_module
 
@@ -62,7 +67,7 @@ def private_compile_cache(tmp_path_factory):
 
 
 class InterpreterLoop(Exception):
-    """The interpreter kept re-matching zero-width delimiters at one position: it would never return."""
+    """The interpreter kept re-matching zero-width delimiters at one position: it never returns."""
 
 
 # A healthy `_process` revisits one buffer position a handful of times at most (a zero-width open,
@@ -89,7 +94,9 @@ class LoopGuardedInterpreter(interpreter_module.ResponseParser):
         return super()._scan(watch, eos)
 
 
-def interpreter_one_shot(text: str, template: Any, prefix: Optional[str], tools: Optional[list]) -> dict:
+def interpreter_one_shot(
+    text: str, template: Any, prefix: Optional[str], tools: Optional[list]
+) -> dict:
     """`parse_response`, after checking with the guarded class that it would terminate."""
     probe = LoopGuardedInterpreter(template, prefix, tools=tools)
     probe.feed(text)
@@ -135,7 +142,9 @@ def candidate(entry_point: str) -> Implementation:
     return Implementation(
         "rtcompile.load(template)",
         lambda template, prefix, tools: load(template).ResponseParser(prefix, tools=tools),
-        lambda text, template, prefix, tools: load(template).parse_response(text, prefix=prefix, tools=tools),
+        lambda text, template, prefix, tools: load(template).parse_response(
+            text, prefix=prefix, tools=tools
+        ),
     )
 
 
@@ -189,7 +198,8 @@ class Step:
 
     def describe(self) -> str:
         if self.error is not None:
-            return f"{self.name}: raised {type(self.error).__module__}.{type(self.error).__qualname__}: {self.error}"
+            kind = type(self.error)
+            return f"{self.name}: raised {kind.__module__}.{kind.__qualname__}: {self.error}"
         return f"{self.name}: {self.result!r}"
 
 
@@ -219,6 +229,7 @@ def run_streaming(implementation: Implementation, template: Any, run: Run) -> li
     for index, chunk in enumerate(run.chunks):
         if not attempt(f"feed[{index}]({chunk!r})", lambda: parser.feed(chunk)):
             return steps
+
     def finalize():
         holder["finalized"] = parser.finalize()
         return holder["finalized"]
@@ -270,11 +281,17 @@ def guarded_run(side: str, runner: Callable[[], list[Step]]) -> list[Step]:
     except StepTimeout:
         if side == "interpreter":
             # The loop guard should make this impossible: a harness problem, not a divergence.
-            pytest.fail("the interpreter side exceeded the time limit; the loop guard missed a case")
-        pytest.fail(f"{side} did not finish within {STEP_TIME_LIMIT_SECONDS}s (the interpreter did)")
+            pytest.fail(
+                "the interpreter side exceeded the time limit; the loop guard missed a case"
+            )
+        pytest.fail(
+            f"{side} did not finish within {STEP_TIME_LIMIT_SECONDS}s (the interpreter did)"
+        )
 
 
-def compare(expected: list[Step], actual: list[Step], template: Any, run: Run, candidate_name: str) -> None:
+def compare(
+    expected: list[Step], actual: list[Step], template: Any, run: Run, candidate_name: str
+) -> None:
     report = [f"template: {template!r}", f"run: {run!r}", f"candidate: {candidate_name}"]
     for index, want in enumerate(expected):
         got = actual[index] if index < len(actual) else None
@@ -300,7 +317,8 @@ def compare(expected: list[Step], actual: list[Step], template: Any, run: Run, c
         if got.snapshot != want.snapshot:
             same_but_order = _unordered(got.snapshot) == _unordered(want.snapshot)
             report.append(
-                f"step {want.name}: results differ" + (" (only in dict key order)" if same_but_order else "")
+                f"step {want.name}: results differ"
+                + (" (only in dict key order)" if same_but_order else "")
             )
             _fail(report, expected, actual)
     if len(actual) > len(expected):
@@ -338,7 +356,10 @@ def record_statistics(template: Any, run: Run, steps: list[Step]) -> None:
                         kind = "list" if isinstance(spec[key], list) else "str"
                         event(f"delimiter: {key} ({kind})")
                 if "open" not in spec and "open_pattern" not in spec:
-                    event("implicit field" + (" with close" if ("close" in spec or "close_pattern" in spec) else ""))
+                    event(
+                        "implicit field"
+                        + (" with close" if ("close" in spec or "close_pattern" in spec) else "")
+                    )
     last = steps[-1]
     if last.error is not None:
         step_kind = last.name.split("[")[0].split("(")[0]
@@ -356,7 +377,10 @@ def record_statistics(template: Any, run: Run, steps: list[Step]) -> None:
     if final is not None:
         closes += sum(1 for e in final.result[1] if e.get("type") == "region_close")
     event("region closes: " + ("0" if closes == 0 else "1-2" if closes <= 2 else "3+"))
-    event("prefix: " + ("None" if run.prefix is None else "empty" if run.prefix == "" else "non-empty"))
+    event(
+        "prefix: "
+        + ("None" if run.prefix is None else "empty" if run.prefix == "" else "non-empty")
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -383,9 +407,13 @@ QWEN3 = {
 def check_streaming(case: Case, entry_point: str) -> None:
     implementation = candidate(entry_point)
     for run in case.runs:
-        expected = guarded_run("interpreter", lambda: run_streaming(INTERPRETER, case.template, run))
+        expected = guarded_run(
+            "interpreter", lambda: run_streaming(INTERPRETER, case.template, run)
+        )
         record_statistics(case.template, run, expected)
-        actual = guarded_run(implementation.name, lambda: run_streaming(implementation, case.template, run))
+        actual = guarded_run(
+            implementation.name, lambda: run_streaming(implementation, case.template, run)
+        )
         compare(expected, actual, case.template, run, implementation.name)
 
 
@@ -411,7 +439,10 @@ def check_streaming(case: Case, entry_point: str) -> None:
 )
 @example(  # zero-width open and close at one position: the interpreter loops in the first feed
     case=Case(
-        {"start_anchor": "<a>", "fields": {"a": {"open_pattern": "(?=<)", "close_pattern": "(?=<)"}}},
+        {
+            "start_anchor": "<a>",
+            "fields": {"a": {"open_pattern": "(?=<)", "close_pattern": "(?=<)"}},
+        },
         [Run(prefix="", chunks=["x<y"])],
     ),
     entry_point="api",
@@ -433,10 +464,15 @@ def test_tool_call_coercion_matches_interpreter(case: Case, entry_point: str) ->
     # For the statistics: how often the tools actually change what the interpreter produces.
     for run in case.runs:
         without_tools = Run(run.prefix, run.chunks, None, run.after_finalize)
-        with_tools = guarded_run("interpreter", lambda: run_streaming(INTERPRETER, case.template, run))
-        plain = guarded_run("interpreter", lambda: run_streaming(INTERPRETER, case.template, without_tools))
+        with_tools = guarded_run(
+            "interpreter", lambda: run_streaming(INTERPRETER, case.template, run)
+        )
+        plain = guarded_run(
+            "interpreter", lambda: run_streaming(INTERPRETER, case.template, without_tools)
+        )
         same = len(plain) == len(with_tools) and all(
-            a.error is None and b.error is None and a.snapshot == b.snapshot for a, b in zip(plain, with_tools)
+            a.error is None and b.error is None and a.snapshot == b.snapshot
+            for a, b in zip(plain, with_tools)
         )
         event("tools changed nothing" if same else "tools changed the interpreter's result")
     check_streaming(case, entry_point)
@@ -447,13 +483,21 @@ def test_known_formats_match_interpreter(case: Case, entry_point: str) -> None:
     check_streaming(case, entry_point)
 
 
-@example(case=Case(QWEN3, [Run(prefix="", chunks=["<think>a</think>b<|im_end|>"])]), entry_point="api")
+@example(
+    case=Case(QWEN3, [Run(prefix="", chunks=["<think>a</think>b<|im_end|>"])]), entry_point="api"
+)
 @given(case=cases(), entry_point=st.sampled_from(ENTRY_POINTS))
 def test_one_shot_matches_interpreter(case: Case, entry_point: str) -> None:
     implementation = candidate(entry_point)
     for run in case.runs:
         expected = guarded_run("interpreter", lambda: run_one_shot(INTERPRETER, case.template, run))
-        outcome = "completed" if expected[0].error is None else f"raised {type(expected[0].error).__name__}"
+        outcome = (
+            "completed"
+            if expected[0].error is None
+            else f"raised {type(expected[0].error).__name__}"
+        )
         event(f"interpreter: {outcome}")
-        actual = guarded_run(implementation.name, lambda: run_one_shot(implementation, case.template, run))
+        actual = guarded_run(
+            implementation.name, lambda: run_one_shot(implementation, case.template, run)
+        )
         compare(expected, actual, case.template, run, implementation.name)

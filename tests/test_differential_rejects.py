@@ -1,11 +1,11 @@
 """Invalid templates: rtcompile must reject exactly what the interpreter rejects, the same way.
 
 Each case is a generated valid template broken by one validation rule of the interpreter's
-`response_templates.py` (see `strategies.invalid_templates`). The interpreter must reject it (a check
-on the strategy itself); rtcompile's `ResponseParser`, `parse_response` and `compile_template` must
-reject it with the interpreter's exception class or a subclass. Where the interpreter raises
-ValueError, rtcompile must raise its `TemplateError` (a ValueError) whose message names the JSON path
-of the problem, e.g. `fields.tool_calls.open_pattern`, and whose `.path` says the same.
+`response_templates.py` (see `strategies.invalid_templates`). The interpreter must reject it (a
+check on the strategy itself); rtcompile's `ResponseParser`, `parse_response` and `compile_template`
+must reject it with the interpreter's exception class or a subclass. Where the interpreter raises
+ValueError, rtcompile must raise its `TemplateError` (a ValueError) whose message names the JSON
+path of the problem, e.g. `fields.tool_calls.open_pattern`, and whose `.path` says the same.
 
 Template validation comes before the "prefix is required" check in the interpreter, so the prefix is
 sometimes None: the template error must still be the one reported.
@@ -29,20 +29,28 @@ _PREFIX_ERROR_START = "`ResponseParser`/`parse_response` requires `prefix`"
 def candidate_entry_points() -> dict[str, Callable[[Any, Any], Any]]:
     if SELF_MODE:
         return {
-            "ResponseParser": lambda template, prefix: interpreter_module.ResponseParser(template, prefix),
-            "parse_response": lambda template, prefix: interpreter_module.parse_response("x", template, prefix=prefix),
+            "ResponseParser": lambda template, prefix: interpreter_module.ResponseParser(
+                template, prefix
+            ),
+            "parse_response": lambda template, prefix: interpreter_module.parse_response(
+                "x", template, prefix=prefix
+            ),
         }
     import rtcompile
 
     return {
         "ResponseParser": lambda template, prefix: rtcompile.ResponseParser(template, prefix),
-        "parse_response": lambda template, prefix: rtcompile.parse_response("x", template, prefix=prefix),
+        "parse_response": lambda template, prefix: rtcompile.parse_response(
+            "x", template, prefix=prefix
+        ),
         "compile_template": lambda template, prefix: rtcompile.compile_template(template),
     }
 
 
-def check_path(error: BaseException, invalid: InvalidTemplate, entry_point: str, context: str) -> None:
-    """The message names the problem's JSON path, and `.path` (when not the root, "") is that path."""
+def check_path(
+    error: BaseException, invalid: InvalidTemplate, entry_point: str, context: str
+) -> None:
+    """The message names the problem's JSON path; `.path` (unless the root, "") is that path."""
     message = str(error)
     path = getattr(error, "path", None)
     problems = []
@@ -56,29 +64,35 @@ def check_path(error: BaseException, invalid: InvalidTemplate, entry_point: str,
         problems.append("the message names none of the expected paths")
     if problems:
         pytest.fail(
-            f"{entry_point}: rule {invalid.rule!r} should be reported at one of {invalid.paths}, but "
-            + "; ".join(problems)
-            + f"\nmessage: {message!r}\n{context}",
+            f"{entry_point}: rule {invalid.rule!r} should be reported at one of "
+            f"{invalid.paths}, but " + "; ".join(problems) + f"\nmessage: {message!r}\n{context}",
             pytrace=False,
         )
 
 
 @example(
     invalid=InvalidTemplate(
-        {"start_anchor": "<a>", "fields": {"tool_calls": {"open_pattern": "<(?P<name>", "close": "</a>"}}},
+        {
+            "start_anchor": "<a>",
+            "fields": {"tool_calls": {"open_pattern": "<(?P<name>", "close": "</a>"}},
+        },
         "bad_regex",
         ("fields.tool_calls.open_pattern",),
     ),
     prefix=None,
 )
 @given(invalid=invalid_templates(), prefix=st.sampled_from(["", None, "<a>x"]))
-def test_invalid_templates_are_rejected_like_the_interpreter(invalid: InvalidTemplate, prefix) -> None:
+def test_invalid_templates_are_rejected_like_the_interpreter(
+    invalid: InvalidTemplate, prefix
+) -> None:
     entry_points = candidate_entry_points()
     with pytest.raises(Exception) as interpreter_error:
         interpreter_module.ResponseParser(invalid.template, prefix)
     expected = type(interpreter_error.value)
     # The strategy must break the template, not just trip over the missing prefix.
-    assert not str(interpreter_error.value).startswith(_PREFIX_ERROR_START), f"{invalid!r} was not invalid"
+    assert not str(interpreter_error.value).startswith(
+        _PREFIX_ERROR_START
+    ), f"{invalid!r} was not invalid"
     event(f"rule {invalid.rule}: interpreter raised {expected.__name__}")
     context = f"case: {invalid!r}, prefix={prefix!r}"
 
@@ -93,7 +107,8 @@ def test_invalid_templates_are_rejected_like_the_interpreter(invalid: InvalidTem
         if not isinstance(error, expected):
             pytest.fail(
                 f"{name}: raised {type(error).__module__}.{type(error).__qualname__}: {error}\n"
-                f"the interpreter raised {expected.__qualname__}: {interpreter_error.value}\n{context}",
+                f"the interpreter raised {expected.__qualname__}: "
+                f"{interpreter_error.value}\n{context}",
                 pytrace=False,
             )
         if SELF_MODE:
