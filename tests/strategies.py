@@ -110,9 +110,15 @@ class Run:
         return "".join(self.chunks)
 
     def __repr__(self) -> str:
-        tools = (
-            None if self.tools is None else "[" + ", ".join(_tool_repr(t) for t in self.tools) + "]"
-        )
+        if isinstance(self.tools, (list, tuple)):
+            items = ", ".join(_tool_repr(t) for t in self.tools)
+            tools = (
+                f"[{items}]"
+                if isinstance(self.tools, list)
+                else f"({items}{',' * (len(self.tools) == 1)})"
+            )
+        else:
+            tools = repr(self.tools)
         return (
             f"Run(prefix={self.prefix!r}, chunks={self.chunks!r}, tools={tools}, "
             f"after_finalize={self.after_finalize!r})"
@@ -561,6 +567,8 @@ transform_literals = st.one_of(
     st.none(),
     st.booleans(),
     st.floats(allow_nan=False, width=16),
+    # A tuple is a literal to the interpreter (only lists are walked), placeholder and all.
+    st.just(("{content}", 1)),
 )
 
 
@@ -574,7 +582,8 @@ def transforms(draw, captures: tuple[str, ...], each: bool, structured: bool = T
         dotted = ["{arguments.a}", "{name.a}"]
     else:  # the scope is the captures plus "content"
         names = [*captures, "content", "content"]
-        dotted = ["{content.name}", "{content.arguments}", "{content.a}"]
+        # "{content.0}" indexes a list (ValueError); "{名}" is a placeholder too (\w is Unicode).
+        dotted = ["{content.name}", "{content.arguments}", "{content.a}", "{content.0}", "{名}"]
     if not structured and not draw(one_in(5)):
         dotted = []  # dotted paths into a scalar always fail; keep that case, but rare
     placeholders = [f"{{{n}}}" for n in names] + dotted + ["{missing}"]
@@ -1081,6 +1090,11 @@ def tool_entries(draw) -> Any:
 
 
 tools_lists = st.lists(tool_entries(), max_size=3)
+# Mostly lists; the interpreter only iterates `tools`, so a tuple works and a dict or a string
+# contributes nothing usable (their items are not tools).
+tool_collections = st.one_of(
+    tools_lists, tools_lists, tools_lists, tools_lists.map(tuple), st.sampled_from([{}, "ab", ()])
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1094,7 +1108,7 @@ def runs(draw, plan: TemplatePlan, *, always_tools: bool = False) -> Run:
     return Run(
         prefix=draw(prefixes(plan)),
         chunks=draw(chunkings(text)),
-        tools=draw(tools_lists) if always_tools or draw(one_in(4)) else None,
+        tools=draw(tool_collections) if always_tools or draw(one_in(4)) else None,
         after_finalize=draw(st.sampled_from([None, None, "feed", "finalize"])),
     )
 
