@@ -145,6 +145,10 @@ class State:
     watches: list[Watch]
     quick: QuickCheck | None
 
+    @property
+    def has_literals(self) -> bool:
+        return any(w.delimiter.literals is not None for w in self.watches)
+
 
 def _state(method: str, doc: str, watches: list[Watch], triggers: dict, leads: dict) -> State:
     for rank, watch in enumerate(sorted(watches, key=lambda w: (0 if w.is_open else 1, w.field.name))):
@@ -161,6 +165,7 @@ class QuickCheck:
 
     absent: Code  # true when no watched delimiter's first character occurs in buf[pos:]
     absent_in_unread: Code  # the same for the generated feed's `unread` text
+    absent_in_text: Code  # the same for a fresh chunk `text`
     lead: str | None  # constant holding the lead characters (a trailing run of them may be held)
     lead_hold: bool  # with no first character, a trailing lead run is exactly what to hold
 
@@ -172,18 +177,20 @@ def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: dict)
     first = frozenset().union(*(c.first for c in charsets))
     lead = frozenset().union(*(c.lead for c in charsets))
     tag = method.upper().lstrip("_")
+    targets = (("buf", ", pos"), ("unread", ""), ("text", ""))
     if len(first) <= MAX_FIND_CHAIN:
-        absent = [" and ".join(f"{target}.find({py_literal(c)}{start}) < 0" for c in sorted(first)) for target, start in (("buf", ", pos"), ("unread", ""))]
+        # `c not in s` is the cheapest test; the scan methods must start at pos, hence find.
+        absent = [" and ".join(f"{t}.find({py_literal(c)}{s}) < 0" if s else f"{py_literal(c)} not in {t}" for c in sorted(first)) for t, s in targets]
     else:
         name = f"FIRST_CHARS_{tag}"
         triggers[name] = _char_class(first)
-        absent = [f"{name}.search(buf, pos) is None", f"{name}.search(unread) is None"]
+        absent = [f"{name}.search({t}{s}) is None" for t, s in targets]
     lead_name = None
     if lead:
         lead_name = f"LEAD_CHARS_{tag}"
         leads[lead_name] = "".join(sorted(lead))
     lead_hold = bool(lead) and all(c.lead_run and c.lead == lead for c in charsets if c.lead)
-    return QuickCheck(Code(absent[0]), Code(absent[1]), lead_name, lead_hold)
+    return QuickCheck(Code(absent[0]), Code(absent[1]), Code(absent[2]), lead_name, lead_hold)
 
 
 def _char_class(chars: frozenset[str]) -> str:
@@ -292,6 +299,7 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
                 "doc": f"Field {f.index} ({f.name!r}): {f.content.parser} content"
                 + (", transform on each element." if f.transform_each else ", transform." if f.transform is not None else "."),
                 "inline": _inline_scalar(f),
+                "call": Code(f"CONTENT_{f.index}(body)"),
                 "transform": None if f.transform is None else _transform_expr(f.transform, f.transform_each),
                 "scope": f.transform is not None and not f.transform_each and _needs_scope(f.transform),
             }

@@ -30,6 +30,10 @@ class CharSets:
     # The pattern starts with `[lead]*` itself: then, with no `first` character in the unread
     # text, the partial match starts exactly where the trailing run of lead characters starts.
     lead_run: bool = False
+    # The longest text a match can span after its leading [lead]* (the whole match, if the
+    # pattern does not start with one); None if unbounded or unknown. A partial match must reach
+    # the buffer's end, so it cannot start further back than that (plus a lead run).
+    tail: int | None = None
 
 
 @dataclass(frozen=True)

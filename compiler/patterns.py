@@ -45,9 +45,33 @@ def analyse_pattern(source: str) -> tuple[int | None, CharSets | None]:
     if parsed is None:
         return None, None
     charsets = _charsets(parsed)
-    if charsets is not None and charsets.lead and _starts_with_star_of(parsed, charsets.lead):
-        charsets = CharSets(lead=charsets.lead, first=charsets.first, lead_run=True)
+    if charsets is not None:
+        lead_run = bool(charsets.lead) and _starts_with_star_of(parsed, charsets.lead)
+        rest = parsed[1:] if lead_run else parsed
+        charsets = CharSets(charsets.lead, charsets.first, lead_run, _max_width(rest))
     return _context(parsed), charsets
+
+
+def _max_width(items) -> int | None:
+    """The longest text `items` can match, if bounded and nothing in them looks ahead or tests a
+    position (such tests can make a partial match reach further than the text consumed)."""
+    if _has_position_tests(items):
+        return None
+    high = sre_parse.SubPattern(items.state, list(items)).getwidth()[1] if hasattr(items, "state") else None
+    return None if high is None or high >= sre.MAXREPEAT else high
+
+
+def _has_position_tests(items) -> bool:
+    for op, av in items:
+        if op is sre.AT:
+            return True
+        if op in (sre.ASSERT, sre.ASSERT_NOT):
+            if av[0] >= 0:  # lookahead
+                return True
+            continue  # lookbehind reads only text before the match
+        if any(_has_position_tests(sub) for sub in _children(op, av)):
+            return True
+    return False
 
 
 def _starts_with_star_of(items, lead: frozenset[str]) -> bool:
@@ -65,12 +89,51 @@ def _parse(source: str):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         try:
-            parsed = sre_parse.parse(source, 0)
+            parsed = sre_parse.parse(_unname_groups(source), 0)
         except Exception:  # regex-only syntax, or anything `re` rejects: don't guess
             return None
     if parsed.state.flags & UNSAFE_FLAGS:
         return None
     return parsed
+
+
+def _unname_groups(source: str) -> str:
+    """The pattern with `(?P<name>` turned into `(`: `regex` allows one name on several groups
+    (e.g. alternatives that capture the same thing), `re` does not, and names change nothing
+    about what matches. Patterns that refer back to a name are left as they are."""
+    if "(?P=" in source or "(?&" in source:
+        return source
+    out = []
+    i, n, in_class = 0, len(source), False
+    while i < n:
+        char = source[i]
+        if char == "\\":
+            out.append(source[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            out.append(char)
+            i += 1
+            # A "]" right after "[" or "[^" is a member, not the end of the class.
+            if i < n and source[i] == "^":
+                out.append("^")
+                i += 1
+            if i < n and source[i] == "]":
+                out.append("]")
+                i += 1
+            continue
+        elif source.startswith("(?P<", i):
+            close = source.find(">", i)
+            if close > 0:
+                out.append("(")
+                i = close + 1
+                continue
+        out.append(char)
+        i += 1
+    return "".join(out)
 
 
 def _context(items) -> int | None:

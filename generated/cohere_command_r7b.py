@@ -7,9 +7,9 @@ import re
 from rtcompile.runtime import (
     SHORT_BUFFER,
     Machine,
-    RegionParseError,
     check_abi,
     each_scope,
+    find_literal,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -70,10 +70,7 @@ CONTENT_1 = make_parser("json", {})
 
 def _finish_1_tool_calls(body, captures):
     "Field 1 ('tool_calls'): json content, transform on each element."
-    try:
-        content = CONTENT_1(body)
-    except ValueError as e:
-        raise RegionParseError("tool_calls", body, e) from e
+    content = CONTENT_1(body)
     return [
         {
             "type": "function",
@@ -113,40 +110,30 @@ class ResponseParser(Machine):
         """Fast path for the common chunk: the region is open and the unread text holds no
         character a watched delimiter can start with (a trailing run of lead characters is held
         back, exactly as a scan would). Everything else goes through Machine.feed."""
-        if text and self._opened and not self._halted:
-            buf, pos = self._buf, self._pos
-            unread = text if pos == len(buf) else buf[pos:] + text
+        if self._opened:  # (false too once finalized or failed)
             state = self._current
             if state == 0:
-                if unread.find("<") < 0:
-                    self._buf, self._pos = unread, len(unread)
-                    self._parts.append(unread)
+                if not self._buf and "<" not in text and text:
+                    self._parts.append(text)
                     return [
                         {
                             "type": "region_chunk",
                             "field": "reasoning_content",
-                            "text": unread,
+                            "text": text,
                             "dirty": False,
                         }
                     ]
             elif state == 1:
-                if unread.find("<") < 0:
-                    self._buf, self._pos = unread, len(unread)
-                    self._parts.append(unread)
+                if not self._buf and "<" not in text and text:
+                    self._parts.append(text)
                     return [
-                        {
-                            "type": "region_chunk",
-                            "field": "tool_calls",
-                            "text": unread,
-                            "dirty": True,
-                        }
+                        {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
                     ]
             elif state == 2:
-                if unread.find("<") < 0:
-                    self._buf, self._pos = unread, len(unread)
-                    self._parts.append(unread)
+                if not self._buf and "<" not in text and text:
+                    self._parts.append(text)
                     return [
-                        {"type": "region_chunk", "field": "content", "text": unread, "dirty": False}
+                        {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
                     ]
         return Machine.feed(self, text)
 
@@ -165,8 +152,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # open of field 0
-        s = buf.find("<|START_THINKING|>", pos)
+        s = (
+            buf.find("<|START_THINKING|>", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "<|START_THINKING|>")
+        )
         e = s + 18
         if s >= 0:
             if best is None or (s, s - e, 1) < best_key:
@@ -177,7 +171,11 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # open of field 1
-        s = buf.find("<|START_ACTION|>", pos)
+        s = (
+            buf.find("<|START_ACTION|>", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "<|START_ACTION|>")
+        )
         e = s + 16
         if s >= 0:
             if best is None or (s, s - e, 2) < best_key:
@@ -188,7 +186,11 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # open of field 2
-        s = buf.find("<|START_RESPONSE|>", pos)
+        s = (
+            buf.find("<|START_RESPONSE|>", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "<|START_RESPONSE|>")
+        )
         e = s + 18
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
@@ -209,8 +211,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        s = buf.find("<|END_THINKING|>", pos)
+        s = (
+            buf.find("<|END_THINKING|>", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "<|END_THINKING|>")
+        )
         e = s + 16
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
@@ -231,8 +240,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        s = buf.find("<|END_ACTION|>", pos)
+        s = (
+            buf.find("<|END_ACTION|>", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "<|END_ACTION|>")
+        )
         e = s + 14
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
@@ -253,8 +269,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 2
-        s = buf.find("<|END_RESPONSE|>", pos)
+        s = (
+            buf.find("<|END_RESPONSE|>", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "<|END_RESPONSE|>")
+        )
         e = s + 16
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:

@@ -7,9 +7,9 @@ import re
 from rtcompile.runtime import (
     SHORT_BUFFER,
     Machine,
-    RegionParseError,
     check_abi,
     each_scope,
+    find_literal,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -72,10 +72,7 @@ CONTENT_1 = make_parser("json", {"unquoted_keys": True, "string_delims": [['<|"|
 
 def _finish_1_tool_calls(body, captures):
     "Field 1 ('tool_calls'): json content, transform."
-    try:
-        content = CONTENT_1(body)
-    except ValueError as e:
-        raise RegionParseError("tool_calls", body, e) from e
+    content = CONTENT_1(body)
     scope = {**captures, "content": content}
     return {
         "type": "function",
@@ -110,40 +107,30 @@ class ResponseParser(Machine):
         """Fast path for the common chunk: the region is open and the unread text holds no
         character a watched delimiter can start with (a trailing run of lead characters is held
         back, exactly as a scan would). Everything else goes through Machine.feed."""
-        if text and self._opened and not self._halted:
-            buf, pos = self._buf, self._pos
-            unread = text if pos == len(buf) else buf[pos:] + text
+        if self._opened:  # (false too once finalized or failed)
             state = self._current
             if state == 0:
-                if unread.find("<") < 0:
-                    self._buf, self._pos = unread, len(unread)
-                    self._parts.append(unread)
+                if not self._buf and "<" not in text and text:
+                    self._parts.append(text)
                     return [
                         {
                             "type": "region_chunk",
                             "field": "reasoning_content",
-                            "text": unread,
+                            "text": text,
                             "dirty": False,
                         }
                     ]
             elif state == 1:
-                if unread.find("<") < 0:
-                    self._buf, self._pos = unread, len(unread)
-                    self._parts.append(unread)
+                if not self._buf and "<" not in text and text:
+                    self._parts.append(text)
                     return [
-                        {
-                            "type": "region_chunk",
-                            "field": "tool_calls",
-                            "text": unread,
-                            "dirty": True,
-                        }
+                        {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
                     ]
             elif state == 2:
-                if unread.find("<") < 0:
-                    self._buf, self._pos = unread, len(unread)
-                    self._parts.append(unread)
+                if not self._buf and "<" not in text and text:
+                    self._parts.append(text)
                     return [
-                        {"type": "region_chunk", "field": "content", "text": unread, "dirty": False}
+                        {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
                     ]
         return Machine.feed(self, text)
 
@@ -162,8 +149,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # open of field 0
-        s = buf.find("<|channel>thought\n", pos)
+        s = (
+            buf.find("<|channel>thought\n", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "<|channel>thought\n")
+        )
         e = s + 18
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
@@ -174,12 +168,16 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # close of field 2
-        s = buf.find("<|tool_response>", pos)
+        s = (
+            buf.find("<|tool_response>", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "<|tool_response>")
+        )
         e = s + 16
-        i = buf.find("<turn|>", pos)
+        i = buf.find("<turn|>", pos) if memo is None else find_literal(memo, buf, pos, "<turn|>")
         if i >= 0 and (s < 0 or i < s):
             s, e = i, i + 7
-        i = buf.find("<eos>", pos)
+        i = buf.find("<eos>", pos) if memo is None else find_literal(memo, buf, pos, "<eos>")
         if i >= 0 and (s < 0 or i < s):
             s, e = i, i + 5
         if s >= 0:
@@ -202,6 +200,8 @@ class ResponseParser(Machine):
                 n if best is None else best[0],
                 OPEN_1_FIRST,
                 OPEN_1_LEAD,
+                None,
+                False,
                 self._timeout,
             )
         if m is not None:
@@ -223,8 +223,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        s = buf.find("<channel|>", pos)
+        s = (
+            buf.find("<channel|>", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "<channel|>")
+        )
         e = s + 10
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
@@ -245,8 +252,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        s = buf.find("<tool_call|>", pos)
+        s = (
+            buf.find("<tool_call|>", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "<tool_call|>")
+        )
         e = s + 12
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:

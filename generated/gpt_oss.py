@@ -7,9 +7,9 @@ import re
 from rtcompile.runtime import (
     SHORT_BUFFER,
     Machine,
-    RegionParseError,
     check_abi,
     each_scope,
+    find_literal,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -59,9 +59,12 @@ OPEN_1 = regex.compile(
     "(?:<\\|start\\|>assistant)?\\s*(?:to=functions\\.(?P<name>[^<\\s]+)\\s*<\\|channel\\|>commentary|<\\|channel\\|>commentary\\s+to=functions\\.(?P<name>[^<\\s]+))[^<]*(?:<\\|constrain\\|>[^<]*)?<\\|message\\|>",
     regex.DOTALL,
 )
+OPEN_1_FIRST = re.compile("[<t]")  # where its matches can start...
+OPEN_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
 CLOSE_0 = ("<|end|>", "<|return|>", "<|call|>")
 CLOSE_1 = ("<|call|>",)
 CLOSE_2 = ("<|return|>", "<|end|>")
+LEAD_CHARS_SCAN_SINK = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters that may run before those (e.g. a leading \s*)
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -77,10 +80,7 @@ CONTENT_1 = make_parser("json", {})
 
 def _finish_1_tool_calls(body, captures):
     "Field 1 ('tool_calls'): json content, transform."
-    try:
-        content = CONTENT_1(body)
-    except ValueError as e:
-        raise RegionParseError("tool_calls", body, e) from e
+    content = CONTENT_1(body)
     scope = {**captures, "content": content}
     return {
         "type": "function",
@@ -102,7 +102,7 @@ class ResponseParser(Machine):
     JOINS = (None, None, None)
     REQUIRED = ()
     IMPLICIT = None
-    CONTEXT = None
+    CONTEXT = 0
     DEFAULT_KEYS = frozenset(("role",))
     STATE_SCANS = ("_scan_in_0_reasoning_content", "_scan_in_1_tool_calls", "_scan_in_2_content")
     FINISH = (
@@ -110,6 +110,37 @@ class ResponseParser(Machine):
         _finish_1_tool_calls,
         _finish_2_content,
     )
+
+    def feed(self, text):
+        """Fast path for the common chunk: the region is open and the unread text holds no
+        character a watched delimiter can start with (a trailing run of lead characters is held
+        back, exactly as a scan would). Everything else goes through Machine.feed."""
+        if self._opened:  # (false too once finalized or failed)
+            state = self._current
+            if state == 0:
+                if not self._buf and "<" not in text and text:
+                    self._parts.append(text)
+                    return [
+                        {
+                            "type": "region_chunk",
+                            "field": "reasoning_content",
+                            "text": text,
+                            "dirty": False,
+                        }
+                    ]
+            elif state == 1:
+                if not self._buf and "<" not in text and text:
+                    self._parts.append(text)
+                    return [
+                        {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
+                    ]
+            elif state == 2:
+                if not self._buf and "<" not in text and text:
+                    self._parts.append(text)
+                    return [
+                        {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
+                    ]
+        return Machine.feed(self, text)
 
     @staticmethod
     def _new_output():
@@ -122,10 +153,20 @@ class ResponseParser(Machine):
     def _scan_sink(self, buf, pos, eos):
         "Outside explicit regions (the implicit field or the null sink): every open, and the implicit field's close."
         n = len(buf)
+        if buf.find("<", pos) < 0 and buf.find("t", pos) < 0:
+            if n == pos or buf[-1] not in LEAD_CHARS_SCAN_SINK:
+                return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # open of field 0
-        s = buf.find("<|channel|>analysis<|message|>", pos)
+        s = (
+            buf.find("<|channel|>analysis<|message|>", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "<|channel|>analysis<|message|>")
+        )
         e = s + 30
         if s >= 0:
             if best is None or (s, s - e, 1) < best_key:
@@ -136,7 +177,11 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # open of field 2
-        s = buf.find("<|channel|>final<|message|>", pos)
+        s = (
+            buf.find("<|channel|>final<|message|>", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "<|channel|>final<|message|>")
+        )
         e = s + 27
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
@@ -147,7 +192,21 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # open of field 1
-        m = OPEN_1.search(buf, pos, partial=not eos, timeout=self._timeout)
+        if best is None and n - pos < SHORT_BUFFER:
+            m = OPEN_1.search(buf, pos, partial=not eos, timeout=self._timeout)
+        else:
+            m = search_window(
+                OPEN_1,
+                buf,
+                pos,
+                eos,
+                n if best is None else best[0],
+                OPEN_1_FIRST,
+                OPEN_1_LEAD,
+                None,
+                False,
+                self._timeout,
+            )
         if m is not None:
             s, e = m.span()
             if not eos and (m.partial or e == n):
@@ -167,13 +226,20 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        s = buf.find("<|return|>", pos)
+        s = (
+            buf.find("<|return|>", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "<|return|>")
+        )
         e = s + 10
-        i = buf.find("<|call|>", pos)
+        i = buf.find("<|call|>", pos) if memo is None else find_literal(memo, buf, pos, "<|call|>")
         if i >= 0 and (s < 0 or i < s):
             s, e = i, i + 8
-        i = buf.find("<|end|>", pos)
+        i = buf.find("<|end|>", pos) if memo is None else find_literal(memo, buf, pos, "<|end|>")
         if i >= 0 and (s < 0 or i < s):
             s, e = i, i + 7
         if s >= 0:
@@ -195,8 +261,11 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        s = buf.find("<|call|>", pos)
+        s = buf.find("<|call|>", pos) if memo is None else find_literal(memo, buf, pos, "<|call|>")
         e = s + 8
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
@@ -217,10 +286,17 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 2
-        s = buf.find("<|return|>", pos)
+        s = (
+            buf.find("<|return|>", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "<|return|>")
+        )
         e = s + 10
-        i = buf.find("<|end|>", pos)
+        i = buf.find("<|end|>", pos) if memo is None else find_literal(memo, buf, pos, "<|end|>")
         if i >= 0 and (s < 0 or i < s):
             s, e = i, i + 7
         if s >= 0:

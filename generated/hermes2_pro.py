@@ -7,9 +7,9 @@ import re
 from rtcompile.runtime import (
     SHORT_BUFFER,
     Machine,
-    RegionParseError,
     check_abi,
     each_scope,
+    find_literal,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -61,10 +61,7 @@ CONTENT_0 = make_parser("json", {})
 
 def _finish_0_tool_calls(body, captures):
     "Field 0 ('tool_calls'): json content, transform."
-    try:
-        content = CONTENT_0(body)
-    except ValueError as e:
-        raise RegionParseError("tool_calls", body, e) from e
+    content = CONTENT_0(body)
     return {"type": "function", "function": content}
 
 
@@ -94,26 +91,30 @@ class ResponseParser(Machine):
         """Fast path for the common chunk: the region is open and the unread text holds no
         character a watched delimiter can start with (a trailing run of lead characters is held
         back, exactly as a scan would). Everything else goes through Machine.feed."""
-        if text and self._opened and not self._halted:
-            buf, pos = self._buf, self._pos
-            unread = text if pos == len(buf) else buf[pos:] + text
+        if self._opened:  # (false too once finalized or failed)
             state = self._current
             if state == 0:
-                if unread.find("<") < 0:
-                    self._buf, self._pos = unread, len(unread)
-                    self._parts.append(unread)
+                if not self._buf and "<" not in text and text:
+                    self._parts.append(text)
                     return [
-                        {
-                            "type": "region_chunk",
-                            "field": "tool_calls",
-                            "text": unread,
-                            "dirty": True,
-                        }
+                        {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
                     ]
             elif state == 1:
-                if unread.find("<") < 0:
+                unread = self._buf + text
+                if "<" not in unread and unread:
+                    if unread[-1] not in LEAD_CHARS_SCAN_SINK:
+                        self._buf = ""
+                        self._parts.append(unread)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": unread,
+                                "dirty": False,
+                            }
+                        ]
                     hold = trailing_run(unread, 0, LEAD_CHARS_SCAN_SINK)
-                    self._buf, self._pos = unread, hold
+                    self._buf = unread[hold:]
                     if hold == 0:
                         return []
                     chunk = unread[:hold]
@@ -152,6 +153,8 @@ class ResponseParser(Machine):
                 n if best is None else best[0],
                 OPEN_0_FIRST,
                 OPEN_0_LEAD,
+                11,
+                True,
                 self._timeout,
             )
         if m is not None:
@@ -174,6 +177,8 @@ class ResponseParser(Machine):
                 n if best is None else best[0],
                 CLOSE_1_FIRST,
                 CLOSE_1_LEAD,
+                15,
+                True,
                 self._timeout,
             )
         if m is not None:
@@ -195,8 +200,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        s = buf.find("</tool_call>", pos)
+        s = (
+            buf.find("</tool_call>", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "</tool_call>")
+        )
         e = s + 12
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:

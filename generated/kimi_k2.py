@@ -7,9 +7,9 @@ import re
 from rtcompile.runtime import (
     SHORT_BUFFER,
     Machine,
-    RegionParseError,
     check_abi,
     each_scope,
+    find_literal,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -80,10 +80,7 @@ CONTENT_1 = make_parser("json", {})
 
 def _finish_1_tool_calls(body, captures):
     "Field 1 ('tool_calls'): json content, transform."
-    try:
-        content = CONTENT_1(body)
-    except ValueError as e:
-        raise RegionParseError("tool_calls", body, e) from e
+    content = CONTENT_1(body)
     scope = {**captures, "content": content}
     return {
         "id": resolve(scope, "id", "id"),
@@ -119,38 +116,41 @@ class ResponseParser(Machine):
         """Fast path for the common chunk: the region is open and the unread text holds no
         character a watched delimiter can start with (a trailing run of lead characters is held
         back, exactly as a scan would). Everything else goes through Machine.feed."""
-        if text and self._opened and not self._halted:
-            buf, pos = self._buf, self._pos
-            unread = text if pos == len(buf) else buf[pos:] + text
+        if self._opened:  # (false too once finalized or failed)
             state = self._current
             if state == 0:
-                if unread.find("<") < 0:
-                    self._buf, self._pos = unread, len(unread)
-                    self._parts.append(unread)
+                if not self._buf and "<" not in text and text:
+                    self._parts.append(text)
                     return [
                         {
                             "type": "region_chunk",
                             "field": "reasoning_content",
-                            "text": unread,
+                            "text": text,
                             "dirty": False,
                         }
                     ]
             elif state == 1:
-                if unread.find("<") < 0:
-                    self._buf, self._pos = unread, len(unread)
-                    self._parts.append(unread)
+                if not self._buf and "<" not in text and text:
+                    self._parts.append(text)
                     return [
-                        {
-                            "type": "region_chunk",
-                            "field": "tool_calls",
-                            "text": unread,
-                            "dirty": True,
-                        }
+                        {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
                     ]
             elif state == 2:
-                if unread.find("<") < 0:
+                unread = self._buf + text
+                if "<" not in unread and unread:
+                    if unread[-1] not in LEAD_CHARS_SCAN_SINK:
+                        self._buf = ""
+                        self._parts.append(unread)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": unread,
+                                "dirty": False,
+                            }
+                        ]
                     hold = trailing_run(unread, 0, LEAD_CHARS_SCAN_SINK)
-                    self._buf, self._pos = unread, hold
+                    self._buf = unread[hold:]
                     if hold == 0:
                         return []
                     chunk = unread[:hold]
@@ -177,8 +177,11 @@ class ResponseParser(Machine):
             return trailing_run(buf, pos, LEAD_CHARS_SCAN_SINK), None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # open of field 0
-        s = buf.find("<think>", pos)
+        s = buf.find("<think>", pos) if memo is None else find_literal(memo, buf, pos, "<think>")
         e = s + 7
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
@@ -200,6 +203,8 @@ class ResponseParser(Machine):
                 n if best is None else best[0],
                 OPEN_1_FIRST,
                 OPEN_1_LEAD,
+                None,
+                False,
                 self._timeout,
             )
         if m is not None:
@@ -222,6 +227,8 @@ class ResponseParser(Machine):
                 n if best is None else best[0],
                 CLOSE_2_FIRST,
                 CLOSE_2_LEAD,
+                28,
+                True,
                 self._timeout,
             )
         if m is not None:
@@ -243,8 +250,11 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        s = buf.find("</think>", pos)
+        s = buf.find("</think>", pos) if memo is None else find_literal(memo, buf, pos, "</think>")
         e = s + 8
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
@@ -265,8 +275,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        s = buf.find("<|tool_call_end|>", pos)
+        s = (
+            buf.find("<|tool_call_end|>", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "<|tool_call_end|>")
+        )
         e = s + 17
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:

@@ -7,9 +7,9 @@ import re
 from rtcompile.runtime import (
     SHORT_BUFFER,
     Machine,
-    RegionParseError,
     check_abi,
     each_scope,
+    find_literal,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -62,10 +62,7 @@ CONTENT_0 = make_parser("json", {})
 
 def _finish_0_tool_calls(body, captures):
     "Field 0 ('tool_calls'): json content, transform."
-    try:
-        content = CONTENT_0(body)
-    except ValueError as e:
-        raise RegionParseError("tool_calls", body, e) from e
+    content = CONTENT_0(body)
     scope = {**captures, "content": content}
     return {
         "type": "function",
@@ -112,7 +109,12 @@ class ResponseParser(Machine):
         hold = n
         best = None
         # open of field 0
-        m = OPEN_0.search(buf, pos, partial=not eos, timeout=self._timeout)
+        if n - pos < SHORT_BUFFER:
+            m = OPEN_0.search(buf, pos, partial=not eos, timeout=self._timeout)
+        else:  # a plain search is linear; a partial one only counts without a complete match
+            m = OPEN_0.search(buf, pos, timeout=self._timeout)
+            if m is None and not eos:
+                m = OPEN_0.search(buf, pos, partial=True, timeout=self._timeout)
         if m is not None:
             s, e = m.span()
             if not eos and (m.partial or e == n):
@@ -133,6 +135,8 @@ class ResponseParser(Machine):
                 n if best is None else best[0],
                 CLOSE_1_FIRST,
                 CLOSE_1_LEAD,
+                15,
+                True,
                 self._timeout,
             )
         if m is not None:
@@ -168,6 +172,8 @@ class ResponseParser(Machine):
                 n if best is None else best[0],
                 CLOSE_0_FIRST,
                 CLOSE_0_LEAD,
+                10,
+                True,
                 self._timeout,
             )
         if m is not None:

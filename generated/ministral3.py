@@ -7,9 +7,9 @@ import re
 from rtcompile.runtime import (
     SHORT_BUFFER,
     Machine,
-    RegionParseError,
     check_abi,
     each_scope,
+    find_literal,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -67,10 +67,7 @@ CONTENT_1 = make_parser("json", {})
 
 def _finish_1_tool_calls(body, captures):
     "Field 1 ('tool_calls'): json content, transform."
-    try:
-        content = CONTENT_1(body)
-    except ValueError as e:
-        raise RegionParseError("tool_calls", body, e) from e
+    content = CONTENT_1(body)
     scope = {**captures, "content": content}
     return {
         "type": "function",
@@ -105,28 +102,24 @@ class ResponseParser(Machine):
         """Fast path for the common chunk: the region is open and the unread text holds no
         character a watched delimiter can start with (a trailing run of lead characters is held
         back, exactly as a scan would). Everything else goes through Machine.feed."""
-        if text and self._opened and not self._halted:
-            buf, pos = self._buf, self._pos
-            unread = text if pos == len(buf) else buf[pos:] + text
+        if self._opened:  # (false too once finalized or failed)
             state = self._current
             if state == 0:
-                if unread.find("[") < 0:
-                    self._buf, self._pos = unread, len(unread)
-                    self._parts.append(unread)
+                if not self._buf and "[" not in text and text:
+                    self._parts.append(text)
                     return [
                         {
                             "type": "region_chunk",
                             "field": "reasoning_content",
-                            "text": unread,
+                            "text": text,
                             "dirty": False,
                         }
                     ]
             elif state == 2:
-                if unread.find("<") < 0 and unread.find("[") < 0:
-                    self._buf, self._pos = unread, len(unread)
-                    self._parts.append(unread)
+                if not self._buf and "<" not in text and "[" not in text and text:
+                    self._parts.append(text)
                     return [
-                        {"type": "region_chunk", "field": "content", "text": unread, "dirty": False}
+                        {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
                     ]
         return Machine.feed(self, text)
 
@@ -145,8 +138,11 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # open of field 0
-        s = buf.find("[THINK]", pos)
+        s = buf.find("[THINK]", pos) if memo is None else find_literal(memo, buf, pos, "[THINK]")
         e = s + 7
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
@@ -157,7 +153,7 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # close of field 2
-        s = buf.find("</s>", pos)
+        s = buf.find("</s>", pos) if memo is None else find_literal(memo, buf, pos, "</s>")
         e = s + 4
         if s >= 0:
             if best is None or (s, s - e, 2) < best_key:
@@ -179,6 +175,8 @@ class ResponseParser(Machine):
                 n if best is None else best[0],
                 OPEN_1_FIRST,
                 OPEN_1_LEAD,
+                None,
+                False,
                 self._timeout,
             )
         if m is not None:
@@ -200,8 +198,11 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        s = buf.find("[/THINK]", pos)
+        s = buf.find("[/THINK]", pos) if memo is None else find_literal(memo, buf, pos, "[/THINK]")
         e = s + 8
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
@@ -221,7 +222,12 @@ class ResponseParser(Machine):
         hold = n
         best = None
         # close of field 1
-        m = CLOSE_1.search(buf, pos, partial=not eos, timeout=self._timeout)
+        if n - pos < SHORT_BUFFER:
+            m = CLOSE_1.search(buf, pos, partial=not eos, timeout=self._timeout)
+        else:  # a plain search is linear; a partial one only counts without a complete match
+            m = CLOSE_1.search(buf, pos, timeout=self._timeout)
+            if m is None and not eos:
+                m = CLOSE_1.search(buf, pos, partial=True, timeout=self._timeout)
         if m is not None:
             s, e = m.span()
             if not eos and (m.partial or e == n):

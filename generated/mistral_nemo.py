@@ -7,9 +7,9 @@ import re
 from rtcompile.runtime import (
     SHORT_BUFFER,
     Machine,
-    RegionParseError,
     check_abi,
     each_scope,
+    find_literal,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -54,10 +54,7 @@ CONTENT_0 = make_parser("json", {})
 
 def _finish_0_tool_calls(body, captures):
     "Field 0 ('tool_calls'): json content, transform on each element."
-    try:
-        content = CONTENT_0(body)
-    except ValueError as e:
-        raise RegionParseError("tool_calls", body, e) from e
+    content = CONTENT_0(body)
     return [
         {
             "type": "function",
@@ -96,28 +93,19 @@ class ResponseParser(Machine):
         """Fast path for the common chunk: the region is open and the unread text holds no
         character a watched delimiter can start with (a trailing run of lead characters is held
         back, exactly as a scan would). Everything else goes through Machine.feed."""
-        if text and self._opened and not self._halted:
-            buf, pos = self._buf, self._pos
-            unread = text if pos == len(buf) else buf[pos:] + text
+        if self._opened:  # (false too once finalized or failed)
             state = self._current
             if state == 0:
-                if unread.find("<") < 0:
-                    self._buf, self._pos = unread, len(unread)
-                    self._parts.append(unread)
+                if not self._buf and "<" not in text and text:
+                    self._parts.append(text)
                     return [
-                        {
-                            "type": "region_chunk",
-                            "field": "tool_calls",
-                            "text": unread,
-                            "dirty": True,
-                        }
+                        {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
                     ]
             elif state == 1:
-                if unread.find("<") < 0 and unread.find("[") < 0:
-                    self._buf, self._pos = unread, len(unread)
-                    self._parts.append(unread)
+                if not self._buf and "<" not in text and "[" not in text and text:
+                    self._parts.append(text)
                     return [
-                        {"type": "region_chunk", "field": "content", "text": unread, "dirty": False}
+                        {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
                     ]
         return Machine.feed(self, text)
 
@@ -136,8 +124,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # open of field 0
-        s = buf.find("[TOOL_CALLS]", pos)
+        s = (
+            buf.find("[TOOL_CALLS]", pos)
+            if memo is None
+            else find_literal(memo, buf, pos, "[TOOL_CALLS]")
+        )
         e = s + 12
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
@@ -148,7 +143,7 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # close of field 1
-        s = buf.find("</s>", pos)
+        s = buf.find("</s>", pos) if memo is None else find_literal(memo, buf, pos, "</s>")
         e = s + 4
         if s >= 0:
             if best is None or (s, s - e, 1) < best_key:
@@ -169,8 +164,11 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        s = buf.find("</s>", pos)
+        s = buf.find("</s>", pos) if memo is None else find_literal(memo, buf, pos, "</s>")
         e = s + 4
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:

@@ -7,9 +7,9 @@ import re
 from rtcompile.runtime import (
     SHORT_BUFFER,
     Machine,
-    RegionParseError,
     check_abi,
     each_scope,
+    find_literal,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -60,10 +60,7 @@ CONTENT_0 = make_parser("json", {})
 
 def _finish_0_tool_calls(body, captures):
     "Field 0 ('tool_calls'): json content, transform."
-    try:
-        content = CONTENT_0(body)
-    except ValueError as e:
-        raise RegionParseError("tool_calls", body, e) from e
+    content = CONTENT_0(body)
     scope = {**captures, "content": content}
     return {
         "id": resolve(scope, "id", "id"),
@@ -109,8 +106,11 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        s = buf.find("</s>", pos)
+        s = buf.find("</s>", pos) if memo is None else find_literal(memo, buf, pos, "</s>")
         e = s + 4
         if s >= 0:
             if best is None or (s, s - e, 1) < best_key:
@@ -132,6 +132,8 @@ class ResponseParser(Machine):
                 n if best is None else best[0],
                 OPEN_0_FIRST,
                 OPEN_0_LEAD,
+                None,
+                False,
                 self._timeout,
             )
         if m is not None:
@@ -152,7 +154,12 @@ class ResponseParser(Machine):
         hold = n
         best = None
         # close of field 0
-        m = CLOSE_0.search(buf, pos, partial=not eos, timeout=self._timeout)
+        if n - pos < SHORT_BUFFER:
+            m = CLOSE_0.search(buf, pos, partial=not eos, timeout=self._timeout)
+        else:  # a plain search is linear; a partial one only counts without a complete match
+            m = CLOSE_0.search(buf, pos, timeout=self._timeout)
+            if m is None and not eos:
+                m = CLOSE_0.search(buf, pos, partial=True, timeout=self._timeout)
         if m is not None:
             s, e = m.span()
             if not eos and (m.partial or e == n):

@@ -7,9 +7,9 @@ import re
 from rtcompile.runtime import (
     SHORT_BUFFER,
     Machine,
-    RegionParseError,
     check_abi,
     each_scope,
+    find_literal,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -78,10 +78,7 @@ CONTENT_1 = make_parser(
 
 def _finish_1_tool_calls(body, captures):
     "Field 1 ('tool_calls'): xml-inline content, transform."
-    try:
-        content = CONTENT_1(body)
-    except ValueError as e:
-        raise RegionParseError("tool_calls", body, e) from e
+    content = CONTENT_1(body)
     scope = {**captures, "content": content}
     return {
         "type": "function",
@@ -116,26 +113,35 @@ class ResponseParser(Machine):
         """Fast path for the common chunk: the region is open and the unread text holds no
         character a watched delimiter can start with (a trailing run of lead characters is held
         back, exactly as a scan would). Everything else goes through Machine.feed."""
-        if text and self._opened and not self._halted:
-            buf, pos = self._buf, self._pos
-            unread = text if pos == len(buf) else buf[pos:] + text
+        if self._opened:  # (false too once finalized or failed)
             state = self._current
             if state == 0:
-                if unread.find("<") < 0:
-                    self._buf, self._pos = unread, len(unread)
-                    self._parts.append(unread)
+                if not self._buf and "<" not in text and text:
+                    self._parts.append(text)
                     return [
                         {
                             "type": "region_chunk",
                             "field": "reasoning_content",
-                            "text": unread,
+                            "text": text,
                             "dirty": False,
                         }
                     ]
             elif state == 1:
-                if unread.find("<") < 0:
+                unread = self._buf + text
+                if "<" not in unread and unread:
+                    if unread[-1] not in LEAD_CHARS_SCAN_IN_1_TOOL_CALLS:
+                        self._buf = ""
+                        self._parts.append(unread)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": unread,
+                                "dirty": True,
+                            }
+                        ]
                     hold = trailing_run(unread, 0, LEAD_CHARS_SCAN_IN_1_TOOL_CALLS)
-                    self._buf, self._pos = unread, hold
+                    self._buf = unread[hold:]
                     if hold == 0:
                         return []
                     chunk = unread[:hold]
@@ -149,9 +155,21 @@ class ResponseParser(Machine):
                         }
                     ]
             elif state == 2:
-                if unread.find("<") < 0:
+                unread = self._buf + text
+                if "<" not in unread and unread:
+                    if unread[-1] not in LEAD_CHARS_SCAN_SINK:
+                        self._buf = ""
+                        self._parts.append(unread)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": unread,
+                                "dirty": False,
+                            }
+                        ]
                     hold = trailing_run(unread, 0, LEAD_CHARS_SCAN_SINK)
-                    self._buf, self._pos = unread, hold
+                    self._buf = unread[hold:]
                     if hold == 0:
                         return []
                     chunk = unread[:hold]
@@ -178,8 +196,11 @@ class ResponseParser(Machine):
             return trailing_run(buf, pos, LEAD_CHARS_SCAN_SINK), None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # open of field 0
-        s = buf.find("<think>", pos)
+        s = buf.find("<think>", pos) if memo is None else find_literal(memo, buf, pos, "<think>")
         e = s + 7
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
@@ -201,6 +222,8 @@ class ResponseParser(Machine):
                 n if best is None else best[0],
                 OPEN_1_FIRST,
                 OPEN_1_LEAD,
+                None,
+                True,
                 self._timeout,
             )
         if m is not None:
@@ -223,6 +246,8 @@ class ResponseParser(Machine):
                 n if best is None else best[0],
                 CLOSE_2_FIRST,
                 CLOSE_2_LEAD,
+                13,
+                True,
                 self._timeout,
             )
         if m is not None:
@@ -244,8 +269,11 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where each literal next occurs, so that the
+        # next scans of this buffer do not search the same text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        s = buf.find("</think>", pos)
+        s = buf.find("</think>", pos) if memo is None else find_literal(memo, buf, pos, "</think>")
         e = s + 8
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
@@ -280,6 +308,8 @@ class ResponseParser(Machine):
                 n if best is None else best[0],
                 CLOSE_1_FIRST,
                 CLOSE_1_LEAD,
+                None,
+                True,
                 self._timeout,
             )
         if m is not None:

@@ -7,9 +7,9 @@ import re
 from rtcompile.runtime import (
     SHORT_BUFFER,
     Machine,
-    RegionParseError,
     check_abi,
     each_scope,
+    find_literal,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -67,10 +67,7 @@ CONTENT_0 = make_parser(
 
 def _finish_0_tool_calls(body, captures):
     "Field 0 ('tool_calls'): xml-inline content, transform."
-    try:
-        content = CONTENT_0(body)
-    except ValueError as e:
-        raise RegionParseError("tool_calls", body, e) from e
+    content = CONTENT_0(body)
     scope = {**captures, "content": content}
     return {
         "type": "function",
@@ -104,14 +101,24 @@ class ResponseParser(Machine):
         """Fast path for the common chunk: the region is open and the unread text holds no
         character a watched delimiter can start with (a trailing run of lead characters is held
         back, exactly as a scan would). Everything else goes through Machine.feed."""
-        if text and self._opened and not self._halted:
-            buf, pos = self._buf, self._pos
-            unread = text if pos == len(buf) else buf[pos:] + text
+        if self._opened:  # (false too once finalized or failed)
             state = self._current
             if state == 0:
-                if unread.find("<") < 0:
+                unread = self._buf + text
+                if "<" not in unread and unread:
+                    if unread[-1] not in LEAD_CHARS_SCAN_IN_0_TOOL_CALLS:
+                        self._buf = ""
+                        self._parts.append(unread)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": unread,
+                                "dirty": True,
+                            }
+                        ]
                     hold = trailing_run(unread, 0, LEAD_CHARS_SCAN_IN_0_TOOL_CALLS)
-                    self._buf, self._pos = unread, hold
+                    self._buf = unread[hold:]
                     if hold == 0:
                         return []
                     chunk = unread[:hold]
@@ -125,9 +132,21 @@ class ResponseParser(Machine):
                         }
                     ]
             elif state == 1:
-                if unread.find("<") < 0:
+                unread = self._buf + text
+                if "<" not in unread and unread:
+                    if unread[-1] not in LEAD_CHARS_SCAN_SINK:
+                        self._buf = ""
+                        self._parts.append(unread)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": unread,
+                                "dirty": False,
+                            }
+                        ]
                     hold = trailing_run(unread, 0, LEAD_CHARS_SCAN_SINK)
-                    self._buf, self._pos = unread, hold
+                    self._buf = unread[hold:]
                     if hold == 0:
                         return []
                     chunk = unread[:hold]
@@ -166,6 +185,8 @@ class ResponseParser(Machine):
                 n if best is None else best[0],
                 OPEN_0_FIRST,
                 OPEN_0_LEAD,
+                None,
+                True,
                 self._timeout,
             )
         if m is not None:
@@ -188,6 +209,8 @@ class ResponseParser(Machine):
                 n if best is None else best[0],
                 CLOSE_1_FIRST,
                 CLOSE_1_LEAD,
+                13,
+                True,
                 self._timeout,
             )
         if m is not None:
@@ -223,6 +246,8 @@ class ResponseParser(Machine):
                 n if best is None else best[0],
                 CLOSE_0_FIRST,
                 CLOSE_0_LEAD,
+                None,
+                True,
                 self._timeout,
             )
         if m is not None:

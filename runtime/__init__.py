@@ -11,8 +11,8 @@ from __future__ import annotations
 import regex
 
 from .content_parsers import make_parser
-from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError, RegionParseError
-from .scanning import SHORT_BUFFER, literal_partial_start, search_window, trailing_run, truncate_after_last
+from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError, RegionError, RegionKeyError, RegionParseError
+from .scanning import SHORT_BUFFER, find_literal, literal_partial_start, search_window, trailing_run, truncate_after_last
 from .machine import ERRORS_KEY, Machine, parse_whole
 from .transforms import each_scope, resolve
 
@@ -40,9 +40,12 @@ __all__ = [
     "MatchTimeoutError",
     "ParserFailedError",
     "ParserLoopError",
+    "RegionError",
+    "RegionKeyError",
     "RegionParseError",
     "check_abi",
     "each_scope",
+    "find_literal",
     "literal_partial_start",
     "make_parser",
     "parse_whole",

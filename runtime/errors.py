@@ -3,15 +3,57 @@
 from __future__ import annotations
 
 
-class RegionParseError(ValueError):
-    """A region's text could not be parsed by its content parser (bad JSON, a failed int(), ...).
+class RegionError(Exception):
+    """A region's text failed to become a value: its content parser, its transform, or `join`.
 
-    A ValueError, like the interpreter's, with the field's name and the offending text attached."""
+    Raised as a subclass of the interpreter's own class for the same failure (RegionParseError
+    for ValueError, RegionKeyError for KeyError), with the field's name and the region's text."""
+
+    field: str
+    text: str
+
+
+def _describe(field: str, text: str, cause: BaseException) -> str:
+    detail = cause.args[0] if isinstance(cause, KeyError) and cause.args else cause
+    message = f"Field {field!r}: {detail}"
+    if repr(text) not in message:
+        message += f"\nRegion text: {text!r}"
+    return message
+
+
+class RegionParseError(RegionError, ValueError):
+    """A ValueError, like the interpreter's: bad JSON, a failed int(), a dotted placeholder that
+    cannot be followed, a `join` of a non-string."""
 
     def __init__(self, field: str, text: str, cause: BaseException):
-        super().__init__(f"Field {field!r}: {cause}")
+        super().__init__(_describe(field, text, cause))
         self.field = field
         self.text = text
+
+
+class RegionKeyError(RegionError, KeyError):
+    """A KeyError, like the interpreter's: a transform placeholder that is not defined, or a
+    value_parser naming an unknown parser."""
+
+    def __init__(self, field: str, text: str, cause: BaseException):
+        super().__init__(_describe(field, text, cause))
+        self.field = field
+        self.text = text
+
+    def __str__(self) -> str:  # KeyError would show the message quoted, like a dict key
+        return str(self.args[0])
+
+
+def region_error(field: str, text: str, cause: BaseException) -> BaseException:
+    """The interpreter's exception `cause`, with the field and region text attached where its class
+    allows (other classes, e.g. TypeError from malformed content_args, are passed on as they are)."""
+    if isinstance(cause, RegionError):
+        return cause
+    if isinstance(cause, ValueError):
+        return RegionParseError(field, text, cause)
+    if isinstance(cause, KeyError):
+        return RegionKeyError(field, text, cause)
+    return cause
 
 
 class ParserFailedError(RuntimeError):

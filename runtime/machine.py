@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .coerce import coerce_tool_calls, tool_parameters
-from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError
+from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError, region_error
 
 # Where errors="keep" records regions that failed to parse: a list of
 # {"field": name, "raw": the region's text, "error": "ExceptionClass: message"}.
@@ -92,6 +92,8 @@ class Machine:
         self._finalized = False
         self._failure: BaseException | None = None
         self._halted = False  # finalized or failed: feed/finalize refuse
+        self._memo_buf: str | None = None
+        self._memo: dict = {}
         self.initial_events: list[dict] = []
         if prefix:
             truncated = self._truncate_prefix(prefix)
@@ -99,6 +101,7 @@ class Machine:
                 self._buf = truncated
                 try:
                     self._process(self.initial_events, eos=False)
+                    self._drop_consumed()
                 except BaseException as e:
                     self._fail(e)
                     raise
@@ -107,40 +110,39 @@ class Machine:
         """Feed the next piece of model output; returns the events it produced."""
         if self._halted:
             self._refuse()
-        buf, pos = self._buf, self._pos
         if text:
-            keep = self.CONTEXT
-            if keep == 0 and pos == len(buf):  # the common case: nothing held back, no lookbehind
-                buf, pos = text, 0
-            elif keep is None:
-                buf += text
-            elif pos > keep:  # drop consumed text, keeping what a lookbehind may read
-                buf, pos = buf[pos - keep :] + text, keep
-            else:
-                buf += text
-            self._buf, self._pos = buf, pos
+            self._buf += text
+        buf, pos = self._buf, self._pos
         try:
             hold, best = self._scan(buf, pos, False)
             if best is not None:  # a delimiter to commit: the general loop
                 events: list[dict] = []
                 self._process(events, eos=False)
-                return events
-            # Fast path: no delimiter, so emit everything before the held-back tail.
-            if hold <= pos or self._current is None:
+            elif hold <= pos or self._current is None:
+                self._pos = hold  # nothing to emit (or the null sink discards it)
+                events = []
+            else:  # no delimiter: emit everything before the held-back tail
+                chunk = buf[pos:hold]
                 self._pos = hold
-                return []
-            chunk = buf[pos:hold]
-            self._pos = hold
-            if self._opened:
-                self._parts.append(chunk)
-                index = self._current
-                return [{"type": "region_chunk", "field": self.FIELD_NAMES[index], "text": chunk, "dirty": self.DIRTY[index]}]
-            events = []
-            self._accumulate(events, chunk)
+                events = []
+                self._accumulate(events, chunk)
+            self._drop_consumed()
             return events
         except BaseException as e:
             self._fail(e)
             raise
+
+    def _drop_consumed(self) -> None:
+        """Keep only unread text, plus the CONTEXT characters before it a lookbehind may read.
+
+        With no lookbehind (CONTEXT 0) the buffer at rest is exactly the held-back text, "" most of
+        the time, which is what the generated feed's fast path checks."""
+        keep = self.CONTEXT
+        if keep is not None:
+            cut = self._pos - keep
+            if cut > 0:
+                self._buf = self._buf[cut:]
+                self._pos = keep
 
     def finalize(self) -> tuple[dict, list[dict]]:
         """End the stream: close what is open, return (message, final events)."""
@@ -161,6 +163,13 @@ class Machine:
         self._finalized = self._halted = True
         return self._output, events
 
+    def _literal_memo(self, buf: str) -> dict:
+        """Where literals next occur in `buf` (see scanning.find_literal); new for a new buffer."""
+        if self._memo_buf is not buf:
+            self._memo_buf = buf
+            self._memo = {}
+        return self._memo
+
     @property
     def current_field(self) -> str | None:
         """The name of the region the parser is in now (None in the null sink)."""
@@ -176,6 +185,7 @@ class Machine:
         # A parse error leaves the machine mid-commit; refuse to continue rather than guess.
         self._failure = error
         self._halted = True
+        self._opened = False  # keeps the generated feed's fast path (which checks only this) off
         if isinstance(error, TimeoutError) and not isinstance(error, MatchTimeoutError):
             name = self.current_field
             raise MatchTimeoutError(name, self._timeout) from error
@@ -263,7 +273,10 @@ class Machine:
                     )
             except Exception as e:
                 if not self._keep_errors:
-                    raise
+                    error = region_error(name, body, e)
+                    if error is e:
+                        raise
+                    raise error from e
                 self._keep_failed_region(events, name, body, e)
                 return
             output = self._output

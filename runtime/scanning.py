@@ -31,6 +31,16 @@ def literal_partial_start(buf: str, pos: int, literals: tuple[str, ...], longest
     return n
 
 
+def find_literal(memo: dict, buf: str, pos: int, literal: str) -> int:
+    """buf.find(literal, pos), remembering the answer for later scans of the same buffer: it
+    stays right while pos has not passed it (and "nowhere" stays right for good)."""
+    found = memo.get(literal, -2)
+    if found < pos and found != -1:
+        found = buf.find(literal, pos)
+        memo[literal] = found
+    return found
+
+
 def trailing_run(buf: str, pos: int, chars: str) -> int:
     """Where the run of `chars` at the end of buf[pos:] starts."""
     p = len(buf)
@@ -40,37 +50,105 @@ def trailing_run(buf: str, pos: int, chars: str) -> int:
 
 
 def search_window(
-    pattern: Any, buf: str, pos: int, eos: bool, bound: int, first: Any, lead: str, timeout: float | None = None
+    pattern: Any,
+    buf: str,
+    pos: int,
+    eos: bool,
+    bound: int,
+    first: Any,
+    lead: str,
+    tail: int | None,
+    lead_run: bool,
+    timeout: float | None = None,
 ) -> Any:
     """`pattern.search(buf, pos, partial=not eos)` for a caller that only cares about a result
     starting at or before `bound`: the same match when it does, None when it starts later.
 
-    Instead of letting the regex engine run to the end of a long buffer, only the positions where a
-    match can start are tried: every match starts with a run of `lead` characters followed by a
-    character that `first` (a compiled character class) finds; see `ir.CharSets`."""
+    A partial search reports the leftmost complete match if there is one, else the leftmost
+    partial match (one that runs into the end of the buffer). Every match starts with a run of
+    `lead` characters then a character `first` finds (ir.CharSets), so only those places are
+    looked at, and the second kind only near the end."""
+    complete, later = _leftmost_complete(pattern, buf, pos, bound, first, lead, tail, lead_run, timeout)
+    if complete is not None:
+        return complete if complete.start() <= bound else None
+    if eos:
+        return None
+    floor = _partial_floor(buf, pos, len(buf), tail, lead if lead_run else "")
+    partial = _leftmost_partial(pattern, buf, pos, bound, first, lead, floor, timeout)
+    if partial is None or (later >= 0 and pattern.search(buf, later, timeout=timeout) is not None):
+        return None  # (a complete match after the window would be the answer: not ours)
+    return partial
+
+
+def _leftmost_complete(
+    pattern: Any, buf: str, pos: int, bound: int, first: Any, lead: str, tail: int | None, lead_run: bool, timeout: float | None
+) -> tuple[Any, int]:
+    """(the leftmost complete match, or None; where candidates after the window start, or -1
+    when no match at all exists)."""
+    if not lead:
+        # Matches start right at a first character: the engine's own search skips ahead fast.
+        hit = first.search(buf, pos)
+        if hit is None or hit.start() > bound:
+            return None, (-1 if hit is None else hit.start())
+        return pattern.search(buf, hit.start(), timeout=timeout), -1
+    # With a lead (a leading \s*, say) the engine tries every lead character, slowly: try only
+    # candidate starts, each reading no further than a match can reach (else the engine scans to
+    # the end of the buffer for a required literal on every call).
     n = len(buf)
-    partial = not eos
-    tried = pos  # every position before this one has been tried
-    pending = None  # the leftmost partial match so far (a complete match anywhere beats it)
+    tried = pos
     while True:
+        hit = first.search(buf, tried)
+        if hit is None:
+            return None, -1
+        q = hit.start()
+        start = q
+        while start > tried and buf[start - 1] in lead:
+            start -= 1
+        if start > bound:
+            return None, start
+        for p in range(start, q + 1):
+            m = pattern.match(buf, p, _reach(buf, p, n, tail, lead, lead_run), timeout=timeout)
+            if m is not None:
+                return m, -1
+        tried = q + 1
+
+
+def _leftmost_partial(pattern: Any, buf: str, pos: int, bound: int, first: Any, lead: str, floor: int, timeout: float | None) -> Any:
+    n = len(buf)
+    tried = max(pos, floor)
+    while tried <= bound and tried < n:
         hit = first.search(buf, tried)
         q = n if hit is None else hit.start()
         start = q
         while start > tried and buf[start - 1] in lead:
             start -= 1
-        stop = q + 1 if hit is not None else (n if partial else start)
-        for p in range(start, stop):
-            if pending is None and p > bound:
-                return None
-            m = pattern.match(buf, p, partial=partial, timeout=timeout)
-            if m is not None:
-                if not m.partial:
-                    return m if p <= bound else None
-                if pending is None:
-                    pending = m
-        if hit is None:
-            return pending
+        for p in range(start, min(q + 1, n, bound + 1)):
+            m = pattern.match(buf, p, partial=True, timeout=timeout)
+            if m is not None and m.partial:
+                return m
         tried = q + 1
+    return None
+
+
+def _reach(buf: str, p: int, n: int, tail: int | None, lead: str, lead_run: bool) -> int:
+    """How far a match starting at p can read: its leading lead run, then `tail` characters."""
+    if tail is None:
+        return n
+    end = p
+    if lead_run:
+        while end < n and buf[end] in lead:
+            end += 1
+    return min(n, end + tail)
+
+
+def _partial_floor(buf: str, pos: int, n: int, tail: int | None, run_chars: str) -> int:
+    """The earliest place a partial match (one that reaches the end) can start."""
+    if tail is None:
+        return pos
+    floor = max(pos, n - tail)
+    while floor > pos and buf[floor - 1] in run_chars:
+        floor -= 1
+    return floor
 
 
 def truncate_after_last(prefix: str, anchor: Any, border_free_literal: str | None = None) -> str:

@@ -3,7 +3,7 @@
 import re
 
 import regex
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rtcompile.patterns import analyse_pattern, literal_charsets, whitespace
@@ -32,6 +32,15 @@ PATTERNS = [
     r"(?:<a>)?\s*<b>",
     r"(?:x|\s+)?a?\s*</?x>",
     r"\s+<",
+    r"<a>.*</a>",
+    r"(?:ab|abc)d?",
+    r"a+?b<",
+    r"(a|ab)(c|bcd)",
+    r"x(?:<a|<ab>)?",
+    r"</x>\s*",
+    r"\s*\n<",
+    r"(?:\s|<)*<a",
+    r"\s*(?:ab|a)b?<",
 ]
 texts = st.text(alphabet=ALPHABET, max_size=14)
 
@@ -40,19 +49,20 @@ def _classes(pattern):
     context, charsets = analyse_pattern(pattern)
     assert charsets is not None, pattern
     first = re.compile("[" + "".join(re.escape(c) for c in sorted(charsets.first)) + "]")
-    return first, "".join(sorted(charsets.lead))
+    return first, "".join(sorted(charsets.lead)), charsets.tail, charsets.lead_run
 
 
 @given(st.sampled_from(PATTERNS), texts, st.data())
+@settings(max_examples=max(settings().max_examples, 1000))
 def test_search_window_equals_search_up_to_the_bound(pattern, text, data):
     compiled = regex.compile(pattern, regex.DOTALL)
-    first, lead = _classes(pattern)
+    first, lead, tail, lead_run = _classes(pattern)
     pos = data.draw(st.integers(0, len(text)))
     bound = data.draw(st.integers(pos, len(text) + 1))
     for eos in (False, True):
         m = compiled.search(text, pos, partial=not eos)
         expected = None if m is None or m.start() > bound else (m.span(), m.partial)
-        got = search_window(compiled, text, pos, eos, bound, first, lead)
+        got = search_window(compiled, text, pos, eos, bound, first, lead, tail, lead_run)
         got = None if got is None else (got.span(), got.partial)
         # The empty partial match at the very end means "nothing here" to the scanner.
         if expected is not None and expected[1] and expected[0][0] == len(text):
@@ -149,3 +159,13 @@ def test_optional_groups_before_the_first_character_are_understood():
     _, charsets = analyse_pattern(r"(?:ab|\s*c)?x")
     assert charsets.first == frozenset("acx") and " " in charsets.lead
     assert analyse_pattern(r"(?:ab)?")[1] is None  # can match the empty string
+
+
+def test_repeated_group_names_do_not_stop_the_analysis():
+    from rtcompile.patterns import _unname_groups
+
+    assert _unname_groups(r"(?P<a>x)|(?P<a>y)") == "(x)|(y)"
+    assert _unname_groups(r"[(?P<a>]\(?P<b>(?P<c>z)") == r"[(?P<a>]\(?P<b>(z)"
+    assert _unname_groups(r"(?P<a>x)(?P=a)") == r"(?P<a>x)(?P=a)"
+    _, charsets = analyse_pattern(r"\s*(?:to=(?P<name>\w+)<|<c>(?P<name>\w+))")
+    assert charsets.first == frozenset("t<")
