@@ -78,7 +78,7 @@ class _Memo:
         last = self._last
         if last is not None and last[0] is template and last[1] == template:
             return last[2]
-        key = canonical.sha256_of(canonical.canonical_json(template))
+        key = canonical.sha256_of(canonical.canonical_text(template))
         module = self._by_hash.get(key)
         if module is None:
             from .cache import default_cache

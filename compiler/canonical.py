@@ -1,4 +1,5 @@
-"""The canonical form of a template: its identity for hashing, caching and embedding.
+"""The canonical form of a template (its identity for hashing and caching) and the literal
+emitter through which template data reaches generated code.
 
 Kept apart from the front end so that a cache hit needs neither validation nor lowering: a template
 whose canonical JSON was compiled before was valid then, and is the same template now.
@@ -7,7 +8,7 @@ whose canonical JSON was compiled before was valid then, and is the same templat
 from __future__ import annotations
 
 import hashlib
-import json
+import math
 from typing import Any
 
 
@@ -24,33 +25,50 @@ class TemplateTypeError(TemplateError, TypeError):
     """An invalid template where the interpreter raises TypeError (e.g. a non-string pattern)."""
 
 
-JSON_SCALARS = (str, int, float, bool, type(None))
+def py_literal(value: Any) -> str:
+    """A Python expression that evaluates to `value`: the only way template data reaches
+    generated code, and, for a whole template, its canonical text.
 
-
-def _check_json_data(value: Any) -> None:
-    # json.dumps would quietly turn tuples into lists (the interpreter rejects a tuple where it
-    # wants a list), and dict keys that are numbers into strings: refuse both.
+    Only these types have a repr that is a faithful literal (as in jinja2's has_safe_repr); any
+    other raises TypeError. NaN and the infinities have no literal form, so they are spelled as
+    float(...) calls. Everything is built from reprs, so quotes, newlines, NUL, lone surrogates
+    and the like come out escaped."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int):
+        return repr(int(value))
+    if isinstance(value, float):
+        if math.isnan(value):
+            return 'float("nan")'
+        if math.isinf(value):
+            return 'float("inf")' if value > 0 else 'float("-inf")'
+        return repr(float(value))
+    if isinstance(value, str):
+        return repr(str(value))
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(py_literal(v) for v in value)
+        if isinstance(value, tuple):
+            return f"({items},)" if len(value) == 1 else f"({items})"
+        return f"[{items}]"
+    if isinstance(value, (set, frozenset)):
+        return "frozenset({%s})" % ", ".join(py_literal(v) for v in sorted(value)) if value else "frozenset()"
     if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise TemplateError("", f"response_template keys must be strings, got {type(key).__name__} {key!r}")
-            _check_json_data(item)
-    elif isinstance(value, list):
-        for item in value:
-            _check_json_data(item)
-    elif not isinstance(value, JSON_SCALARS):
+        return "{%s}" % ", ".join(f"{py_literal(k)}: {py_literal(v)}" for k, v in value.items())
+    raise TypeError(f"cannot emit a literal of type {type(value).__name__}")
+
+
+def canonical_text(template: Any) -> str:
+    """The template's canonical text: its Python literal (key order kept, as it is meaningful;
+    lists and tuples, 1 and True and 1.0 all told apart, as the interpreter tells them apart)."""
+    try:
+        return py_literal(template)
+    except (TypeError, RecursionError) as e:
         raise TemplateError(
             "",
-            "response_template must be JSON data (dicts, lists, strings, numbers, booleans, null); "
-            f"got {type(value).__name__}",
-        )
-
-
-def canonical_json(template: Any) -> str:
-    """The template as canonical JSON text: key order kept (it is meaningful), ASCII only."""
-    _check_json_data(template)
-    return json.dumps(template, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
+            "response_template must be data (dicts, lists, tuples, strings, numbers, booleans, "
+            f"None): {e}",
+        ) from e
 
 
 def sha256_of(canonical: str) -> str:
-    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()

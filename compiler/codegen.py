@@ -12,7 +12,6 @@ fragment built here from such pieces), and undefined names are errors.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 import jinja2
 
-from . import ir
+from . import canonical, ir
 from .version import __version__
 
 RUNTIME_ABI = 1  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
@@ -34,32 +33,8 @@ class Code(str):
 
 
 def py_literal(value: Any) -> Code:
-    """A Python expression that evaluates to `value` (JSON-like data only).
-
-    Only the types listed here have a repr that is a faithful literal; anything else is refused.
-    NaN and the infinities have no literal form, so they are spelled as float('...') calls."""
-    if value is None or isinstance(value, bool):
-        return Code(repr(value))
-    if isinstance(value, int):
-        return Code(repr(int(value)))
-    if isinstance(value, float):
-        if math.isnan(value):
-            return Code('float("nan")')
-        if math.isinf(value):
-            return Code('float("inf")' if value > 0 else 'float("-inf")')
-        return Code(repr(float(value)))
-    if isinstance(value, str):
-        return Code(repr(str(value)))
-    if isinstance(value, (list, tuple)):
-        items = ", ".join(py_literal(v) for v in value)
-        if isinstance(value, tuple):
-            return Code(f"({items},)" if len(value) == 1 else f"({items})")
-        return Code(f"[{items}]")
-    if isinstance(value, (set, frozenset)):
-        return Code("frozenset({%s})" % ", ".join(py_literal(v) for v in sorted(value)) if value else "frozenset()")
-    if isinstance(value, dict):
-        return Code("{%s}" % ", ".join(f"{py_literal(k)}: {py_literal(v)}" for k, v in value.items()))
-    raise TypeError(f"cannot emit a literal of type {type(value).__name__}")
+    """A Python literal for `value` (canonical.py_literal: reprs of plain data only)."""
+    return Code(canonical.py_literal(value))
 
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

@@ -11,13 +11,14 @@ transform placeholder that can never resolve, ...) are not errors here; `lint()`
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 import regex
 
 from . import ir
-from .canonical import TemplateError, TemplateTypeError, canonical_json, sha256_of
+from .canonical import TemplateError, TemplateTypeError, canonical_text, sha256_of
 from .patterns import analyse_pattern, literal_charsets
 
 # A set, like the interpreter's dict: an unhashable `content` value raises TypeError there too.
@@ -67,13 +68,13 @@ def lower(template: Any) -> ir.Template:
     start_anchor = _lower_delimiter((), template, "start_anchor", "start_anchor_pattern")
     if start_anchor is None:
         raise TemplateError("", "response_template must define 'start_anchor' or 'start_anchor_pattern'.")
-    canonical = canonical_json(template)
+    canonical = canonical_text(template)
     return ir.Template(
         fields=fields,
         implicit=implicit[0].index if implicit else None,
-        defaults=json.loads(canonical_json(template.get("defaults", {}))),
+        defaults=copy.deepcopy(template.get("defaults", {})),
         start_anchor=start_anchor,
-        source=json.loads(canonical),
+        source=copy.deepcopy(template),
         canonical=canonical,
         sha256=sha256_of(canonical),
     )
@@ -93,9 +94,9 @@ def _check_shape(spec: Any) -> None:
     fields = spec.get("fields", {})
     if not isinstance(fields, dict) or not fields:
         raise TemplateError("fields", "response_template.fields must be a non-empty dict")
-    # Everything is stored as data in the generated module: it must be JSON (string keys only,
-    # no tuples or objects; only the Python API can pass those).
-    canonical_json(spec)
+    # Everything is stored as a literal in the generated module: no objects (only the Python API
+    # can pass those).
+    canonical_text(spec)
 
 
 def _lower_field(index: int, name: str, field: Any) -> ir.Field:

@@ -129,7 +129,7 @@ class Template:
     implicit: int | None
     defaults: dict
     start_anchor: Delimiter
-    # The template as given (a JSON value), and its canonical JSON text and SHA-256.
+    # The template as given, and its canonical text (see canonical.py) and SHA-256.
     source: dict
     canonical: str
     sha256: str

@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "c9c159c0e2da4d95617198484f05d6f8b92fc833bd7b1d3c197a910b76fe74eb"
+TEMPLATE_SHA256 = "36bbeb53d440c00496afae36e92e162cfa5ca58e07623db1340b74b83d5eff4b"
 TEMPLATE = {
     "start_anchor": "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",
     "defaults": {"role": "assistant"},

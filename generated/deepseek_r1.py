@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "6cfaac19da12e4a3357d497d75880e4c2129f213d168de4425f9de201eece55c"
+TEMPLATE_SHA256 = "145bf6bb0c9b5623b4f1de4e9637ab4d60352d4fc9b1de4e2d6ca7dd6bcdc1b5"
 TEMPLATE = {
     "start_anchor": ["<｜Assistant｜>", "<｜tool▁outputs▁end｜>"],
     "defaults": {"role": "assistant"},

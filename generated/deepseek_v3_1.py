@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "87040c4d2af954e9e62a7da9a58ad68b29c686375e29e328a5eeb9463b4e8ae4"
+TEMPLATE_SHA256 = "fc6352d2fc73d03604293cc30b8dedde120be53ab05abfae1fbd32641c26cd7f"
 TEMPLATE = {
     "start_anchor": ["<｜Assistant｜>", "<｜tool▁output▁end｜>"],
     "defaults": {"role": "assistant"},

@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "77973d4fff7a69a504abdbf50af514d23612dbd4d01cead8950181f500414b0d"
+TEMPLATE_SHA256 = "f364b332742cb9e5b352befa84256f38534b5a459ae13815a57ef18afddcb7c3"
 TEMPLATE = {
     "start_anchor": ["<|im_start|>assistant\n", "Assistant: "],
     "defaults": {"role": "assistant"},

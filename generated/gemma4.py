@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "3b0773096911874e1320956aff13cbb6cf9858ba83e3805011a4fda5e7764742"
+TEMPLATE_SHA256 = "e37acd7bde9f6d03d506951048b24904e09edb859c1154719330ba422272eb10"
 TEMPLATE = {
     "start_anchor": ["<|turn>model\n", "<tool_response|>"],
     "defaults": {"role": "assistant"},

@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "305418b5ed779a4ac5868f033f60494789feff6947fec94e1c41b42134fb3a95"
+TEMPLATE_SHA256 = "4611178c01c04877b8ab52c280d89dc39d69a098588ca239f70c0948b74c6b56"
 TEMPLATE = {
     "start_anchor": "<|assistant|>",
     "defaults": {"role": "assistant"},

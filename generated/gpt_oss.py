@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "e9fe428e319652be08f1c5b44f5f9c53f47bfd52aa134232acf9a2e574c6fa00"
+TEMPLATE_SHA256 = "48f6cce57d4d98577d4cf188f94f3dbdf5442acc0c00c63ada1fd60c70a79b88"
 TEMPLATE = {
     "start_anchor": "<|start|>assistant",
     "defaults": {"role": "assistant"},

@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "dc2d79b21dbef1636991979a6edb85559fd7b0822cde59801af291eaed00fd96"
+TEMPLATE_SHA256 = "7419aab7e60794376578aa061919f95dd65917715023a2664d06d8f49705781e"
 TEMPLATE = {
     "start_anchor": "<|im_start|>assistant\n",
     "defaults": {"role": "assistant"},

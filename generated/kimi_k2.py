@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "8e8bf8904fbd2d5ac63c188ce2b516a65f8861adcd24a73dc5affea4a98f7323"
+TEMPLATE_SHA256 = "85102c6eb48c84d8de56e87bf558d416003ceceed12c2a3d7cf8a0091fb3f7b4"
 TEMPLATE = {
     "start_anchor": "<|im_assistant|>assistant<|im_middle|>",
     "defaults": {"role": "assistant"},

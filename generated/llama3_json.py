@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "ec514401e1cb93f78bbfdf1a332d1a6087d97fe51f4904dd94dc292394509121"
+TEMPLATE_SHA256 = "bf665ac4e1f22e94f9dbdadc2571b19abc45cfc38f8279a205bfcbba50583cd2"
 TEMPLATE = {
     "start_anchor": "<|start_header_id|>assistant<|end_header_id|>\n\n",
     "defaults": {"role": "assistant"},

@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "a7630641e97380bc057016d139b5bbb23ba0921b30cd683e07ed3bfd620e1760"
+TEMPLATE_SHA256 = "2d0fbac47e3141dd28af75e27966f1300fa1fa55e439f53cfd833426a0f8f992"
 TEMPLATE = {
     "start_anchor": "]~b]ai\n",
     "defaults": {"role": "assistant"},

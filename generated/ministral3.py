@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "52a28a4b75a6a54ce993de60a3ead6c21cc979d407d667e05278ca9c348fc55f"
+TEMPLATE_SHA256 = "7cc15f1b425861b01da8555438fb05c0e675e197a4453dd80ad3bfcd5eccddbf"
 TEMPLATE = {
     "start_anchor": ["[/INST]", "[/TOOL_RESULTS]"],
     "defaults": {"role": "assistant"},

@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "11d7882b5f5fca94f5e2944e2c62931b4002201eeac82f3ab587f3b0c522e1e7"
+TEMPLATE_SHA256 = "6596f5a92761e370eb74941bd4b347fe844355e7a16277d8b76edd41ed348deb"
 TEMPLATE = {
     "start_anchor": ["[/INST]", "[/TOOL_RESULTS]"],
     "defaults": {"role": "assistant"},

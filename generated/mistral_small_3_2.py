@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "cd2f384ea0ebbeb7038747b8784ec0adc7df8017b9d91a532157c365066b39af"
+TEMPLATE_SHA256 = "bb8bd263618276e84986ebbdefc9084d6dc063f2e37c38fb5538be41a129f15d"
 TEMPLATE = {
     "start_anchor": ["[/INST]", "[/TOOL_RESULTS]"],
     "defaults": {"role": "assistant"},

@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "7d7514b7bcdbfc75c7a420a210ea4113482606ac560af9b53a8354ed3c9f0645"
+TEMPLATE_SHA256 = "4a710206071c08d9e0b87b3fb375301711ea493df699994659916f8d12373778"
 TEMPLATE = {
     "start_anchor": "<|im_start|>assistant\n",
     "defaults": {"role": "assistant"},

@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "b4c2a8432172ea9c566830728760fa5d53ad914c5193194f414dacd27fba612d"
+TEMPLATE_SHA256 = "fa320ae488727126221cdce8336c8dd694c030521189a5afc2b3bbc74797c2c6"
 TEMPLATE = {
     "start_anchor": "<|im_start|>assistant\n",
     "defaults": {"role": "assistant"},

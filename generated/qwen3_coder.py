@@ -23,7 +23,7 @@ from rtcompile.runtime import (
 check_abi(1)
 
 __rtcompile_version__ = "0.1.0"
-TEMPLATE_SHA256 = "b018b133fdfa605a93fcf9e87e5869acc9ca7d3638cdbfed7cea2788b79d9a67"
+TEMPLATE_SHA256 = "d436a27ce71d35264c7fd010dbac630c639ef1a8426805089ac6bbb9cc3eaed8"
 TEMPLATE = {
     "start_anchor": "<|im_start|>assistant\n",
     "defaults": {"role": "assistant"},

@@ -134,5 +134,14 @@ def test_template_errors_are_value_errors_carrying_the_path():
 
 
 def test_python_only_values_are_refused_with_a_clear_error():
-    with pytest.raises(frontend.TemplateError, match="JSON data"):
+    with pytest.raises(frontend.TemplateError, match="must be data"):
         rtcompile.compile_template(variant(defaults={"when": object()}))
+
+
+def test_tuples_are_kept_apart_from_lists_as_the_interpreter_does():
+    as_tuple = variant(fields__content__transform=("{content}", 1))
+    as_list = variant(fields__content__transform=["{content}", 1])
+    assert frontend.lower(as_tuple).sha256 != frontend.lower(as_list).sha256
+    text = "<think>r</think>answer<|end|>"
+    assert rtcompile.parse_response(text, as_tuple, prefix="")["content"] == ("{content}", 1)
+    assert rtcompile.parse_response(text, as_list, prefix="")["content"] == ["answer", 1]
