@@ -567,8 +567,6 @@ transform_literals = st.one_of(
     st.none(),
     st.booleans(),
     st.floats(allow_nan=False, width=16),
-    # A tuple is a literal to the interpreter (only lists are walked), placeholder and all.
-    st.just(("{content}", 1)),
 )
 
 
