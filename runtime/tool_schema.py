@@ -11,6 +11,7 @@ Standard library only: this module is imported at parse time by generated parser
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -90,6 +91,31 @@ _CUSTOM_CLASS_MESSAGE = (
 
 
 def function_schema(func: Callable) -> dict:
+    """The tool schema of `func`; see _function_schema. When transformers is loaded, its errors are
+    also instances of transformers' own exception classes, so `except` clauses written for the
+    interpreter still catch them (transformers itself is never imported here)."""
+    try:
+        return _function_schema(func)
+    except (TypeHintParsingException, DocstringParsingException) as error:
+        compatible = _transformers_compatible(error)
+        if compatible is error:
+            raise
+        raise compatible.with_traceback(error.__traceback__) from error.__cause__
+
+
+def _transformers_compatible(error: Exception) -> Exception:
+    theirs = getattr(sys.modules.get("transformers.utils.chat_template_utils"), type(error).__name__, None)
+    if not isinstance(theirs, type) or not issubclass(theirs, BaseException) or isinstance(error, theirs):
+        return error
+    return _dual_class(type(error), theirs)(*error.args)
+
+
+@functools.lru_cache(maxsize=None)
+def _dual_class(ours: type, theirs: type) -> type:
+    return type(ours.__name__, (ours, theirs), {"__module__": ours.__module__, "__doc__": ours.__doc__})
+
+
+def _function_schema(func: Callable) -> dict:
     """The tool schema of `func`: `{"type": "function", "function": {name, description, parameters[, return]}}`.
 
     Same result as transformers' `get_json_schema(func)`. Raises `DocstringParsingException` when `func` has

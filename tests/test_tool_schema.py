@@ -722,3 +722,21 @@ def test_pil_image_and_torch_tensor_hints(monkeypatch):
         "picture": {"type": "image", "description": "A picture."},
         "sound": {"type": "audio", "nullable": True, "description": "A sound."},
     }
+
+
+def test_errors_are_also_transformers_classes_once_transformers_is_loaded():
+    """Drop-in: an `except` written for the interpreter's exception catches rtcompile's too."""
+    import transformers.utils.chat_template_utils as reference
+
+    from rtcompile.runtime.tool_schema import DocstringParsingException, function_schema
+
+    def undocumented(x: int):
+        return x
+
+    try:
+        function_schema(undocumented)
+    except reference.DocstringParsingException as error:
+        assert isinstance(error, DocstringParsingException)
+        assert "no docstring" in str(error)
+    else:
+        raise AssertionError("no exception")
