@@ -328,6 +328,30 @@ def as_tool_call(body: str):
         return None
 
 
+# A generation cut inside a tool call's JSON, and one cut inside the closing tag.
+CUT_PIECES = [
+    ("delimiter", "<think>"), ("reasoning_content", "plan"), ("delimiter", "</think>"),
+    ("content", "Calling."), ("delimiter", "\n<tool_call>"), ("tool_calls", '\n{"name": "f", "arguments": {"a": 1}}\n'),
+    ("delimiter", "</tool_call>"),
+]
+CUT_TEXT = "".join(text for _, text in CUT_PIECES)
+MID_JSON = CUT_TEXT.index('"arguments"') + 5
+MID_CLOSE = CUT_TEXT.index("</tool_call>") + 6
+cut_examples = [
+    example(case=(CUT_PIECES, MID_JSON, [CUT_TEXT[:MID_JSON]])),
+    example(case=(CUT_PIECES, MID_JSON, list(CUT_TEXT[:MID_JSON]))),
+    example(case=(CUT_PIECES, MID_CLOSE, [CUT_TEXT[:MID_CLOSE]])),
+    example(case=(CUT_PIECES, MID_CLOSE, list(CUT_TEXT[:MID_CLOSE]))),
+]
+
+
+def with_cut_examples(test):
+    for add in cut_examples:
+        test = add(test)
+    return test
+
+
+@with_cut_examples
 @given(cut_and_chunked())
 def test_keep_mode_never_raises_and_reports_each_failed_region(case):
     pieces, cut, chunks = case
@@ -347,6 +371,7 @@ def test_keep_mode_never_raises_and_reports_each_failed_region(case):
         assert message == interpreter.parse_response("".join(chunks), QWEN3, prefix="")
 
 
+@with_cut_examples
 @given(cut_and_chunked())
 def test_strict_mode_on_cut_generations_is_the_interpreter(case):
     _, _, chunks = case
@@ -357,6 +382,7 @@ def test_strict_mode_on_cut_generations_is_the_interpreter(case):
 CALL = '{"name": "f", "arguments": {}}'
 
 
+@with_cut_examples
 @example(
     case=(
         [("content", "a"), ("delimiter", "<tool_call>"), ("tool_calls", CALL), ("delimiter", "</tool_call>"), ("content", "b")],

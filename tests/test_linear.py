@@ -81,8 +81,9 @@ class Generation:
 
 def blocks_for(size: int) -> int:
     """The number of blocks for a generation of about `size` characters: a multiple of 5, so that
-    reasoning and content split it 3:2 exactly and generations of n and 4n blocks are alike."""
-    return max(10, size // len(BLOCK) // 5 * 5)
+    reasoning and content split it 3:2 exactly and generations of n and 4n blocks are alike; at
+    least 15, so that each region has room for two windows that do not overlap."""
+    return max(15, size // len(BLOCK) // 5 * 5)
 
 
 def qwen3_generation(blocks: int) -> Generation:
@@ -178,6 +179,7 @@ class Streamer:
         self.peak = 0  # tracemalloc peak over everything fed so far (windows reset tracemalloc's)
 
     def run_to(self, stop: int) -> None:
+        assert stop >= self.position, "windows overlap"
         text, feed = self.text, self.parser.feed
         for i in range(self.position, stop):
             feed(text[i])
@@ -188,7 +190,7 @@ class Streamer:
         chunk, the memory allocated and not kept over the rest of the window."""
         text, feed = self.text, self.parser.feed
         opcodes_until = self.position + opcode_chunks
-        assert opcodes_until + DROPPED_CHUNKS < stop, "window too short"
+        assert opcodes_until + DROPPED_CHUNKS < stop, "window too short, or overlapping the previous one"
         opcodes = count_opcodes(feed, text, self.position, opcodes_until)
         reset, traced = tracemalloc.reset_peak, tracemalloc.get_traced_memory
         self.peak = max(self.peak, traced()[1])
@@ -271,18 +273,18 @@ TEMPLATES = sorted(GENERATIONS)
 
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_cost_per_chunk_does_not_grow_along_the_stream(name):
-    generation = GENERATIONS[name](blocks_for(64 * 1024))
+    generation = GENERATIONS[name](blocks_for(128 * 1024))
     message, costs, _ = measured_run(compiled(name), generation)
     assert message == generation.expected
-    assert_same_cost_everywhere(costs, f"{name}, 64 KB")
+    assert_same_cost_everywhere(costs, f"{name}, 128 KB")
 
 
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_one_and_four_megabytes_cost_in_proportion(name):
     # Fail fast, in seconds, when streaming is quadratic: the 4 MB run would then take hours.
-    probe = GENERATIONS[name](blocks_for(64 * 1024))
+    probe = GENERATIONS[name](blocks_for(128 * 1024))
     _, probe_costs, _ = measured_run(compiled(name), probe)
-    assert_same_cost_everywhere(probe_costs, f"{name}, 64 KB probe (the 1 MB and 4 MB runs were not attempted)")
+    assert_same_cost_everywhere(probe_costs, f"{name}, 128 KB probe (the 1 MB and 4 MB runs were not attempted)")
 
     runs = []
     for blocks in (blocks_for(MB), 4 * blocks_for(MB)):
