@@ -12,6 +12,7 @@ import regex
 
 from . import ir
 from .frontend import json_path
+from .patterns import has_nested_unbounded_repeat, min_width
 
 CONTENT_ARG_KEYS = {
     "text": {"strip"},
@@ -22,7 +23,8 @@ CONTENT_ARG_KEYS = {
     "xml-inline": {"tag_pattern", "value_parser", "merge_duplicates"},
     "kv-lines": {"line_sep", "kv_sep", "strip", "value_parser"},
 }
-# A group with an unbounded quantifier that is itself repeated without bound: (a+)+, (?:x*y?)*, ...
+# A group with an unbounded quantifier that is itself repeated without bound, for patterns the
+# analysis cannot read (regex-only syntax): (a+)+, (?:x*y?)*, ...
 NESTED_QUANTIFIER = regex.compile(r"\((?:[^()\\]|\\.)*[*+}](?:[^()\\]|\\.)*\)[*+]|\((?:[^()\\]|\\.)*[*+]\)\{\d*,\}")
 
 
@@ -41,7 +43,7 @@ def lint(template: ir.Template) -> list[Warning_]:
         found += _lint_content(field)
         found += _lint_transform(field)
         for key, delimiter in (("open_pattern", field.open), ("close_pattern", field.close)):
-            if delimiter is not None and delimiter.pattern is not None and NESTED_QUANTIFIER.search(delimiter.pattern):
+            if delimiter is not None and delimiter.pattern is not None and _nested(delimiter.pattern):
                 found.append(
                     Warning_(
                         json_path("fields", field.name, key),
@@ -51,6 +53,11 @@ def lint(template: ir.Template) -> list[Warning_]:
                 )
         found += _lint_empty_loop(template, field)
     return found
+
+
+def _nested(pattern: str) -> bool:
+    nested = has_nested_unbounded_repeat(pattern)
+    return bool(NESTED_QUANTIFIER.search(pattern)) if nested is None else nested
 
 
 def _lint_content(field: ir.Field) -> list[Warning_]:
@@ -134,6 +141,9 @@ def _can_match_empty(delimiter: ir.Delimiter | None) -> bool:
         return False  # literals are never empty
     if delimiter.charsets is not None:
         return False  # the analysis proved every match starts with a character
+    shortest = min_width(delimiter.pattern)
+    if shortest is not None:
+        return shortest == 0
     compiled = regex.compile(delimiter.pattern, regex.DOTALL)
     return any(m.start() == m.end() for probe in EMPTY_MATCH_PROBES for m in compiled.finditer(probe))
 

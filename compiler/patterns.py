@@ -97,6 +97,36 @@ def _parse(source: str):
     return parsed
 
 
+def min_width(source: str) -> int | None:
+    """The shortest text the pattern can match (0: it may match the empty string); None if unknown."""
+    parsed = _parse(source)
+    return None if parsed is None else parsed.getwidth()[0]
+
+
+def has_nested_unbounded_repeat(source: str) -> bool | None:
+    """Whether an unbounded repeat contains another one, like (a+)+ (exponential backtracking on
+    a near miss); None if the pattern cannot be analysed."""
+    parsed = _parse(source)
+    return None if parsed is None else _nested_repeat(parsed, inside=False)
+
+
+def _nested_repeat(items, inside: bool) -> bool:
+    for op, av in items:
+        if op in REPEATS and av[1] >= sre.MAXREPEAT:
+            if inside:
+                return True
+            if _nested_repeat(av[2], inside=True):
+                return True
+            continue
+        if op in (sre.ASSERT, sre.ASSERT_NOT):
+            children = [av[1]]
+        else:
+            children = _children(op, av)
+        if any(_nested_repeat(sub, inside) for sub in children):
+            return True
+    return False
+
+
 def _unname_groups(source: str) -> str:
     """The pattern with `(?P<name>` turned into `(`: `regex` allows one name on several groups
     (e.g. alternatives that capture the same thing), `re` does not, and names change nothing

@@ -13,11 +13,15 @@ they are here for nested `value_parser`s and the per-call path.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 from typing import Any, Callable
 
 import regex
+
+# The calling parser's `timeout` for tag_pattern matching (set only while a region is finished).
+MATCH_TIMEOUT: contextvars.ContextVar[float | None] = contextvars.ContextVar("rtcompile_match_timeout", default=None)
 
 # Placeholders for pre-extracted custom-delimited strings (control characters models don't write).
 SENTINEL_OPEN, SENTINEL_CLOSE = "\x01", "\x02"
@@ -172,7 +176,7 @@ def _xml_inline(text: str, args: Any) -> dict:
         raise ValueError("xml-inline: 'tag_pattern' content_arg is required")
     return _run_xml_inline(
         text,
-        regex.finditer(tag_pattern, text, flags=regex.DOTALL),
+        regex.finditer(tag_pattern, text, flags=regex.DOTALL, timeout=MATCH_TIMEOUT.get()),
         tag_pattern,
         args.get("value_parser"),
         args.get("merge_duplicates", False),
@@ -203,7 +207,9 @@ def _xml_inline_factory(args: dict) -> Callable[[str], dict]:
     compiled = regex.compile(tag_pattern, regex.DOTALL)
     value_parser = args.get("value_parser")
     merge = args.get("merge_duplicates", False)
-    return lambda text: _run_xml_inline(text, compiled.finditer(text), tag_pattern, value_parser, merge)
+    return lambda text: _run_xml_inline(
+        text, compiled.finditer(text, timeout=MATCH_TIMEOUT.get()), tag_pattern, value_parser, merge
+    )
 
 
 def _kv_lines(text: str, args: Any) -> dict:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .coerce import coerce_tool_calls, tool_parameters
+from .content_parsers import MATCH_TIMEOUT
 from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError, region_error
 
 # Where errors="keep" records regions that failed to parse: a list of
@@ -79,6 +80,7 @@ class Machine:
         if prefix is None:
             raise ValueError(PREFIX_REQUIRED)
         self._keep_errors = errors == "keep"
+        self._closed: set[str] = set()  # fields closed so far (errors="keep" merges repeats)
         self._timeout = timeout
         self._tool_params = tool_parameters(tools) if tools else {}
         self._buf = ""
@@ -182,13 +184,15 @@ class Machine:
 
     # ---- the machine --------------------------------------------------------------------------
     def _fail(self, error: BaseException) -> None:
-        # A parse error leaves the machine mid-commit; refuse to continue rather than guess.
-        self._failure = error
+        """Called with whatever stops the machine; raises MatchTimeoutError in place of a bare
+        regex TimeoutError. A parse error leaves the machine mid-commit: it refuses to go on
+        rather than guess (ParserFailedError.cause is the error that was raised)."""
         self._halted = True
         self._opened = False  # keeps the generated feed's fast path (which checks only this) off
         if isinstance(error, TimeoutError) and not isinstance(error, MatchTimeoutError):
-            name = self.current_field
-            raise MatchTimeoutError(name, self._timeout) from error
+            self._failure = MatchTimeoutError(self.current_field, self._timeout)
+            raise self._failure from error
+        self._failure = error
 
     def _refuse(self) -> None:
         if self._finalized:
@@ -263,7 +267,14 @@ class Machine:
             body = "".join(self._parts)
             join = self.JOINS[index]
             try:
-                value = self.FINISH[index](body, self._captures)
+                if self._timeout is None:
+                    value = self.FINISH[index](body, self._captures)
+                else:  # content parsers (xml-inline's tag_pattern) read the bound from here
+                    token = MATCH_TIMEOUT.set(self._timeout)
+                    try:
+                        value = self.FINISH[index](body, self._captures)
+                    finally:
+                        MATCH_TIMEOUT.reset(token)
                 if self._tool_params:
                     value = coerce_tool_calls(value, self._tool_params)
                 if join is not None and not isinstance(value, str):
@@ -271,22 +282,28 @@ class Machine:
                         f"Field '{name}': 'join' requires each match to parse to a string, "
                         f"got {type(value).__name__}."
                     )
+            except TimeoutError:
+                raise  # a too slow tag_pattern hit the parser's time bound: never a kept region
             except Exception as e:
-                if not self._keep_errors:
-                    error = region_error(name, body, e)
-                    if error is e:
-                        raise
-                    raise error from e
-                self._keep_failed_region(events, name, body, e)
-                return
+                if self._keep_errors:
+                    self._keep_failed_region(events, name, body, e)
+                    return
+                error = region_error(name, body, e)
+                if error is e:
+                    raise
+                raise error from e
             output = self._output
             if join is not None:
                 previous = output.get(name)
                 output[name] = value if previous is None else previous + join + value
             elif self.REPEATS[index]:
                 output.setdefault(name, []).append(value)
+            elif self._keep_errors and name in self._closed:
+                output[name] = self._keep_both(name, output.get(name), value)
             else:
                 output[name] = value
+            if self._keep_errors:
+                self._closed.add(name)
             events.append({"type": "region_close", "field": name, "value": value})
         self._reset_to_implicit()
 
@@ -296,6 +313,16 @@ class Machine:
         self._captures = {}
         self._parts = []
         self._opened = False
+
+    def _keep_both(self, name: str, previous: Any, value: Any) -> Any:
+        """errors="keep": a field without `repeats` closed again. The interpreter keeps only the
+        last value (text before a tool call is lost when more text follows it); here two texts are
+        joined by a blank line, and any other earlier value is recorded under ERRORS_KEY."""
+        if isinstance(previous, str) and isinstance(value, str):
+            return previous + "\n\n" + value if previous and value else previous or value
+        record = {"field": name, "value": previous, "error": "overwritten by a later region of the same field"}
+        self._output.setdefault(ERRORS_KEY, []).append(record)
+        return value
 
     def _keep_failed_region(self, events: list[dict], name: str, body: str, error: Exception) -> None:
         """errors="keep": record the region's raw text and error instead of a value."""
