@@ -642,7 +642,13 @@ def field_plans(
 
     spec: dict = {}
     open_delimiter = None if implicit else some_delimiter()
-    close_delimiter = None if draw(one_in(5)) else some_delimiter()
+    # No close: the field runs to the end. For the implicit field that is the plain "leftover text
+    # is content" shape, so it gets an even chance.
+    if implicit:
+        has_close = draw(st.booleans())
+    else:
+        has_close = not draw(one_in(5))
+    close_delimiter = some_delimiter() if has_close else None
     if tool_call:
         return _tool_call_field(draw, name, open_delimiter or draw(delimiters()), close_delimiter)
     if open_delimiter is not None:
