@@ -365,30 +365,39 @@ def test_the_copy_measure_catches_the_interpreters_quadratic_buffer():
     assert late.copied > 1.5 * early.copied, (late.copied, early.copied)
 
 
-def test_a_flood_of_newlines_is_not_quadratic():
-    r"""Models that degenerate sometimes emit newlines until the token limit. In qwen3's content,
-    whitespace may start `\s*<tool_call>` or the `\s*<|im_end|>` close, so it is held back until
-    something else arrives; holding it must not cost a copy (or a rescan) of the whole run per chunk."""
-    flood = 2500
-    text = "Answer:" + "\n" * flood + "done<|im_end|>"
-    parser = compiled("qwen3")()
-    streamer = Streamer(parser, text)
+# Text around a flood of 2000 newlines, per template: qwen3's content region (where whitespace may
+# start `\s*<tool_call>` or the `\s*<|im_end|>` close), gpt_oss between two messages (where it may
+# start the tool-call header `...\s*to=functions.`).
+FLOODS = {
+    "qwen3": ("Answer:", "done<|im_end|>"),
+    "gpt_oss": ("<|channel|>analysis<|message|>hmm<|end|>", "<|start|>assistant<|channel|>final<|message|>done<|return|>"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOODS))
+def test_a_flood_of_newlines_is_not_quadratic(name):
+    """Models that degenerate sometimes emit newlines until the token limit. Whitespace that may
+    start a delimiter is held back until something else arrives; holding it must not cost a copy
+    or a Python-level walk of the whole run on every chunk."""
+    before, after = FLOODS[name]
+    text = before + "\n" * 2000 + after
+    streamer = Streamer(compiled(name)(), text)
     tracemalloc.start()
-    try:
-        streamer.run_to(500)
-        early = streamer.measure(800, opcode_chunks=20)
-        streamer.run_to(2000)
-        late = streamer.measure(2300, opcode_chunks=20)
+    try:  # windows of 240 chunks at 400 and at 1600 newlines held
+        streamer.run_to(len(before) + 400)
+        early = streamer.measure(len(before) + 640, opcode_chunks=10)
+        streamer.run_to(len(before) + 1600)
+        late = streamer.measure(len(before) + 1840, opcode_chunks=10)
         streamer.run_to(len(text))
         message = streamer.finish()
     finally:
         tracemalloc.stop()
-    assert message == {"role": "assistant", "content": "Answer:" + "\n" * flood + "done"}
+    assert message == interpreter.parse_response(text, rtcompile.template_for(name), prefix="")
     assert (late.opcodes, late.calls) == (early.opcodes, early.calls), (
         f"per-chunk work grows with the held run of newlines: {late.opcodes} bytecodes and "
-        f"{late.calls} calls at 2000 newlines vs {early.opcodes} and {early.calls} at 500"
+        f"{late.calls} calls at 1600 newlines vs {early.opcodes} and {early.calls} at 400"
     )
     assert late.copied <= early.copied * 1.05 + 16 * 1024, (
-        f"per-chunk copies grow with the held run of newlines: {late.copied} bytes over 200 chunks "
-        f"at 2000 newlines vs {early.copied} at 500"
+        f"per-chunk copies grow with the held run of newlines: {late.copied} bytes over 230 chunks "
+        f"at 1600 newlines vs {early.copied} at 400"
     )
