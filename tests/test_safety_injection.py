@@ -606,3 +606,29 @@ def test_split_surrogate_pairs_in_defaults_are_kept():
 
 def test_no_test_here_ever_created_the_sentinel():
     assert_no_sentinel()
+
+
+class ReprLies(str):
+    """A str subclass whose repr is code: reachable only through the Python API (JSON text always
+    decodes to plain str), but `py_literal` promises faithful literals for every value it accepts."""
+
+    def __repr__(self) -> str:
+        return f"__import__('os').system('touch {S}')"
+
+    def __str__(self) -> str:
+        return self
+
+
+def test_a_str_subclass_cannot_choose_its_own_literal():
+    literal = codegen.py_literal({"role": ReprLies("assistant")})
+    assert MARK not in literal
+    assert eval(literal, {"__builtins__": {}}) == {"role": "assistant"}
+
+
+def test_a_template_of_str_subclasses_compiles_to_plain_literals():
+    template = {"start_anchor": "@", "defaults": {"role": ReprLies("assistant")}, "fields": {"content": {}}}
+    source = rtcompile.compile_template(template)
+    assert MARK not in source
+    module = api.module_from_source(source, "0" * 64)
+    assert_no_sentinel()
+    assert module.parse_response("hi", prefix="") == {"role": "assistant", "content": "hi"}
