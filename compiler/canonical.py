@@ -33,27 +33,29 @@ def py_literal(value: Any) -> str:
     other raises TypeError. NaN and the infinities have no literal form, so they are spelled as
     float(...) calls. Everything is built from reprs, so quotes, newlines, NUL, lone surrogates
     and the like come out escaped."""
+    # The base types' own methods are called (str.__repr__, dict.items, ...): a subclass could
+    # otherwise choose what gets written into the generated source.
     if value is None or isinstance(value, bool):
-        return repr(value)
+        return "True" if value is True else "False" if value is False else "None"
     if isinstance(value, int):
-        return repr(int(value))
+        return int.__repr__(value)
     if isinstance(value, float):
         if math.isnan(value):
             return 'float("nan")'
         if math.isinf(value):
             return 'float("inf")' if value > 0 else 'float("-inf")'
-        return repr(float(value))
+        return float.__repr__(value)
     if isinstance(value, str):
-        return repr(str(value))
+        return str.__repr__(value)
     if isinstance(value, (list, tuple)):
-        items = ", ".join(py_literal(v) for v in value)
+        items = ", ".join(py_literal(v) for v in (list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)))
         if isinstance(value, tuple):
-            return f"({items},)" if len(value) == 1 else f"({items})"
+            return f"({items},)" if tuple.__len__(value) == 1 else f"({items})"
         return f"[{items}]"
     if isinstance(value, (set, frozenset)):
         return "frozenset({%s})" % ", ".join(py_literal(v) for v in sorted(value)) if value else "frozenset()"
     if isinstance(value, dict):
-        return "{%s}" % ", ".join(f"{py_literal(k)}: {py_literal(v)}" for k, v in value.items())
+        return "{%s}" % ", ".join(f"{py_literal(k)}: {py_literal(v)}" for k, v in dict.items(value))
     raise TypeError(f"cannot emit a literal of type {type(value).__name__}")
 
 

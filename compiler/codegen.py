@@ -251,15 +251,19 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
             consts[w.const] = w.delimiter
     # States whose plain chunks can skip the machine (see the generated feed). Only without
     # lookbehind context: the fast path does not keep consumed text.
-    fast_states = []
+    # States whose plain chunks skip the machine (the generated feed), keyed by the current field
+    # index (None: the null sink). Only without lookbehind context: these paths keep no consumed text.
+    fast_states, lead_states = [], []
     if template.context == 0:
-        by_field = {}
-        if template.implicit is not None:
-            by_field[template.implicit] = states[0]
+        by_field = {template.implicit: states[0]}
         for f, state in zip([f for f in fields if f.open is not None], states[1:]):
             by_field[f.index] = state
-        for index, state in sorted(by_field.items()):
-            if state.quick is not None:
+        for index, state in sorted(by_field.items(), key=lambda item: (item[0] is None, item[0] or 0)):
+            if state.quick is None:
+                continue
+            if state.quick.lead_hold:
+                lead_states.append({"index": index, "quick": state.quick})
+            if index is not None:
                 fast_states.append({"index": index, "name": fields[index].name, "dirty": fields[index].dirty, "quick": state.quick})
     anchor = template.start_anchor
     border_free = (
@@ -289,6 +293,7 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         triggers=triggers,
         leads=leads,
         fast_states=fast_states,
+        lead_states=lead_states,
         windows={
             name: (_char_class(d.charsets.first), "".join(sorted(d.charsets.lead)))
             for name, d in consts.items()

@@ -47,7 +47,7 @@ def analyse_pattern(source: str) -> tuple[int | None, CharSets | None]:
     charsets = _charsets(parsed)
     if charsets is not None:
         lead_run = bool(charsets.lead) and _starts_with_star_of(parsed, charsets.lead)
-        rest = parsed[1:] if lead_run else parsed
+        rest = parsed[1:] if lead_run and parsed[0][0] in REPEATS else parsed
         charsets = CharSets(charsets.lead, charsets.first, lead_run, _max_width(rest))
     return _context(parsed), charsets
 
@@ -75,14 +75,21 @@ def _has_position_tests(items) -> bool:
 
 
 def _starts_with_star_of(items, lead: frozenset[str]) -> bool:
-    """Whether the pattern's first item is `[lead]*` (any repeat from zero to unbounded)."""
-    if len(items) < 2:
-        return False
-    op, av = items[0]
-    if op not in REPEATS:
-        return False
-    low, high, sub = av
-    return low == 0 and high == sre.MAXREPEAT and _single_char_class(sub) == set(lead)
+    """Whether, up to its first required item, the pattern is `[lead]*` stars and optional items
+    whose matches start with a first character (no lead): then, in text without first
+    characters, a partial match starts exactly where the trailing run of lead characters does."""
+    stars: set[str] = set()
+    for op, av in items:
+        facts = _item_starts(op, av)
+        if facts is None:
+            return False
+        if not facts[2]:  # the first required item
+            return stars == set(lead) and not facts[0]
+        if op in REPEATS and av[0] == 0 and av[1] == sre.MAXREPEAT and _single_char_class(av[2]) is not None:
+            stars |= _single_char_class(av[2])
+        elif facts[0] or op is sre.AT or op in (sre.ASSERT, sre.ASSERT_NOT):
+            return False  # optional lead characters, or a test of the position: no shortcut
+    return False
 
 
 def _parse(source: str):

@@ -160,6 +160,7 @@ class ResponseParser(Machine):
         if buf.find("<", pos) < 0:
             if n == pos or buf[-1] not in LEAD_CHARS_SCAN_IN_0_TOOL_CALLS:
                 return n, None
+            self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_feed)
             return trailing_run(buf, pos, LEAD_CHARS_SCAN_IN_0_TOOL_CALLS), None
         hold = n
         best = None

@@ -102,13 +102,12 @@ class ResponseParser(Machine):
     )
 
     def feed(self, text):
-        """Fast path for the common chunk: the region is open and the unread text holds no
-        character a watched delimiter can start with (a trailing run of lead characters is held
-        back, exactly as a scan would). Everything else goes through Machine.feed."""
-        if self._opened:  # (false too once finalized or failed)
+        """Fast paths for the common chunk, with no character a watched delimiter can start with;
+        everything else goes through Machine.feed."""
+        if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
             state = self._current
             if state == 0:
-                if not self._buf and "[" not in text and text:
+                if "[" not in text and text:
                     self._parts.append(text)
                     return [
                         {
@@ -119,7 +118,7 @@ class ResponseParser(Machine):
                         }
                     ]
             elif state == 2:
-                if not self._buf and "<" not in text and "[" not in text and text:
+                if "<" not in text and "[" not in text and text:
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "content", "text": text, "dirty": False}

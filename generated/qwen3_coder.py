@@ -101,62 +101,33 @@ class ResponseParser(Machine):
     )
 
     def feed(self, text):
-        """Fast path for the common chunk: the region is open and the unread text holds no
-        character a watched delimiter can start with (a trailing run of lead characters is held
-        back, exactly as a scan would). Everything else goes through Machine.feed."""
-        if self._opened:  # (false too once finalized or failed)
+        """Fast paths for the common chunk, with no character a watched delimiter can start with;
+        everything else goes through Machine.feed."""
+        if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
             state = self._current
             if state == 0:
-                unread = self._buf + text
-                if "<" not in unread and unread:
-                    if unread[-1] not in LEAD_CHARS_SCAN_IN_0_TOOL_CALLS:
-                        self._buf = ""
-                        self._parts.append(unread)
-                        return [
-                            {
-                                "type": "region_chunk",
-                                "field": "tool_calls",
-                                "text": unread,
-                                "dirty": True,
-                            }
-                        ]
-                    hold = trailing_run(unread, 0, LEAD_CHARS_SCAN_IN_0_TOOL_CALLS)
-                    self._buf = unread[hold:]
-                    if hold == 0:
-                        return []
-                    chunk = unread[:hold]
-                    self._parts.append(chunk)
+                if "<" not in text and text and text[-1] not in LEAD_CHARS_SCAN_IN_0_TOOL_CALLS:
+                    self._parts.append(text)
                     return [
-                        {
-                            "type": "region_chunk",
-                            "field": "tool_calls",
-                            "text": chunk,
-                            "dirty": True,
-                        }
+                        {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
                     ]
             elif state == 1:
-                unread = self._buf + text
-                if "<" not in unread and unread:
-                    if unread[-1] not in LEAD_CHARS_SCAN_SINK:
-                        self._buf = ""
-                        self._parts.append(unread)
-                        return [
-                            {
-                                "type": "region_chunk",
-                                "field": "content",
-                                "text": unread,
-                                "dirty": False,
-                            }
-                        ]
-                    hold = trailing_run(unread, 0, LEAD_CHARS_SCAN_SINK)
-                    self._buf = unread[hold:]
-                    if hold == 0:
-                        return []
-                    chunk = unread[:hold]
-                    self._parts.append(chunk)
+                if "<" not in text and text and text[-1] not in LEAD_CHARS_SCAN_SINK:
+                    self._parts.append(text)
                     return [
-                        {"type": "region_chunk", "field": "content", "text": chunk, "dirty": False}
+                        {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
                     ]
+        if text and not self._halted and (self._lead_held or not self._buf):
+            # A trailing run of lead characters (a leading \s* of the delimiters) is held back.
+            state = self._current
+            if state == 0:
+                if "<" not in text:
+                    return self._lead_feed(
+                        text, trailing_run(text, 0, LEAD_CHARS_SCAN_IN_0_TOOL_CALLS)
+                    )
+            elif state == 1:
+                if "<" not in text:
+                    return self._lead_feed(text, trailing_run(text, 0, LEAD_CHARS_SCAN_SINK))
         return Machine.feed(self, text)
 
     @staticmethod
@@ -173,6 +144,7 @@ class ResponseParser(Machine):
         if buf.find("<", pos) < 0:
             if n == pos or buf[-1] not in LEAD_CHARS_SCAN_SINK:
                 return n, None
+            self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_feed)
             return trailing_run(buf, pos, LEAD_CHARS_SCAN_SINK), None
         hold = n
         best = None
@@ -234,6 +206,7 @@ class ResponseParser(Machine):
         if buf.find("<", pos) < 0:
             if n == pos or buf[-1] not in LEAD_CHARS_SCAN_IN_0_TOOL_CALLS:
                 return n, None
+            self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_feed)
             return trailing_run(buf, pos, LEAD_CHARS_SCAN_IN_0_TOOL_CALLS), None
         hold = n
         best = None

@@ -94,6 +94,8 @@ class Machine:
         self._finalized = False
         self._failure: BaseException | None = None
         self._halted = False  # finalized or failed: feed/finalize refuse
+        self._held: list[str] = []  # see _lead_feed
+        self._lead_held = False
         self._memo_buf: str | None = None
         self._memo: dict = {}
         self.initial_events: list[dict] = []
@@ -112,9 +114,12 @@ class Machine:
         """Feed the next piece of model output; returns the events it produced."""
         if self._halted:
             self._refuse()
+        if self._held:
+            self._take_held()
         if text:
             self._buf += text
         buf, pos = self._buf, self._pos
+        self._lead_held = False  # (a scan that holds back a bare lead run sets it again)
         try:
             hold, best = self._scan(buf, pos, False)
             if best is not None:  # a delimiter to commit: the general loop
@@ -134,6 +139,37 @@ class Machine:
             self._fail(e)
             raise
 
+    # ---- a held run of lead characters (the generated feed's side of it) -----------------------
+    # A flood of whitespace in a state whose delimiters start with \s* (qwen3's content, say) is
+    # held back as a possible delimiter start until something else arrives. Appending each chunk
+    # to one string and rescanning it would cost the run's length per chunk; instead, while the
+    # unread text is a bare lead run (`_lead_held`), further chunks are kept as pieces in `_held`
+    # and the run is joined once, when it ends.
+
+    def _take_held(self) -> None:
+        self._buf += "".join(self._held)
+        self._held = []
+
+    def _lead_feed(self, text: str, run_start: int) -> list[dict]:
+        """`text` has no first character of the current state's delimiters and the unread text is
+        a bare lead run: hold text[run_start:] with that run, emit everything before it."""
+        self._lead_held = True
+        if run_start == 0:
+            if self._buf:
+                self._held.append(text)
+            else:
+                self._buf = text
+            return []
+        chunk = text[:run_start]
+        if self._buf:
+            self._held.append(chunk)
+            chunk = self._buf + "".join(self._held)
+            self._held = []
+        self._buf = text[run_start:]
+        events: list[dict] = []
+        self._accumulate(events, chunk)  # (the null sink discards it)
+        return events
+
     def _drop_consumed(self) -> None:
         """Keep only unread text, plus the CONTEXT characters before it a lookbehind may read.
 
@@ -150,6 +186,8 @@ class Machine:
         """End the stream: close what is open, return (message, final events)."""
         if self._halted:
             self._refuse()
+        if self._held:
+            self._take_held()
         events: list[dict] = []
         try:
             self._process(events, eos=True)

@@ -48,6 +48,9 @@ settings.load_profile(_profile)
 # Compiled parsers go to a cache directory of this test session, not the user's: the suite compiles
 # thousands of generated templates. (Tests of the cache itself point it elsewhere again.)
 if "RTCOMPILE_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["RTCOMPILE_CACHE_DIR"] = tempfile.mkdtemp(prefix="rtcompile-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["RTCOMPILE_CACHE_DIR"], True)
