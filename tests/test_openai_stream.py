@@ -1517,3 +1517,24 @@ def test_xml_arguments_are_searched_a_bounded_number_of_times(monkeypatch):
     )
     # A few searches per parameter, each over that parameter's text: linear, not quadratic.
     assert patterns[0].chars <= 4 * len(body)
+
+
+def test_the_adapter_loads_no_compiler_module():
+    """Servers import the adapter at run time: like generated parsers, it needs the runtime only."""
+    import subprocess
+    import sys
+
+    code = "import sys, json\nimport rtcompile.runtime.openai_stream\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    modules = json.loads(out.stdout.splitlines()[-1])
+    forbidden = (
+        "jinja2",
+        "black",
+        "transformers",
+        "openai",
+        "rtcompile.api",
+        "rtcompile.codegen",
+        "rtcompile.frontend",
+    )
+    assert [m for m in modules if m.split(".")[0] in forbidden or m in forbidden] == []
+    assert "rtcompile.runtime.openai_stream" in modules
