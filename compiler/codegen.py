@@ -294,6 +294,11 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         leads=leads,
         fast_states=fast_states,
         lead_states=lead_states,
+        alternations={
+            name: "|".join(re.escape(s) for s in sorted(d.literals, key=len, reverse=True))
+            for name, d in consts.items()
+            if d.literals is not None
+        },
         windows={
             name: (_char_class(d.charsets.first), "".join(sorted(d.charsets.lead)))
             for name, d in consts.items()

@@ -34,6 +34,9 @@ class CharSets:
     # pattern does not start with one); None if unbounded or unknown. A partial match must reach
     # the buffer's end, so it cannot start further back than that (plus a lead run).
     tail: int | None = None
+    # Literal text every match has right after its leading lead run (when no lead character is
+    # also a first character): candidates without it are skipped without a regex call.
+    prefix: str = ""
 
 
 @dataclass(frozen=True)

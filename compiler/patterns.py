@@ -48,8 +48,21 @@ def analyse_pattern(source: str) -> tuple[int | None, CharSets | None]:
     if charsets is not None:
         lead_run = bool(charsets.lead) and _starts_with_star_of(parsed, charsets.lead)
         rest = parsed[1:] if lead_run and parsed[0][0] in REPEATS else parsed
-        charsets = CharSets(charsets.lead, charsets.first, lead_run, _max_width(rest))
+        prefix = ""
+        if not (charsets.lead & charsets.first) and (not charsets.lead or (lead_run and rest is not parsed)):
+            prefix = _literal_prefix(rest)
+        charsets = CharSets(charsets.lead, charsets.first, lead_run, _max_width(rest), prefix)
     return _context(parsed), charsets
+
+
+def _literal_prefix(items) -> str:
+    """The literal characters the items start with (before anything else)."""
+    chars = []
+    for op, av in items:
+        if op is not sre.LITERAL:
+            break
+        chars.append(chr(av))
+    return "".join(chars)
 
 
 def _max_width(items) -> int | None:

@@ -12,7 +12,7 @@ from rtcompile.runtime import (
     Machine,
     check_abi,
     each_scope,
-    find_literal,
+    find_literals,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -53,11 +53,23 @@ TEMPLATE = {
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
 OPEN_0 = ("<|START_THINKING|>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+OPEN_0_SEARCH = re.compile("<\\|START_THINKING\\|>")
 OPEN_1 = ("<|START_ACTION|>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+OPEN_1_SEARCH = re.compile("<\\|START_ACTION\\|>")
 OPEN_2 = ("<|START_RESPONSE|>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+OPEN_2_SEARCH = re.compile("<\\|START_RESPONSE\\|>")
 CLOSE_0 = ("<|END_THINKING|>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_0_SEARCH = re.compile("<\\|END_THINKING\\|>")
 CLOSE_1 = ("<|END_ACTION|>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_1_SEARCH = re.compile("<\\|END_ACTION\\|>")
 CLOSE_2 = ("<|END_RESPONSE|>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_2_SEARCH = re.compile("<\\|END_RESPONSE\\|>")
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -154,16 +166,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # open of field 0
-        s = (
-            buf.find("<|START_THINKING|>", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "<|START_THINKING|>")
-        )
-        e = s + 18
+        if memo is None:
+            s = buf.find("<|START_THINKING|>", pos)
+            e = s + 18
+        else:
+            s, e = find_literals(memo, buf, pos, OPEN_0_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 0, True, None)
@@ -173,12 +184,11 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # open of field 1
-        s = (
-            buf.find("<|START_ACTION|>", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "<|START_ACTION|>")
-        )
-        e = s + 16
+        if memo is None:
+            s = buf.find("<|START_ACTION|>", pos)
+            e = s + 16
+        else:
+            s, e = find_literals(memo, buf, pos, OPEN_1_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 2) < best_key:
                 best = (s, e, 1, True, None)
@@ -188,12 +198,11 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # open of field 2
-        s = (
-            buf.find("<|START_RESPONSE|>", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "<|START_RESPONSE|>")
-        )
-        e = s + 18
+        if memo is None:
+            s = buf.find("<|START_RESPONSE|>", pos)
+            e = s + 18
+        else:
+            s, e = find_literals(memo, buf, pos, OPEN_2_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 2, True, None)
@@ -213,16 +222,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        s = (
-            buf.find("<|END_THINKING|>", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "<|END_THINKING|>")
-        )
-        e = s + 16
+        if memo is None:
+            s = buf.find("<|END_THINKING|>", pos)
+            e = s + 16
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_0_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
@@ -242,16 +250,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        s = (
-            buf.find("<|END_ACTION|>", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "<|END_ACTION|>")
-        )
-        e = s + 14
+        if memo is None:
+            s = buf.find("<|END_ACTION|>", pos)
+            e = s + 14
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)
@@ -271,16 +278,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 2
-        s = (
-            buf.find("<|END_RESPONSE|>", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "<|END_RESPONSE|>")
-        )
-        e = s + 16
+        if memo is None:
+            s = buf.find("<|END_RESPONSE|>", pos)
+            e = s + 16
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_2_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 2, False, None)

@@ -12,7 +12,7 @@ from rtcompile.runtime import (
     Machine,
     check_abi,
     each_scope,
-    find_literal,
+    find_literals,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -49,6 +49,8 @@ TEMPLATE = {
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = regex.compile("<\\|im_start\\|>assistant\\\n|Assistant:\\ ", regex.DOTALL)
 OPEN_0 = ("<think>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+OPEN_0_SEARCH = re.compile("<think>")
 OPEN_1 = regex.compile("\\s*<tool_call>", regex.DOTALL)
 OPEN_1_FIRST = re.compile("[<]")  # where its matches can start...
 OPEN_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
@@ -58,7 +60,11 @@ CLOSE_2 = regex.compile(
 CLOSE_2_FIRST = re.compile("[<]")  # where its matches can start...
 CLOSE_2_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
 CLOSE_0 = ("</think>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_0_SEARCH = re.compile("</think>")
 CLOSE_1 = ("</tool_call>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_1_SEARCH = re.compile("</tool_call>")
 LEAD_CHARS_SCAN_SINK = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters that may run before those (e.g. a leading \s*)
 
 # ---- fields: content parser, then transform --------------------------------------------------
@@ -156,12 +162,15 @@ class ResponseParser(Machine):
             return trailing_run(buf, pos, LEAD_CHARS_SCAN_SINK), None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # open of field 0
-        s = buf.find("<think>", pos) if memo is None else find_literal(memo, buf, pos, "<think>")
-        e = s + 7
+        if memo is None:
+            s = buf.find("<think>", pos)
+            e = s + 7
+        else:
+            s, e = find_literals(memo, buf, pos, OPEN_0_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
@@ -185,6 +194,7 @@ class ResponseParser(Machine):
                 11,
                 True,
                 self._timeout,
+                "<tool_call>",
             )
         if m is not None:
             s, e = m.span()
@@ -209,6 +219,7 @@ class ResponseParser(Machine):
                 19,
                 True,
                 self._timeout,
+                "<",
             )
         if m is not None:
             s, e = m.span()
@@ -229,12 +240,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        s = buf.find("</think>", pos) if memo is None else find_literal(memo, buf, pos, "</think>")
-        e = s + 8
+        if memo is None:
+            s = buf.find("</think>", pos)
+            e = s + 8
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_0_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
@@ -254,16 +268,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        s = (
-            buf.find("</tool_call>", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "</tool_call>")
-        )
-        e = s + 12
+        if memo is None:
+            s = buf.find("</tool_call>", pos)
+            e = s + 12
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)

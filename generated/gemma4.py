@@ -12,7 +12,7 @@ from rtcompile.runtime import (
     Machine,
     check_abi,
     each_scope,
-    find_literal,
+    find_literals,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -54,12 +54,20 @@ TEMPLATE = {
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = regex.compile("<tool_response\\|>|<\\|turn>model\\\n", regex.DOTALL)
 OPEN_0 = ("<|channel>thought\n",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+OPEN_0_SEARCH = re.compile("<\\|channel>thought\\\n")
 CLOSE_2 = ("<turn|>", "<|tool_response>", "<eos>")
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_2_SEARCH = re.compile("<\\|tool_response>|<turn\\|>|<eos>")
 OPEN_1 = regex.compile("<\\|tool_call>call:(?P<name>[^{<\\s]+)", regex.DOTALL)
 OPEN_1_FIRST = re.compile("[<]")  # where its matches can start...
 OPEN_1_LEAD = ""  # ...after a run of these
 CLOSE_0 = ("<channel|>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_0_SEARCH = re.compile("<channel\\|>")
 CLOSE_1 = ("<tool_call|>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_1_SEARCH = re.compile("<tool_call\\|>")
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -151,16 +159,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # open of field 0
-        s = (
-            buf.find("<|channel>thought\n", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "<|channel>thought\n")
-        )
-        e = s + 18
+        if memo is None:
+            s = buf.find("<|channel>thought\n", pos)
+            e = s + 18
+        else:
+            s, e = find_literals(memo, buf, pos, OPEN_0_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
@@ -170,18 +177,17 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # close of field 2
-        s = (
-            buf.find("<|tool_response>", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "<|tool_response>")
-        )
-        e = s + 16
-        i = buf.find("<turn|>", pos) if memo is None else find_literal(memo, buf, pos, "<turn|>")
-        if i >= 0 and (s < 0 or i < s):
-            s, e = i, i + 7
-        i = buf.find("<eos>", pos) if memo is None else find_literal(memo, buf, pos, "<eos>")
-        if i >= 0 and (s < 0 or i < s):
-            s, e = i, i + 5
+        if memo is None:
+            s = buf.find("<|tool_response>", pos)
+            e = s + 16
+            i = buf.find("<turn|>", pos)
+            if i >= 0 and (s < 0 or i < s):
+                s, e = i, i + 7
+            i = buf.find("<eos>", pos)
+            if i >= 0 and (s < 0 or i < s):
+                s, e = i, i + 5
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_2_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 2) < best_key:
                 best = (s, e, 2, False, None)
@@ -205,6 +211,7 @@ class ResponseParser(Machine):
                 None,
                 False,
                 self._timeout,
+                "<|tool_call>call:",
             )
         if m is not None:
             s, e = m.span()
@@ -225,16 +232,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        s = (
-            buf.find("<channel|>", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "<channel|>")
-        )
-        e = s + 10
+        if memo is None:
+            s = buf.find("<channel|>", pos)
+            e = s + 10
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_0_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
@@ -254,16 +260,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        s = (
-            buf.find("<tool_call|>", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "<tool_call|>")
-        )
-        e = s + 12
+        if memo is None:
+            s = buf.find("<tool_call|>", pos)
+            e = s + 12
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)

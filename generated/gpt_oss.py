@@ -12,7 +12,7 @@ from rtcompile.runtime import (
     Machine,
     check_abi,
     each_scope,
-    find_literal,
+    find_literals,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -57,7 +57,11 @@ TEMPLATE = {
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = "<|start|>assistant"
 OPEN_0 = ("<|channel|>analysis<|message|>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+OPEN_0_SEARCH = re.compile("<\\|channel\\|>analysis<\\|message\\|>")
 OPEN_2 = ("<|channel|>final<|message|>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+OPEN_2_SEARCH = re.compile("<\\|channel\\|>final<\\|message\\|>")
 OPEN_1 = regex.compile(
     "(?:<\\|start\\|>assistant)?\\s*(?:to=functions\\.(?P<name>[^<\\s]+)\\s*<\\|channel\\|>commentary|<\\|channel\\|>commentary\\s+to=functions\\.(?P<name>[^<\\s]+))[^<]*(?:<\\|constrain\\|>[^<]*)?<\\|message\\|>",
     regex.DOTALL,
@@ -65,8 +69,14 @@ OPEN_1 = regex.compile(
 OPEN_1_FIRST = re.compile("[<t]")  # where its matches can start...
 OPEN_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
 CLOSE_0 = ("<|end|>", "<|return|>", "<|call|>")
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_0_SEARCH = re.compile("<\\|return\\|>|<\\|call\\|>|<\\|end\\|>")
 CLOSE_1 = ("<|call|>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_1_SEARCH = re.compile("<\\|call\\|>")
 CLOSE_2 = ("<|return|>", "<|end|>")
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_2_SEARCH = re.compile("<\\|return\\|>|<\\|end\\|>")
 LEAD_CHARS_SCAN_SINK = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters that may run before those (e.g. a leading \s*)
 
 # ---- fields: content parser, then transform --------------------------------------------------
@@ -168,16 +178,15 @@ class ResponseParser(Machine):
             return trailing_run(buf, pos, LEAD_CHARS_SCAN_SINK), None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # open of field 0
-        s = (
-            buf.find("<|channel|>analysis<|message|>", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "<|channel|>analysis<|message|>")
-        )
-        e = s + 30
+        if memo is None:
+            s = buf.find("<|channel|>analysis<|message|>", pos)
+            e = s + 30
+        else:
+            s, e = find_literals(memo, buf, pos, OPEN_0_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 0, True, None)
@@ -187,12 +196,11 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # open of field 2
-        s = (
-            buf.find("<|channel|>final<|message|>", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "<|channel|>final<|message|>")
-        )
-        e = s + 27
+        if memo is None:
+            s = buf.find("<|channel|>final<|message|>", pos)
+            e = s + 27
+        else:
+            s, e = find_literals(memo, buf, pos, OPEN_2_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 2, True, None)
@@ -216,6 +224,7 @@ class ResponseParser(Machine):
                 None,
                 True,
                 self._timeout,
+                "",
             )
         if m is not None:
             s, e = m.span()
@@ -236,22 +245,21 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        s = (
-            buf.find("<|return|>", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "<|return|>")
-        )
-        e = s + 10
-        i = buf.find("<|call|>", pos) if memo is None else find_literal(memo, buf, pos, "<|call|>")
-        if i >= 0 and (s < 0 or i < s):
-            s, e = i, i + 8
-        i = buf.find("<|end|>", pos) if memo is None else find_literal(memo, buf, pos, "<|end|>")
-        if i >= 0 and (s < 0 or i < s):
-            s, e = i, i + 7
+        if memo is None:
+            s = buf.find("<|return|>", pos)
+            e = s + 10
+            i = buf.find("<|call|>", pos)
+            if i >= 0 and (s < 0 or i < s):
+                s, e = i, i + 8
+            i = buf.find("<|end|>", pos)
+            if i >= 0 and (s < 0 or i < s):
+                s, e = i, i + 7
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_0_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
@@ -271,12 +279,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        s = buf.find("<|call|>", pos) if memo is None else find_literal(memo, buf, pos, "<|call|>")
-        e = s + 8
+        if memo is None:
+            s = buf.find("<|call|>", pos)
+            e = s + 8
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)
@@ -296,19 +307,18 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 2
-        s = (
-            buf.find("<|return|>", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "<|return|>")
-        )
-        e = s + 10
-        i = buf.find("<|end|>", pos) if memo is None else find_literal(memo, buf, pos, "<|end|>")
-        if i >= 0 and (s < 0 or i < s):
-            s, e = i, i + 7
+        if memo is None:
+            s = buf.find("<|return|>", pos)
+            e = s + 10
+            i = buf.find("<|end|>", pos)
+            if i >= 0 and (s < 0 or i < s):
+                s, e = i, i + 7
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_2_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 2, False, None)

@@ -12,7 +12,7 @@ from rtcompile.runtime import (
     Machine,
     check_abi,
     each_scope,
-    find_literal,
+    find_literals,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -53,6 +53,8 @@ TEMPLATE = {
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = "<|im_assistant|>assistant<|im_middle|>"
 OPEN_0 = ("<think>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+OPEN_0_SEARCH = re.compile("<think>")
 OPEN_1 = regex.compile(
     "<\\|tool_call_begin\\|>\\s*(?P<id>(?:functions\\.)?(?P<name>[^<:\\s]+)(?::\\d+)?)\\s*<\\|tool_call_argument_begin\\|>",
     regex.DOTALL,
@@ -66,7 +68,11 @@ CLOSE_2 = regex.compile(
 CLOSE_2_FIRST = re.compile("[<]")  # where its matches can start...
 CLOSE_2_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
 CLOSE_0 = ("</think>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_0_SEARCH = re.compile("</think>")
 CLOSE_1 = ("<|tool_call_end|>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_1_SEARCH = re.compile("<\\|tool_call_end\\|>")
 LEAD_CHARS_SCAN_SINK = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters that may run before those (e.g. a leading \s*)
 
 # ---- fields: content parser, then transform --------------------------------------------------
@@ -169,12 +175,15 @@ class ResponseParser(Machine):
             return trailing_run(buf, pos, LEAD_CHARS_SCAN_SINK), None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # open of field 0
-        s = buf.find("<think>", pos) if memo is None else find_literal(memo, buf, pos, "<think>")
-        e = s + 7
+        if memo is None:
+            s = buf.find("<think>", pos)
+            e = s + 7
+        else:
+            s, e = find_literals(memo, buf, pos, OPEN_0_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
@@ -198,6 +207,7 @@ class ResponseParser(Machine):
                 None,
                 False,
                 self._timeout,
+                "<|tool_call_begin|>",
             )
         if m is not None:
             s, e = m.span()
@@ -222,6 +232,7 @@ class ResponseParser(Machine):
                 28,
                 True,
                 self._timeout,
+                "<|",
             )
         if m is not None:
             s, e = m.span()
@@ -242,12 +253,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        s = buf.find("</think>", pos) if memo is None else find_literal(memo, buf, pos, "</think>")
-        e = s + 8
+        if memo is None:
+            s = buf.find("</think>", pos)
+            e = s + 8
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_0_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
@@ -267,16 +281,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        s = (
-            buf.find("<|tool_call_end|>", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "<|tool_call_end|>")
-        )
-        e = s + 17
+        if memo is None:
+            s = buf.find("<|tool_call_end|>", pos)
+            e = s + 17
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)

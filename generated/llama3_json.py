@@ -12,7 +12,7 @@ from rtcompile.runtime import (
     Machine,
     check_abi,
     each_scope,
-    find_literal,
+    find_literals,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -141,6 +141,7 @@ class ResponseParser(Machine):
                 15,
                 True,
                 self._timeout,
+                "<|e",
             )
         if m is not None:
             s, e = m.span()
@@ -179,6 +180,7 @@ class ResponseParser(Machine):
                 10,
                 True,
                 self._timeout,
+                "<|eo",
             )
         if m is not None:
             s, e = m.span()

@@ -12,7 +12,7 @@ from rtcompile.runtime import (
     Machine,
     check_abi,
     each_scope,
-    find_literal,
+    find_literals,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -49,11 +49,17 @@ TEMPLATE = {
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = regex.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]", regex.DOTALL)
 OPEN_0 = ("[THINK]",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+OPEN_0_SEARCH = re.compile("\\[THINK\\]")
 CLOSE_2 = ("</s>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_2_SEARCH = re.compile("</s>")
 OPEN_1 = regex.compile("\\[TOOL_CALLS\\](?P<name>[^\\[\\]{}]+)\\[ARGS\\]", regex.DOTALL)
 OPEN_1_FIRST = re.compile("[\\[]")  # where its matches can start...
 OPEN_1_LEAD = ""  # ...after a run of these
 CLOSE_0 = ("[/THINK]",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_0_SEARCH = re.compile("\\[/THINK\\]")
 CLOSE_1 = regex.compile("(?=\\[TOOL_CALLS\\])|</s>", regex.DOTALL)
 
 # ---- fields: content parser, then transform --------------------------------------------------
@@ -140,12 +146,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # open of field 0
-        s = buf.find("[THINK]", pos) if memo is None else find_literal(memo, buf, pos, "[THINK]")
-        e = s + 7
+        if memo is None:
+            s = buf.find("[THINK]", pos)
+            e = s + 7
+        else:
+            s, e = find_literals(memo, buf, pos, OPEN_0_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
@@ -155,8 +164,11 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # close of field 2
-        s = buf.find("</s>", pos) if memo is None else find_literal(memo, buf, pos, "</s>")
-        e = s + 4
+        if memo is None:
+            s = buf.find("</s>", pos)
+            e = s + 4
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_2_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 2) < best_key:
                 best = (s, e, 2, False, None)
@@ -180,6 +192,7 @@ class ResponseParser(Machine):
                 None,
                 False,
                 self._timeout,
+                "[TOOL_CALLS]",
             )
         if m is not None:
             s, e = m.span()
@@ -200,12 +213,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        s = buf.find("[/THINK]", pos) if memo is None else find_literal(memo, buf, pos, "[/THINK]")
-        e = s + 8
+        if memo is None:
+            s = buf.find("[/THINK]", pos)
+            e = s + 8
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_0_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)

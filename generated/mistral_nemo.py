@@ -12,7 +12,7 @@ from rtcompile.runtime import (
     Machine,
     check_abi,
     each_scope,
-    find_literal,
+    find_literals,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -48,8 +48,14 @@ TEMPLATE = {
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = regex.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]", regex.DOTALL)
 OPEN_0 = ("[TOOL_CALLS]",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+OPEN_0_SEARCH = re.compile("\\[TOOL_CALLS\\]")
 CLOSE_1 = ("</s>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_1_SEARCH = re.compile("</s>")
 CLOSE_0 = ("</s>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_0_SEARCH = re.compile("</s>")
 
 # ---- fields: content parser, then transform --------------------------------------------------
 CONTENT_0 = make_parser("json", {})
@@ -126,16 +132,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # open of field 0
-        s = (
-            buf.find("[TOOL_CALLS]", pos)
-            if memo is None
-            else find_literal(memo, buf, pos, "[TOOL_CALLS]")
-        )
-        e = s + 12
+        if memo is None:
+            s = buf.find("[TOOL_CALLS]", pos)
+            e = s + 12
+        else:
+            s, e = find_literals(memo, buf, pos, OPEN_0_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
@@ -145,8 +150,11 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # close of field 1
-        s = buf.find("</s>", pos) if memo is None else find_literal(memo, buf, pos, "</s>")
-        e = s + 4
+        if memo is None:
+            s = buf.find("</s>", pos)
+            e = s + 4
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 1, False, None)
@@ -166,12 +174,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        s = buf.find("</s>", pos) if memo is None else find_literal(memo, buf, pos, "</s>")
-        e = s + 4
+        if memo is None:
+            s = buf.find("</s>", pos)
+            e = s + 4
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_0_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)

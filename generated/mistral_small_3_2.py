@@ -12,7 +12,7 @@ from rtcompile.runtime import (
     Machine,
     check_abi,
     each_scope,
-    find_literal,
+    find_literals,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -49,6 +49,8 @@ TEMPLATE = {
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = regex.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]", regex.DOTALL)
 CLOSE_1 = ("</s>",)
+# ...and as one alternation (longest first), to search long buffers in one pass:
+CLOSE_1_SEARCH = re.compile("</s>")
 OPEN_0 = regex.compile(
     "\\[TOOL_CALLS\\](?P<name>[^\\[\\]{}]+)(?:\\[CALL_ID\\])?(?P<id>(?<=\\[CALL_ID\\])[^\\[\\]]*|)\\[ARGS\\]",
     regex.DOTALL,
@@ -109,12 +111,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): remember where each literal next occurs, so that the
-        # next scans of this buffer do not search the same text again.
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        s = buf.find("</s>", pos) if memo is None else find_literal(memo, buf, pos, "</s>")
-        e = s + 4
+        if memo is None:
+            s = buf.find("</s>", pos)
+            e = s + 4
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
         if s >= 0:
             if best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 1, False, None)
@@ -138,6 +143,7 @@ class ResponseParser(Machine):
                 None,
                 False,
                 self._timeout,
+                "[TOOL_CALLS]",
             )
         if m is not None:
             s, e = m.span()

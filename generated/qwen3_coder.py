@@ -12,7 +12,7 @@ from rtcompile.runtime import (
     Machine,
     check_abi,
     each_scope,
-    find_literal,
+    find_literals,
     literal_partial_start,
     make_parser,
     parse_whole,
@@ -163,6 +163,7 @@ class ResponseParser(Machine):
                 None,
                 True,
                 self._timeout,
+                "<tool_call>",
             )
         if m is not None:
             s, e = m.span()
@@ -187,6 +188,7 @@ class ResponseParser(Machine):
                 13,
                 True,
                 self._timeout,
+                "<|",
             )
         if m is not None:
             s, e = m.span()
@@ -225,6 +227,7 @@ class ResponseParser(Machine):
                 None,
                 True,
                 self._timeout,
+                "</function>",
             )
         if m is not None:
             s, e = m.span()

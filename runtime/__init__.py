@@ -12,7 +12,7 @@ import regex
 
 from .content_parsers import make_parser
 from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError, RegionError, RegionKeyError, RegionParseError
-from .scanning import SHORT_BUFFER, find_literal, literal_partial_start, search_window, trailing_run, truncate_after_last
+from .scanning import SHORT_BUFFER, find_literals, literal_partial_start, search_window, trailing_run, truncate_after_last
 from .machine import ERRORS_KEY, Machine, parse_whole
 from .transforms import each_scope, resolve
 
@@ -45,7 +45,7 @@ __all__ = [
     "RegionParseError",
     "check_abi",
     "each_scope",
-    "find_literal",
+    "find_literals",
     "literal_partial_start",
     "make_parser",
     "parse_whole",

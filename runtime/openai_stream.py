@@ -1202,6 +1202,19 @@ class _ToolField:
         self._arguments(call, "}")
 
 
+def _loads_to(text: str, arguments: Any) -> bool:
+    """Whether the arguments text sent loads to exactly the message's arguments (absent: {})."""
+    try:
+        sent = json.loads(text)
+    except ValueError:
+        return False
+    expected = {} if arguments is _MISSING else arguments
+    try:
+        return json.dumps(sent, sort_keys=True) == json.dumps(expected, sort_keys=True)
+    except (TypeError, ValueError):  # not JSON data after all (e.g. a value_parser's odd result)
+        return sent == expected
+
+
 def _without(text: str, pieces: list[str]) -> str:
     """`text` with each of `pieces` removed once, in order (the raw text of failed regions)."""
     for piece in pieces:
@@ -1279,9 +1292,9 @@ class OpenAIStream:
         self._text_fields: dict[str, _TextField] = {}
         keep_mode = _keeps_errors(parser)
         for field, key in ((content_field, "content"), (reasoning_field, reasoning_key)):
-            if field is not None and (
-                field in fields or field in defaults
-            ):  # a default alone is sent at finish
+            if field is None or field == tool_calls_field:
+                continue
+            if field in fields or field in defaults:  # a default alone is sent at finish
                 handler = _TextField(
                     key, fields.get(field, {}), defaults.get(field), self._deltas, keep_mode
                 )
@@ -1436,11 +1449,7 @@ class OpenAIStream:
             return
         for call, item in zip(sent, final):
             name, arguments, final_id = _call_parts(item)
-            try:
-                streamed = json.loads("".join(call.fragments))
-            except ValueError:
-                streamed = _MISSING
-            if call.name != name or streamed != ({} if arguments is _MISSING else arguments):
+            if call.name != name or not _loads_to("".join(call.fragments), arguments):
                 self.divergences.append(f"call {call.index} differs from the message's")
             elif final_id is not None and final_id != call.id:
                 self.divergences.append(

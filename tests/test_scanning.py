@@ -41,6 +41,8 @@ PATTERNS = [
     r"\s*\n<",
     r"(?:\s|<)*<a",
     r"\s*(?:ab|a)b?<",
+    r"\s*<x>\s*<a=(?P<n>[^>\n]+)>",
+    r"<x/?>a[^<]+",
 ]
 texts = st.text(alphabet=ALPHABET, max_size=14)
 
@@ -49,20 +51,20 @@ def _classes(pattern):
     context, charsets = analyse_pattern(pattern)
     assert charsets is not None, pattern
     first = re.compile("[" + "".join(re.escape(c) for c in sorted(charsets.first)) + "]")
-    return first, "".join(sorted(charsets.lead)), charsets.tail, charsets.lead_run
+    return first, "".join(sorted(charsets.lead)), charsets.tail, charsets.lead_run, charsets.prefix
 
 
 @given(st.sampled_from(PATTERNS), texts, st.data())
 @settings(max_examples=max(settings().max_examples, 1000))
 def test_search_window_equals_search_up_to_the_bound(pattern, text, data):
     compiled = regex.compile(pattern, regex.DOTALL)
-    first, lead, tail, lead_run = _classes(pattern)
+    first, lead, tail, lead_run, prefix = _classes(pattern)
     pos = data.draw(st.integers(0, len(text)))
     bound = data.draw(st.integers(pos, len(text) + 1))
     for eos in (False, True):
         m = compiled.search(text, pos, partial=not eos)
         expected = None if m is None or m.start() > bound else (m.span(), m.partial)
-        got = search_window(compiled, text, pos, eos, bound, first, lead, tail, lead_run)
+        got = search_window(compiled, text, pos, eos, bound, first, lead, tail, lead_run, None, prefix)
         got = None if got is None else (got.span(), got.partial)
         # The empty partial match at the very end means "nothing here" to the scanner.
         if expected is not None and expected[1] and expected[0][0] == len(text):
