@@ -211,6 +211,16 @@ class Machine:
         return self._memo
 
     @property
+    def errors(self) -> str:
+        """The error mode this parser was made with: "strict" or "keep"."""
+        return "keep" if self._keep_errors else "strict"
+
+    @property
+    def tool_parameters(self) -> dict:
+        """Tool name -> its parameters' JSON-schema properties, from `tools=` (used for coercion)."""
+        return self._tool_params
+
+    @property
     def current_field(self) -> str | None:
         """The name of the region the parser is in now (None in the null sink)."""
         return None if self._current is None else self.FIELD_NAMES[self._current]

@@ -1233,7 +1233,7 @@ def _keeps_errors(parser: Any) -> bool:
     errors = getattr(parser, "errors", None)
     if isinstance(errors, str):
         return errors == "keep"
-    return getattr(parser, "_keep_errors", False) is True
+    return getattr(parser, "errors", "strict") == "keep"
 
 
 def _template_of(parser: Any) -> dict | None:
@@ -1308,7 +1308,7 @@ class OpenAIStream:
         if tools is not None:
             tool_params = tool_parameters(tools)
         else:
-            tool_params = getattr(parser, "_tool_params", None) or {}
+            tool_params = getattr(parser, "tool_parameters", None) or {}
         self._tool_field_name = tool_calls_field
         self._tools = (
             _ToolField(self, fields[tool_calls_field], tool_params, call_id)
