@@ -522,6 +522,44 @@ def measure_batch(
     return result
 
 
+def measure_openai_adapter(adapter, workload: workloads.Workload, reps: int) -> dict:
+    """Per-chunk cost of rtcompile's parser alone and with the OpenAI delta adapter on top
+    (runtime/openai_stream.py), interleaved; checks the adapter's deltas rebuild the message."""
+    from rtcompile.runtime.openai_stream import OpenAIStream, accumulate_deltas
+
+    prefix, tools, chunks = workload.prefix, workload.tools, workload.chunks
+    template = adapter.module.TEMPLATE
+
+    def parser_alone() -> None:
+        parser = adapter.make_parser(prefix, tools)
+        feed = parser.feed
+        for chunk in chunks:
+            feed(chunk)
+        parser.finalize()
+
+    def with_adapter() -> list:
+        stream = OpenAIStream(adapter.make_parser(prefix, tools), template, tools=tools)
+        deltas = list(stream.initial_deltas)
+        feed = stream.feed
+        for chunk in chunks:
+            deltas += feed(chunk)
+        return deltas + stream.finish()
+
+    rebuilt = accumulate_deltas(with_adapter())
+    expected = adapter.parse(workload.text, prefix, tools)
+    calls = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in rebuilt.get("tool_calls") or []]
+    wanted = [(c["function"]["name"], c["function"]["arguments"]) for c in expected.get("tool_calls") or []]
+    if (rebuilt.get("content") or None) != (expected.get("content") or None) or calls != wanted:
+        raise MismatchError(f"OpenAI adapter: the deltas do not rebuild the {workload.template_name} {workload.size_label} message")
+    runs = {"parser": parser_alone, "parser+adapter": with_adapter}
+    samples: dict[str, list] = {name: [] for name in runs}
+    for _, order in _rotations(list(runs), reps):
+        for name in order:
+            cpu, wall = _timed(runs[name])
+            samples[name].append((cpu / len(chunks), wall / len(chunks)))
+    return {name: _summary(values, 1e6) for name, values in samples.items()}
+
+
 def profile_stream(adapter, workload: workloads.Workload, top: int = 14) -> str:
     profiler = cProfile.Profile()
     parser = adapter.make_parser(workload.prefix, workload.tools)
@@ -1052,6 +1090,12 @@ def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
                 file=sys.stderr,
                 flush=True,
             )
+        if "rtcompile" in adapters and "16K" in config.sizes:
+            workload = workloads.build_workload(name, "16K", ascii_only=arguments.ascii)
+            with _frozen_heap():
+                results.setdefault("openai_adapter", {})[name] = measure_openai_adapter(
+                    adapters["rtcompile"], workload, config.reps["16K"]
+                )
     results["environment"]["load_after"] = " ".join(f"{value:.2f}" for value in os.getloadavg())
     results["verification"] = verification.counts
     book = TargetBook()
@@ -1061,6 +1105,13 @@ def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
             report += (
                 f"\n\ncProfile of one stream, {key}, {impl} (sorted by own time):\n{text.strip()}"
             )
+    if results.get("openai_adapter"):
+        rows = [
+            [name, f"{r['parser']['cpu']:.3f}", f"{r['parser+adapter']['cpu']:.3f}", f"{r['parser+adapter']['cpu'] / r['parser']['cpu']:.2f}x"]
+            for name, r in results["openai_adapter"].items()
+        ]
+        report += "\n\nOpenAI delta adapter on top of the parser, streaming at 16K: microseconds per chunk (CPU)\n"
+        report += _table(["template", "parser", "parser+adapter", "cost ratio"], rows)
     results["targets"] = book.entries
     return results, report, 0
 
