@@ -19,8 +19,9 @@ from .coerce import coerce_tool_calls, tool_parameters
 from .content_parsers import MATCH_TIMEOUT
 from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError, region_error
 
-# Where errors="keep" records regions that failed to parse: a list of
-# {"field": name, "raw": the region's text, "error": "ExceptionClass: message"}.
+# Where errors="keep" records what it could not put in its field: a list of
+# {"field": name, "raw": the region's text, "error": "ExceptionClass: message"} for regions that
+# failed to parse, and {"field", "value", "error"} for a value a later region would overwrite.
 ERRORS_KEY = "rtcompile_parse_errors"
 
 PREFIX_REQUIRED = (
