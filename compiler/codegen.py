@@ -139,7 +139,6 @@ class QuickCheck:
     """How a state decides, without a regex call, that the unread text holds no delimiter."""
 
     absent: Code  # true when no watched delimiter's first character occurs in buf[pos:]
-    absent_in_unread: Code  # the same for the generated feed's `unread` text
     absent_in_text: Code  # the same for a fresh chunk `text`
     lead: str | None  # constant holding the lead characters (a trailing run of them may be held)
     lead_hold: bool  # with no first character, a trailing lead run is exactly what to hold
@@ -152,7 +151,7 @@ def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: dict)
     first = frozenset().union(*(c.first for c in charsets))
     lead = frozenset().union(*(c.lead for c in charsets))
     tag = method.upper().lstrip("_")
-    targets = (("buf", ", pos"), ("unread", ""), ("text", ""))
+    targets = (("buf", ", pos"), ("text", ""))
     if len(first) <= MAX_FIND_CHAIN:
         # `c not in s` is the cheapest test; the scan methods must start at pos, hence find.
         absent = [" and ".join(f"{t}.find({py_literal(c)}{s}) < 0" if s else f"{py_literal(c)} not in {t}" for c in sorted(first)) for t, s in targets]
@@ -165,7 +164,7 @@ def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: dict)
         lead_name = f"LEAD_CHARS_{tag}"
         leads[lead_name] = "".join(sorted(lead))
     lead_hold = bool(lead) and all(c.lead_run and c.lead == lead for c in charsets if c.lead)
-    return QuickCheck(Code(absent[0]), Code(absent[1]), Code(absent[2]), lead_name, lead_hold)
+    return QuickCheck(Code(absent[0]), Code(absent[1]), lead_name, lead_hold)
 
 
 def _char_class(chars: frozenset[str]) -> str:
