@@ -16,7 +16,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from . import canonical, frontend
+from . import canonical
 from .version import __version__
 
 
@@ -26,6 +26,8 @@ class CodegenError(RuntimeError):
 
 def compile_template(template: Any, *, origin: str | None = None) -> str:
     """Validate `template` and return the source of its generated parser module."""
+    from . import frontend  # (imported here: a cache hit needs neither validation nor lowering)
+
     return generate(frontend.lower(template), origin=origin)
 
 
