@@ -54,3 +54,12 @@ if "RTCOMPILE_CACHE_DIR" not in os.environ:
 
     os.environ["RTCOMPILE_CACHE_DIR"] = tempfile.mkdtemp(prefix="rtcompile-test-cache-")
     atexit.register(shutil.rmtree, os.environ["RTCOMPILE_CACHE_DIR"], True)
+
+# Long differential runs (RTCOMPILE_EXAMPLES=100000) spend most of their time in black, which only
+# lays out the generated code (black guarantees the same AST). RTCOMPILE_FUZZ_UNFORMATTED=1 skips it
+# in this test process: the parsers compared are the generated code itself, unformatted. (The golden
+# tests of generated/ fail in that mode, by design: run it for tests/test_differential*.py only.)
+if os.environ.get("RTCOMPILE_FUZZ_UNFORMATTED") == "1":
+    import black
+
+    black.format_str = lambda source, *, mode: source
