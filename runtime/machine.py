@@ -123,9 +123,9 @@ class Machine:
         self._lead_held = False  # (a scan that holds back a bare lead run sets it again)
         try:
             hold, best = self._scan(buf, pos, False)
-            if best is not None:  # a delimiter to commit: the general loop
+            if best is not None:  # a delimiter to commit: the general loop, from this scan
                 events: list[dict] = []
-                self._process(events, eos=False)
+                self._process(events, False, (hold, best))
             elif hold <= pos or self._current is None:
                 self._pos = hold  # nothing to emit (or the null sink discards it)
                 events = []
@@ -248,11 +248,17 @@ class Machine:
             raise RuntimeError("ResponseParser already finalized")
         raise ParserFailedError(self._failure)
 
-    def _process(self, events: list[dict], eos: bool) -> None:
+    def _process(self, events: list[dict], eos: bool, scanned: tuple | None = None) -> None:
+        """Commit delimiters until none is left to commit; `scanned` is the scan of the current
+        buffer and position if the caller already made it."""
         stalled = 0
         while True:
             buf, pos = self._buf, self._pos
-            hold, best = self._scan(buf, pos, eos)
+            if scanned is None:
+                hold, best = self._scan(buf, pos, eos)
+            else:
+                hold, best = scanned
+                scanned = None
             if best is not None:
                 start, end, index, is_open, match = best
                 if start > pos:
