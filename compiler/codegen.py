@@ -96,8 +96,29 @@ class Watch:
         return self.is_open and bool(self.delimiter.group_names)
 
     @property
+    def searched_as_literals(self) -> bool:
+        """Literal delimiters, and patterns that are a lead run then a literal (ir.LiteralRun)."""
+        return self.delimiter.literals is not None or self.delimiter.literal_run is not None
+
+    @property
     def windowed(self) -> bool:
-        return self.delimiter.pattern is not None and self.delimiter.charsets is not None
+        return not self.searched_as_literals and self.delimiter.charsets is not None
+
+    @property
+    def lead(self) -> str | None:
+        """The constant holding a literal run's lead characters (None: no lead)."""
+        run = self.delimiter.literal_run
+        return f"{self.const}_LEAD" if run is not None and run.lead else None
+
+    @property
+    def literals_const(self) -> str:
+        return self.const if self.delimiter.literals is not None else f"{self.const}_LITERALS"
+
+    @property
+    def holds_at_end(self) -> bool:
+        """A complete match ending at the buffer's end is held (it may grow): literal lists where
+        one literal extends another, and every pattern (as the interpreter assumes)."""
+        return self.delimiter.literals is None or self.delimiter.can_extend
 
     @property
     def match_expr(self) -> Code:
@@ -105,12 +126,19 @@ class Watch:
 
     @property
     def sorted_literals(self) -> list[str]:
-        """Longest first: at one position the interpreter's alternation prefers the longest."""
-        return sorted(self.delimiter.literals, key=len, reverse=True)
+        """In the order the engine prefers them at one position: longest first for literal lists
+        (the interpreter's alternation), the pattern's own order for a literal run."""
+        return _preferred_literals(self.delimiter)
 
     @property
     def longest(self) -> int:
-        return max(map(len, self.delimiter.literals))
+        return max(map(len, self.sorted_literals))
+
+
+def _preferred_literals(delimiter: ir.Delimiter) -> list[str]:
+    if delimiter.literal_run is not None:
+        return list(delimiter.literal_run.literals)
+    return sorted(delimiter.literals, key=len, reverse=True)
 
 
 @dataclass
@@ -122,7 +150,7 @@ class State:
 
     @property
     def has_literals(self) -> bool:
-        return any(w.delimiter.literals is not None for w in self.watches)
+        return any(w.searched_as_literals for w in self.watches)
 
 
 def _state(method: str, doc: str, watches: list[Watch], triggers: dict, leads: dict) -> State:
@@ -130,7 +158,7 @@ def _state(method: str, doc: str, watches: list[Watch], triggers: dict, leads: d
         watch.rank = rank
     # Cheap literal finds first: once a match is known, later regex searches only need to look at
     # text before it (search_window), instead of running on to the end of a long buffer.
-    ordered = sorted(watches, key=lambda w: w.delimiter.pattern is not None)
+    ordered = sorted(watches, key=lambda w: not w.searched_as_literals)
     return State(method, doc, ordered, _quick_check(method, watches, triggers, leads))
 
 
@@ -294,14 +322,14 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         fast_states=fast_states,
         lead_states=lead_states,
         alternations={
-            name: "|".join(re.escape(s) for s in sorted(d.literals, key=len, reverse=True))
+            name: "|".join(re.escape(s) for s in _preferred_literals(d))
             for name, d in consts.items()
-            if d.literals is not None
+            if d.literals is not None or d.literal_run is not None
         },
         windows={
             name: (_char_class(d.charsets.first), "".join(sorted(d.charsets.lead)))
             for name, d in consts.items()
-            if d.pattern is not None and d.charsets is not None
+            if d.pattern is not None and d.literal_run is None and d.charsets is not None
         },
         states=states,
         field_methods=tuple(field_methods),

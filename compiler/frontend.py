@@ -19,7 +19,7 @@ import regex
 
 from . import ir
 from .canonical import TemplateError, TemplateTypeError, canonical_text, sha256_of
-from .patterns import analyse_pattern, literal_charsets
+from .patterns import analyse_pattern, literal_charsets, literal_run
 
 # A set, like the interpreter's dict: an unhashable `content` value raises TypeError there too.
 CONTENT_PARSERS = frozenset({"text", "int", "float", "bool", "json", "xml-inline", "kv-lines"})
@@ -196,13 +196,16 @@ def _lower_delimiter(path: tuple, spec: dict, literal_key: str, pattern_key: str
         except TypeError as e:
             raise TemplateTypeError(where, f"a pattern must be a string: {e}") from e
         context, charsets = analyse_pattern(source)
+        group_names = tuple(compiled.groupindex)
         return ir.Delimiter(
             literals=None,
             pattern=source,
             can_extend=False,
-            group_names=tuple(compiled.groupindex),
+            group_names=group_names,
             context=context,
             charsets=charsets,
+            # (captures need the regex's match object)
+            literal_run=None if group_names else literal_run(source),
         )
     return None
 

@@ -40,6 +40,22 @@ class CharSets:
 
 
 @dataclass(frozen=True)
+class LiteralRun:
+    """A pattern that is only a run of `lead` characters (possibly none) then one of `literals`,
+    with no literal starting with a lead character: `\\s*<tool_call>`, `<\\|im_end\\|>|<\\|eot\\|>`.
+
+    Its leftmost match then ends at the first place one of the literals occurs, and starts where the
+    run of lead characters before that place starts; among literals occurring at one place, the
+    engine takes the first of `literals` (its preference order). So it is searched like a literal
+    delimiter (str.find, one pass over a long buffer) with no regex call. As for every pattern, a
+    match ending at the buffer's end is held: the interpreter assumes a pattern may still grow.
+    """
+
+    lead: str
+    literals: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Delimiter:
     """An open or close delimiter: literal strings or a regex pattern."""
 
@@ -57,6 +73,8 @@ class Delimiter:
     context: int | None
     # The quick-reject character sets, or None when the pattern is not simple enough to analyse.
     charsets: CharSets | None
+    # Pattern form only: the pattern as a lead run then a literal, when it is just that.
+    literal_run: LiteralRun | None = None
 
     @property
     def alternation(self) -> str:

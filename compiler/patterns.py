@@ -25,7 +25,7 @@ except ImportError:  # Python 3.10
     import sre_constants as sre  # type: ignore[no-redef]
     import sre_parse  # type: ignore[no-redef]
 
-from .ir import CharSets
+from .ir import CharSets, LiteralRun
 
 # Character sets larger than this are not worth a quick reject (and \d, \w are huge in Unicode).
 MAX_SET_SIZE = 512
@@ -53,6 +53,64 @@ def analyse_pattern(source: str) -> tuple[int | None, CharSets | None]:
             prefix = _literal_prefix(rest)
         charsets = CharSets(charsets.lead, charsets.first, lead_run, _max_width(rest), prefix)
     return _context(parsed), charsets
+
+
+# More alternatives than this and a pattern is left to the regex engine.
+MAX_LITERAL_RUN_CHOICES = 16
+
+
+def literal_run(source: str) -> LiteralRun | None:
+    """The pattern as a run of lead characters then a literal (see ir.LiteralRun), if that is all it
+    is: like qwen's `\\s*<tool_call>` or `\\s*(?:<|im_end|>|<|endoftext|>)`. None otherwise."""
+    parsed = _parse(source)
+    if parsed is None or not len(parsed):
+        return None
+    items = list(parsed)
+    lead: frozenset[str] = frozenset()
+    op, av = items[0]
+    # (Greedy only: `regex` reports partial matches of a lazy run in ways of its own.)
+    if op is sre.MAX_REPEAT and av[0] == 0 and av[1] == sre.MAXREPEAT:
+        chars = _single_char_class(av[2])
+        if chars is None:
+            return None
+        lead = frozenset(chars)
+        items = items[1:]
+    literals = _literal_choices(items)
+    if not literals or any(not text or text[0] in lead for text in literals):
+        return None
+    return LiteralRun("".join(sorted(lead)), tuple(literals))
+
+
+def _literal_choices(items) -> list[str] | None:
+    """The texts a sequence of literals, one-character classes, alternations and plain groups
+    matches, in the order the engine prefers them (the first alternative that fits wins, and a
+    sequence tries its later parts for each choice of its earlier ones); None for anything else."""
+    choices = [""]
+    for op, av in items:
+        if op is sre.LITERAL:
+            options = [chr(av)]
+        elif op is sre.IN:
+            if not all(item_op is sre.LITERAL for item_op, _ in av):
+                return None  # ranges, categories, negation: not a short list of characters
+            options = [chr(item_av) for _, item_av in av]  # one character: at most one fits
+        elif op is sre.SUBPATTERN:
+            _group, add_flags, del_flags, sub = av
+            if add_flags or del_flags:
+                return None
+            options = _literal_choices(sub)
+        elif op is sre.BRANCH:
+            options = []
+            for alternative in av[1]:
+                texts = _literal_choices(alternative)
+                if texts is None:
+                    return None
+                options.extend(texts)
+        else:
+            return None
+        if options is None or len(choices) * len(options) > MAX_LITERAL_RUN_CHOICES:
+            return None
+        choices = [done + option for done in choices for option in options]
+    return choices
 
 
 def _literal_prefix(items) -> str:

@@ -179,7 +179,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 1)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, OPEN_0, 18)
             if s < hold:
                 hold = s
@@ -188,12 +188,13 @@ class ResponseParser(Machine):
             s = buf.find("<|START_ACTION|>", pos)
             e = s + 16
         else:
-            s, e = find_literals(memo, buf, pos, OPEN_1_SEARCH)
+            bound = n if best is None else best[0]
+            s, e = find_literals(memo, buf, pos, OPEN_1_SEARCH, bound, 16)
         if s >= 0:
             if best is None or (s, s - e, 2) < best_key:
                 best = (s, e, 1, True, None)
                 best_key = (s, s - e, 2)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, OPEN_1, 16)
             if s < hold:
                 hold = s
@@ -202,12 +203,13 @@ class ResponseParser(Machine):
             s = buf.find("<|START_RESPONSE|>", pos)
             e = s + 18
         else:
-            s, e = find_literals(memo, buf, pos, OPEN_2_SEARCH)
+            bound = n if best is None else best[0]
+            s, e = find_literals(memo, buf, pos, OPEN_2_SEARCH, bound, 18)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 2, True, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, OPEN_2, 18)
             if s < hold:
                 hold = s
@@ -235,7 +237,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_0, 16)
             if s < hold:
                 hold = s
@@ -263,7 +265,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_1, 14)
             if s < hold:
                 hold = s
@@ -291,7 +293,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 2, False, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_2, 16)
             if s < hold:
                 hold = s

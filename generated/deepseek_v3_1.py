@@ -54,15 +54,18 @@ START_ANCHOR = regex.compile("<｜tool▁output▁end｜>|<｜Assistant｜>", re
 OPEN_0 = ("<think>",)
 # ...and as one alternation (longest first), to search long buffers in one pass:
 OPEN_0_SEARCH = re.compile("<think>")
+CLOSE_2_PATTERN = "\\s*(?:</think>|<｜tool▁calls▁end｜>|<｜end▁of▁sentence｜>)"
+# ...is a run of lead characters, then one of these literals (the first that fits), so it is
+# searched like literals, with no regex call:
+CLOSE_2_LITERALS = ("</think>", "<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>")
+CLOSE_2_SEARCH = re.compile("</think>|<｜tool▁calls▁end｜>|<｜end▁of▁sentence｜>")
+CLOSE_2_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 OPEN_1 = regex.compile(
     "\\s*(?:<｜tool▁calls▁begin｜>)?\\s*<｜tool▁call▁begin｜>(?P<name>[^<]+)<｜tool▁sep｜>",
     regex.DOTALL,
 )
 OPEN_1_FIRST = re.compile("[<]")  # where its matches can start...
 OPEN_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
-CLOSE_2 = regex.compile("\\s*(?:</think>|<｜tool▁calls▁end｜>|<｜end▁of▁sentence｜>)", regex.DOTALL)
-CLOSE_2_FIRST = re.compile("[<]")  # where its matches can start...
-CLOSE_2_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
 CLOSE_0 = ("</think>",)
 # ...and as one alternation (longest first), to search long buffers in one pass:
 CLOSE_0_SEARCH = re.compile("</think>")
@@ -183,8 +186,36 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, OPEN_0, 7)
+            if s < hold:
+                hold = s
+        # close of field 2
+        if memo is None:
+            s = buf.find("</think>", pos)
+            e = s + 8
+            i = buf.find("<｜tool▁calls▁end｜>", pos)
+            if i >= 0 and (s < 0 or i < s):
+                s, e = i, i + 18
+            i = buf.find("<｜end▁of▁sentence｜>", pos)
+            if i >= 0 and (s < 0 or i < s):
+                s, e = i, i + 19
+        else:
+            bound = n if best is None else best[0]
+            s, e = find_literals(memo, buf, pos, CLOSE_2_SEARCH, bound, 19, CLOSE_2_LEAD)
+        if s >= 0:
+            while s > pos and buf[s - 1] in CLOSE_2_LEAD:
+                s -= 1  # the match starts with the run of lead characters before the literal
+            if not eos and e == n:
+                if s < hold:
+                    hold = s
+            elif best is None or (s, s - e, 2) < best_key:
+                best = (s, e, 2, False, None)
+                best_key = (s, s - e, 2)
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
+            s = literal_partial_start(buf, pos, CLOSE_2_LITERALS, 19)
+            while s > pos and buf[s - 1] in CLOSE_2_LEAD:
+                s -= 1
             if s < hold:
                 hold = s
         # open of field 1
@@ -212,31 +243,6 @@ class ResponseParser(Machine):
             elif best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 1, True, m)
                 best_key = (s, s - e, 1)
-        # close of field 2
-        if best is None and n - pos < SHORT_BUFFER:
-            m = CLOSE_2.search(buf, pos, partial=not eos, timeout=self._timeout)
-        else:
-            m = search_window(
-                CLOSE_2,
-                buf,
-                pos,
-                eos,
-                n if best is None else best[0],
-                CLOSE_2_FIRST,
-                CLOSE_2_LEAD,
-                19,
-                True,
-                self._timeout,
-                "<",
-            )
-        if m is not None:
-            s, e = m.span()
-            if not eos and (m.partial or e == n):
-                if s < hold:
-                    hold = s
-            elif best is None or (s, s - e, 2) < best_key:
-                best = (s, e, 2, False, None)
-                best_key = (s, s - e, 2)
         if best is not None and best[0] >= hold:
             return hold, None
         return hold, best
@@ -261,7 +267,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_0, 8)
             if s < hold:
                 hold = s
@@ -289,7 +295,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_1, 17)
             if s < hold:
                 hold = s

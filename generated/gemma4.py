@@ -172,7 +172,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, OPEN_0, 18)
             if s < hold:
                 hold = s
@@ -187,12 +187,13 @@ class ResponseParser(Machine):
             if i >= 0 and (s < 0 or i < s):
                 s, e = i, i + 5
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_2_SEARCH)
+            bound = n if best is None else best[0]
+            s, e = find_literals(memo, buf, pos, CLOSE_2_SEARCH, bound, 16)
         if s >= 0:
             if best is None or (s, s - e, 2) < best_key:
                 best = (s, e, 2, False, None)
                 best_key = (s, s - e, 2)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_2, 16)
             if s < hold:
                 hold = s
@@ -245,7 +246,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_0, 10)
             if s < hold:
                 hold = s
@@ -273,7 +274,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_1, 12)
             if s < hold:
                 hold = s

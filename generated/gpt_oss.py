@@ -191,7 +191,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 1)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, OPEN_0, 30)
             if s < hold:
                 hold = s
@@ -200,12 +200,13 @@ class ResponseParser(Machine):
             s = buf.find("<|channel|>final<|message|>", pos)
             e = s + 27
         else:
-            s, e = find_literals(memo, buf, pos, OPEN_2_SEARCH)
+            bound = n if best is None else best[0]
+            s, e = find_literals(memo, buf, pos, OPEN_2_SEARCH, bound, 27)
         if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 2, True, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, OPEN_2, 27)
             if s < hold:
                 hold = s
@@ -264,7 +265,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_0, 10)
             if s < hold:
                 hold = s
@@ -292,7 +293,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_1, 8)
             if s < hold:
                 hold = s
@@ -323,7 +324,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 2, False, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_2, 10)
             if s < hold:
                 hold = s

@@ -47,14 +47,18 @@ TEMPLATE = {
 
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = "<|im_start|>assistant\n"
-OPEN_0 = regex.compile("\\s*<tool_call>", regex.DOTALL)
-OPEN_0_FIRST = re.compile("[<]")  # where its matches can start...
-OPEN_0_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
-CLOSE_1 = regex.compile(
-    "\\s*(?:<\\|im_end\\|>|<\\|endoftext\\|>|<\\|end_of_text\\|>)", regex.DOTALL
-)
-CLOSE_1_FIRST = re.compile("[<]")  # where its matches can start...
-CLOSE_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
+OPEN_0_PATTERN = "\\s*<tool_call>"
+# ...is a run of lead characters, then one of these literals (the first that fits), so it is
+# searched like literals, with no regex call:
+OPEN_0_LITERALS = ("<tool_call>",)
+OPEN_0_SEARCH = re.compile("<tool_call>")
+OPEN_0_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+CLOSE_1_PATTERN = "\\s*(?:<\\|im_end\\|>|<\\|endoftext\\|>|<\\|end_of_text\\|>)"
+# ...is a run of lead characters, then one of these literals (the first that fits), so it is
+# searched like literals, with no regex call:
+CLOSE_1_LITERALS = ("<|im_end|>", "<|endoftext|>", "<|end_of_text|>")
+CLOSE_1_SEARCH = re.compile("<\\|im_end\\|>|<\\|endoftext\\|>|<\\|end_of_text\\|>")
+CLOSE_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 CLOSE_0 = ("</tool_call>",)
 # ...and as one alternation (longest first), to search long buffers in one pass:
 CLOSE_0_SEARCH = re.compile("</tool_call>")
@@ -135,56 +139,58 @@ class ResponseParser(Machine):
             return trailing_run(buf, pos, LEAD_CHARS_SCAN_SINK), None
         hold = n
         best = None
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # open of field 0
-        if best is None and n - pos < SHORT_BUFFER:
-            m = OPEN_0.search(buf, pos, partial=not eos, timeout=self._timeout)
+        if memo is None:
+            s = buf.find("<tool_call>", pos)
+            e = s + 11
         else:
-            m = search_window(
-                OPEN_0,
-                buf,
-                pos,
-                eos,
-                n if best is None else best[0],
-                OPEN_0_FIRST,
-                OPEN_0_LEAD,
-                11,
-                True,
-                self._timeout,
-                "<tool_call>",
-            )
-        if m is not None:
-            s, e = m.span()
-            if not eos and (m.partial or e == n):
+            s, e = find_literals(memo, buf, pos, OPEN_0_SEARCH)
+        if s >= 0:
+            while s > pos and buf[s - 1] in OPEN_0_LEAD:
+                s -= 1  # the match starts with the run of lead characters before the literal
+            if not eos and e == n:
                 if s < hold:
                     hold = s
             elif best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 0)
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
+            s = literal_partial_start(buf, pos, OPEN_0_LITERALS, 11)
+            while s > pos and buf[s - 1] in OPEN_0_LEAD:
+                s -= 1
+            if s < hold:
+                hold = s
         # close of field 1
-        if best is None and n - pos < SHORT_BUFFER:
-            m = CLOSE_1.search(buf, pos, partial=not eos, timeout=self._timeout)
+        if memo is None:
+            s = buf.find("<|im_end|>", pos)
+            e = s + 10
+            i = buf.find("<|endoftext|>", pos)
+            if i >= 0 and (s < 0 or i < s):
+                s, e = i, i + 13
+            i = buf.find("<|end_of_text|>", pos)
+            if i >= 0 and (s < 0 or i < s):
+                s, e = i, i + 15
         else:
-            m = search_window(
-                CLOSE_1,
-                buf,
-                pos,
-                eos,
-                n if best is None else best[0],
-                CLOSE_1_FIRST,
-                CLOSE_1_LEAD,
-                15,
-                True,
-                self._timeout,
-                "<|",
-            )
-        if m is not None:
-            s, e = m.span()
-            if not eos and (m.partial or e == n):
+            bound = n if best is None else best[0]
+            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH, bound, 15, CLOSE_1_LEAD)
+        if s >= 0:
+            while s > pos and buf[s - 1] in CLOSE_1_LEAD:
+                s -= 1  # the match starts with the run of lead characters before the literal
+            if not eos and e == n:
                 if s < hold:
                     hold = s
             elif best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 1)
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
+            s = literal_partial_start(buf, pos, CLOSE_1_LITERALS, 15)
+            while s > pos and buf[s - 1] in CLOSE_1_LEAD:
+                s -= 1
+            if s < hold:
+                hold = s
         if best is not None and best[0] >= hold:
             return hold, None
         return hold, best
@@ -209,7 +215,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_0, 12)
             if s < hold:
                 hold = s

@@ -50,13 +50,19 @@ TEMPLATE = {
 
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = "<|start_header_id|>assistant<|end_header_id|>\n\n"
+CLOSE_1_PATTERN = "\\s*(?:<\\|eot_id\\|>|<\\|eom_id\\|>|<\\|end_of_text\\|>)"
+# ...is a run of lead characters, then one of these literals (the first that fits), so it is
+# searched like literals, with no regex call:
+CLOSE_1_LITERALS = ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
+CLOSE_1_SEARCH = re.compile("<\\|eot_id\\|>|<\\|eom_id\\|>|<\\|end_of_text\\|>")
+CLOSE_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 OPEN_0 = regex.compile('^\\s*(?:<\\|python_tag\\|>\\s*)?(?=\\{\\s*\\"name\\"\\s*:)', regex.DOTALL)
-CLOSE_1 = regex.compile("\\s*(?:<\\|eot_id\\|>|<\\|eom_id\\|>|<\\|end_of_text\\|>)", regex.DOTALL)
-CLOSE_1_FIRST = re.compile("[<]")  # where its matches can start...
-CLOSE_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
-CLOSE_0 = regex.compile("\\s*(?:<\\|eot_id\\|>|<\\|eom_id\\|>)", regex.DOTALL)
-CLOSE_0_FIRST = re.compile("[<]")  # where its matches can start...
-CLOSE_0_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
+CLOSE_0_PATTERN = "\\s*(?:<\\|eot_id\\|>|<\\|eom_id\\|>)"
+# ...is a run of lead characters, then one of these literals (the first that fits), so it is
+# searched like literals, with no regex call:
+CLOSE_0_LITERALS = ("<|eot_id|>", "<|eom_id|>")
+CLOSE_0_SEARCH = re.compile("<\\|eot_id\\|>|<\\|eom_id\\|>")
+CLOSE_0_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 LEAD_CHARS_SCAN_IN_0_TOOL_CALLS = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters that may run before those (e.g. a leading \s*)
 
 # ---- fields: content parser, then transform --------------------------------------------------
@@ -111,6 +117,36 @@ class ResponseParser(Machine):
         n = len(buf)
         hold = n
         best = None
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        # close of field 1
+        if memo is None:
+            s = buf.find("<|eot_id|>", pos)
+            e = s + 10
+            i = buf.find("<|eom_id|>", pos)
+            if i >= 0 and (s < 0 or i < s):
+                s, e = i, i + 10
+            i = buf.find("<|end_of_text|>", pos)
+            if i >= 0 and (s < 0 or i < s):
+                s, e = i, i + 15
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
+        if s >= 0:
+            while s > pos and buf[s - 1] in CLOSE_1_LEAD:
+                s -= 1  # the match starts with the run of lead characters before the literal
+            if not eos and e == n:
+                if s < hold:
+                    hold = s
+            elif best is None or (s, s - e, 1) < best_key:
+                best = (s, e, 1, False, None)
+                best_key = (s, s - e, 1)
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
+            s = literal_partial_start(buf, pos, CLOSE_1_LITERALS, 15)
+            while s > pos and buf[s - 1] in CLOSE_1_LEAD:
+                s -= 1
+            if s < hold:
+                hold = s
         # open of field 0
         if n - pos < SHORT_BUFFER:
             m = OPEN_0.search(buf, pos, partial=not eos, timeout=self._timeout)
@@ -126,31 +162,6 @@ class ResponseParser(Machine):
             elif best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 0)
-        # close of field 1
-        if best is None and n - pos < SHORT_BUFFER:
-            m = CLOSE_1.search(buf, pos, partial=not eos, timeout=self._timeout)
-        else:
-            m = search_window(
-                CLOSE_1,
-                buf,
-                pos,
-                eos,
-                n if best is None else best[0],
-                CLOSE_1_FIRST,
-                CLOSE_1_LEAD,
-                15,
-                True,
-                self._timeout,
-                "<|e",
-            )
-        if m is not None:
-            s, e = m.span()
-            if not eos and (m.partial or e == n):
-                if s < hold:
-                    hold = s
-            elif best is None or (s, s - e, 1) < best_key:
-                best = (s, e, 1, False, None)
-                best_key = (s, s - e, 1)
         if best is not None and best[0] >= hold:
             return hold, None
         return hold, best
@@ -165,31 +176,33 @@ class ResponseParser(Machine):
             return trailing_run(buf, pos, LEAD_CHARS_SCAN_IN_0_TOOL_CALLS), None
         hold = n
         best = None
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        if best is None and n - pos < SHORT_BUFFER:
-            m = CLOSE_0.search(buf, pos, partial=not eos, timeout=self._timeout)
+        if memo is None:
+            s = buf.find("<|eot_id|>", pos)
+            e = s + 10
+            i = buf.find("<|eom_id|>", pos)
+            if i >= 0 and (s < 0 or i < s):
+                s, e = i, i + 10
         else:
-            m = search_window(
-                CLOSE_0,
-                buf,
-                pos,
-                eos,
-                n if best is None else best[0],
-                CLOSE_0_FIRST,
-                CLOSE_0_LEAD,
-                10,
-                True,
-                self._timeout,
-                "<|eo",
-            )
-        if m is not None:
-            s, e = m.span()
-            if not eos and (m.partial or e == n):
+            s, e = find_literals(memo, buf, pos, CLOSE_0_SEARCH)
+        if s >= 0:
+            while s > pos and buf[s - 1] in CLOSE_0_LEAD:
+                s -= 1  # the match starts with the run of lead characters before the literal
+            if not eos and e == n:
                 if s < hold:
                     hold = s
             elif best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
+            s = literal_partial_start(buf, pos, CLOSE_0_LITERALS, 10)
+            while s > pos and buf[s - 1] in CLOSE_0_LEAD:
+                s -= 1
+            if s < hold:
+                hold = s
         if best is not None and best[0] >= hold:
             return hold, None
         return hold, best

@@ -159,7 +159,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, OPEN_0, 7)
             if s < hold:
                 hold = s
@@ -168,12 +168,13 @@ class ResponseParser(Machine):
             s = buf.find("</s>", pos)
             e = s + 4
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_2_SEARCH)
+            bound = n if best is None else best[0]
+            s, e = find_literals(memo, buf, pos, CLOSE_2_SEARCH, bound, 4)
         if s >= 0:
             if best is None or (s, s - e, 2) < best_key:
                 best = (s, e, 2, False, None)
                 best_key = (s, s - e, 2)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_2, 4)
             if s < hold:
                 hold = s
@@ -226,7 +227,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_0, 8)
             if s < hold:
                 hold = s

@@ -145,7 +145,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, OPEN_0, 12)
             if s < hold:
                 hold = s
@@ -154,12 +154,13 @@ class ResponseParser(Machine):
             s = buf.find("</s>", pos)
             e = s + 4
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
+            bound = n if best is None else best[0]
+            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH, bound, 4)
         if s >= 0:
             if best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 1)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_1, 4)
             if s < hold:
                 hold = s
@@ -187,7 +188,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_0, 4)
             if s < hold:
                 hold = s

@@ -124,7 +124,7 @@ class ResponseParser(Machine):
             if best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 1)
-        elif not eos:
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
             s = literal_partial_start(buf, pos, CLOSE_1, 4)
             if s < hold:
                 hold = s

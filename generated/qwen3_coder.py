@@ -50,12 +50,15 @@ TEMPLATE = {
 
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = "<|im_start|>assistant\n"
+CLOSE_1_PATTERN = "\\s*(?:<\\|im_end\\|>|<\\|endoftext\\|>)"
+# ...is a run of lead characters, then one of these literals (the first that fits), so it is
+# searched like literals, with no regex call:
+CLOSE_1_LITERALS = ("<|im_end|>", "<|endoftext|>")
+CLOSE_1_SEARCH = re.compile("<\\|im_end\\|>|<\\|endoftext\\|>")
+CLOSE_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 OPEN_0 = regex.compile("\\s*<tool_call>\\s*<function=(?P<name>[^>\\n]+)>", regex.DOTALL)
 OPEN_0_FIRST = re.compile("[<]")  # where its matches can start...
 OPEN_0_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
-CLOSE_1 = regex.compile("\\s*(?:<\\|im_end\\|>|<\\|endoftext\\|>)", regex.DOTALL)
-CLOSE_1_FIRST = re.compile("[<]")  # where its matches can start...
-CLOSE_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
 CLOSE_0 = regex.compile("\\s*</function>\\s*</tool_call>", regex.DOTALL)
 CLOSE_0_FIRST = re.compile("[<]")  # where its matches can start...
 CLOSE_0_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
@@ -148,6 +151,33 @@ class ResponseParser(Machine):
             return trailing_run(buf, pos, LEAD_CHARS_SCAN_SINK), None
         hold = n
         best = None
+        # Long buffers (a whole message): search each literal delimiter in one pass and remember
+        # where it next occurs, so that later scans of this buffer do not search that text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        # close of field 1
+        if memo is None:
+            s = buf.find("<|im_end|>", pos)
+            e = s + 10
+            i = buf.find("<|endoftext|>", pos)
+            if i >= 0 and (s < 0 or i < s):
+                s, e = i, i + 13
+        else:
+            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
+        if s >= 0:
+            while s > pos and buf[s - 1] in CLOSE_1_LEAD:
+                s -= 1  # the match starts with the run of lead characters before the literal
+            if not eos and e == n:
+                if s < hold:
+                    hold = s
+            elif best is None or (s, s - e, 1) < best_key:
+                best = (s, e, 1, False, None)
+                best_key = (s, s - e, 1)
+        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
+            s = literal_partial_start(buf, pos, CLOSE_1_LITERALS, 13)
+            while s > pos and buf[s - 1] in CLOSE_1_LEAD:
+                s -= 1
+            if s < hold:
+                hold = s
         # open of field 0
         if best is None and n - pos < SHORT_BUFFER:
             m = OPEN_0.search(buf, pos, partial=not eos, timeout=self._timeout)
@@ -173,31 +203,6 @@ class ResponseParser(Machine):
             elif best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, m)
                 best_key = (s, s - e, 0)
-        # close of field 1
-        if best is None and n - pos < SHORT_BUFFER:
-            m = CLOSE_1.search(buf, pos, partial=not eos, timeout=self._timeout)
-        else:
-            m = search_window(
-                CLOSE_1,
-                buf,
-                pos,
-                eos,
-                n if best is None else best[0],
-                CLOSE_1_FIRST,
-                CLOSE_1_LEAD,
-                13,
-                True,
-                self._timeout,
-                "<|",
-            )
-        if m is not None:
-            s, e = m.span()
-            if not eos and (m.partial or e == n):
-                if s < hold:
-                    hold = s
-            elif best is None or (s, s - e, 1) < best_key:
-                best = (s, e, 1, False, None)
-                best_key = (s, s - e, 1)
         if best is not None and best[0] >= hold:
             return hold, None
         return hold, best

@@ -23,25 +23,59 @@ def literal_partial_start(buf: str, pos: int, literals: tuple[str, ...], longest
     That is the leftmost p >= pos such that buf[p:] is a proper prefix of one of `literals`: what
     a partial search reports when no literal matches completely."""
     n = len(buf)
-    for p in range(max(pos, n - longest + 1), n):
-        tail = buf[p:]
-        for literal in literals:
-            if literal.startswith(tail):
-                return p
-    return n
+    low = max(pos, n - longest + 1)
+    best = n
+    for literal in literals:
+        # Only where the literal's first character is (usually nowhere in these few characters).
+        p = buf.find(literal[0], low, best)
+        while p >= 0:
+            if literal.startswith(buf[p:]):
+                best = p
+                break
+            p = buf.find(literal[0], p + 1, best)
+    return best
 
 
-def find_literals(memo: dict, buf: str, pos: int, alternation: Any) -> tuple[int, int]:
-    """(start, end) of the leftmost complete match of a literal delimiter in buf[pos:], (-1, -1)
-    if none, searched with its alternation (one pass, faster than str.find per literal on
-    non-ASCII text) and remembered for later scans of the same buffer: the answer stays right
-    while pos has not passed it, and "nowhere" stays right for good."""
-    found = memo.get(alternation)
-    if found is None or (found[0] < pos and found[0] != -1):
-        m = alternation.search(buf, pos)
-        found = (-1, -1) if m is None else m.span()
-        memo[alternation] = found
-    return found
+def find_literals(
+    memo: dict, buf: str, pos: int, alternation: Any, bound: int | None = None, longest: int = 0, lead: str = ""
+) -> tuple[int, int]:
+    """(start, end) of the leftmost occurrence in buf[pos:] of a literal delimiter's alternation,
+    searched in one pass (faster than str.find per literal on non-ASCII text); (-1, -1) if none.
+
+    Given `bound` (where the caller already has a match), an occurrence is only looked for as far as
+    it could still start a match at or before `bound` (from the end of the run of `lead` characters
+    at `bound`, which the match may begin with), and the rest of a long buffer is not read for
+    nothing: (-2, -2) means "none that early". `longest` is the longest literal's length. (A
+    partial match at the buffer's end then cannot start before `bound` either: see the caller.)
+
+    What was learnt is kept in `memo` for later scans of the same buffer (pos only grows there): an
+    occurrence stays the answer until pos passes it, and "none starts before x" stays true."""
+    n = len(buf)
+    limit = n  # the last start wanted
+    if bound is not None:
+        limit = bound
+        while limit < n and buf[limit] in lead:
+            limit += 1
+    known = memo.get(alternation)
+    if known is not None:
+        start, end, clear = known  # clear: no occurrence starts before it (from that search's pos)
+        if start >= pos:
+            return start, end
+        if start < 0:
+            if limit < clear:
+                return (-1, -1) if clear > n else (-2, -2)
+            pos = max(pos, clear)
+    stop = min(n, limit + longest)  # an occurrence starting at `limit` ends by here
+    m = alternation.search(buf, pos, stop)
+    if m is not None and (stop == n or m.start() <= limit):
+        memo[alternation] = (m.start(), m.end(), m.start())
+        return m.span()
+    # (a later occurrence found in a cut-off window may not be the leftmost one: not kept)
+    if stop == n:
+        memo[alternation] = (-1, -1, n + 1)
+        return -1, -1
+    memo[alternation] = (-1, -1, limit + 1)
+    return -2, -2
 
 
 def trailing_run(buf: str, pos: int, chars: str) -> int:

@@ -221,7 +221,7 @@ def pattern_delimiters(draw, *, allow_captures: bool = True) -> Delimiter:
         # Forms that look behind the match or depend on where the buffer starts: an implementation
         # that trims consumed text must still give them the interpreter's view of the buffer.
         "lookbehind_then", "negative_lookbehind", "word_boundary", "multiline_start",
-        "search_start",
+        "search_start", "leading_ws_alternation",
     ]
     # fmt: on
     if allow_captures:
@@ -233,6 +233,9 @@ def pattern_delimiters(draw, *, allow_captures: bool = True) -> Delimiter:
     if form == "leading_ws":
         # Like the qwen templates' r"\s*<tool_call>": trailing whitespace is held back.
         return Delimiter(r"\s*" + e_left, True, (left, " " + left, "\n\n" + left))
+    if form == "leading_ws_alternation":
+        # Like qwen's close r"\s*(?:<\|im_end\|>|<\|endoftext\|>)", scanned as literals.
+        return Delimiter(rf"[ \t\n]*(?:{e_left}|{e_right})", True, (left, "\n" + right, " \t" + left))
     if form == "trailing_ws":
         return Delimiter(e_left + r"\s*", True, (left, left + "\n", left + " \n"))
     if form == "lookahead":

@@ -171,3 +171,118 @@ def test_repeated_group_names_do_not_stop_the_analysis():
     assert _unname_groups(r"(?P<a>x)(?P=a)") == r"(?P<a>x)(?P=a)"
     _, charsets = analyse_pattern(r"\s*(?:to=(?P<name>\w+)<|<c>(?P<name>\w+))")
     assert charsets.first == frozenset("t<")
+
+
+# ---- patterns searched as literals (ir.LiteralRun) ----------------------------------------------
+
+LEADS = [r"\s*", r"[ \t]*", r"\n*", r"\s*?", ""]
+RUN_LITERALS = st.text(alphabet="ab<>|x", min_size=1, max_size=3)
+
+
+@st.composite
+def literal_run_patterns(draw):
+    """Patterns of the shapes literal_run accepts: a lead star, then literals combined by
+    alternation, groups and one-character classes."""
+    a, b, c = (regex.escape(draw(RUN_LITERALS)) for _ in range(3))
+    body = draw(
+        st.sampled_from(
+            [a, f"{a}|{b}", f"(?:{a}|{b})", f"{a}(?:{b}|{c})", f"(?:{a}|{a}{b})(?:{c}|{b})", f"{a}[xb]{c}", f"({a}){b}"]
+        )
+    )
+    return draw(st.sampled_from(LEADS)) + body
+
+
+def _as_literal_run(run, text, pos, eos):
+    """What the generated scanner makes of a literal run: (start, end, partial), or None."""
+    alternation = re.compile("|".join(re.escape(s) for s in run.literals))
+    m = alternation.search(text, pos)
+    if m is not None:
+        start = m.start()
+        while start > pos and text[start - 1] in run.lead:
+            start -= 1
+        return start, m.end(), False
+    if eos:
+        return None
+    start = literal_partial_start(text, pos, run.literals, max(map(len, run.literals)))
+    while start > pos and text[start - 1] in run.lead:
+        start -= 1
+    return None if start == len(text) else (start, len(text), True)
+
+
+@given(st.one_of(literal_run_patterns(), st.sampled_from(PATTERNS)), texts, st.data())
+@settings(max_examples=max(settings().max_examples, 1000))
+def test_a_literal_run_finds_what_the_regex_partial_search_finds(pattern, text, data):
+    from rtcompile.patterns import literal_run
+
+    run = literal_run(pattern)
+    if run is None:
+        return
+    pos = data.draw(st.integers(0, len(text)))
+    for eos in (False, True):
+        m = regex.compile(pattern, regex.DOTALL).search(text, pos, partial=not eos)
+        expected = None if m is None else (m.start(), m.end(), m.partial)
+        if expected is not None and expected[2] and expected[0] == len(text):
+            expected = None  # the empty partial match at the end: nothing to hold
+        assert _as_literal_run(run, text, pos, eos) == expected, (pattern, run)
+
+
+def test_literal_runs_are_recognised_only_where_they_are_exact():
+    from rtcompile.patterns import literal_run
+
+    run = literal_run(r"\s*(?:<\|im_end\|>|<\|endoftext\|>)")
+    assert run.literals == ("<|im_end|>", "<|endoftext|>") and "\n" in run.lead and " " in run.lead
+    assert literal_run(r"(?:a|ab)(?:bc|c)").literals == ("abc", "ac", "abbc", "abc")  # preference order
+    assert literal_run(r"<x>").lead == ""
+    for pattern in [
+        r"\s* <x>",  # a literal starting with a lead character
+        r"\s*\s<x>",
+        r"(?i)<x>",  # case folding
+        r"<x>\s*",  # a run after the literal can grow
+        r"(?:<x>)?",  # may match the empty string
+        r"[a-c]x",  # a range: left to the engine
+        r"[^<]x",
+        r"<x>$",
+        r"(?<=a)<x>",
+        r"\s+<x>",
+        r"(?:a|b|c|d)(?:a|b|c|d)(?:a|b)",  # too many choices
+        r"\p{L}<x>",  # regex-only syntax
+        r"\s*?<x>",  # a lazy run: regex's partial matches of it differ
+    ]:
+        assert literal_run(pattern) is None, pattern
+
+
+@given(
+    st.lists(st.text(alphabet="ab<>", min_size=1, max_size=4), min_size=1, max_size=3),
+    st.text(alphabet="ab<> \n", max_size=30),
+    st.sampled_from(["", " \n"]),
+    st.data(),
+)
+@settings(max_examples=max(settings().max_examples, 500))
+def test_find_literals_with_memo_and_bounds_agrees_with_a_fresh_search(literals, text, lead, data):
+    from rtcompile.runtime.scanning import find_literals
+
+    literals = list(dict.fromkeys(literals))
+    alternation = re.compile("|".join(re.escape(s) for s in sorted(literals, key=len, reverse=True)))
+    longest = max(map(len, literals))
+    memo: dict = {}
+    pos = 0
+    for _ in range(data.draw(st.integers(1, 6))):
+        pos = data.draw(st.integers(pos, len(text)))
+        bound = data.draw(st.one_of(st.none(), st.integers(pos, len(text))))
+        got = find_literals(memo, text, pos, alternation, bound, longest, lead)
+        m = alternation.search(text, pos)
+        if got[0] >= 0:
+            assert m is not None and got == m.span()
+        elif got == (-1, -1):
+            assert m is None  # "none" is only ever said of the whole rest
+        else:
+            assert got == (-2, -2) and bound is not None
+            limit = bound
+            while limit < len(text) and text[limit] in lead:
+                limit += 1
+            # "none that early": no occurrence could start a match at or before the bound, and
+            # no literal can be partly there at the end of the text before it either.
+            assert m is None or m.start() > limit
+            assert limit + longest < len(text)
+        if bound is None:
+            assert got == ((-1, -1) if m is None else m.span())
