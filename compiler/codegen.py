@@ -20,9 +20,10 @@ from typing import Any
 import jinja2
 
 from . import canonical, ir
+from .patterns import WHITESPACE
 from .version import __version__
 
-RUNTIME_ABI = 1  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
+RUNTIME_ABI = 2  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
 # Sets of first characters up to this size are checked with chained str.find; larger ones with
 # one character-class search.
 MAX_FIND_CHAIN = 2
@@ -105,14 +106,15 @@ class Watch:
         return not self.searched_as_literals and self.delimiter.charsets is not None
 
     @property
-    def lead(self) -> str | None:
-        """The constant holding a literal run's lead characters (None: no lead)."""
+    def has_lead(self) -> bool:
+        """A literal run with lead characters: the match starts at the run before the literal."""
         run = self.delimiter.literal_run
-        return f"{self.const}_LEAD" if run is not None and run.lead else None
+        return run is not None and bool(run.lead)
 
     @property
-    def literals_const(self) -> str:
-        return self.const if self.delimiter.literals is not None else f"{self.const}_LITERALS"
+    def window(self) -> str:
+        """The constant holding a windowed pattern's PatternWindow."""
+        return f"{self.const}_WINDOW"
 
     @property
     def holds_at_end(self) -> bool:
@@ -149,11 +151,49 @@ class State:
     quick: QuickCheck | None
 
     @property
-    def has_literals(self) -> bool:
-        return any(w.searched_as_literals for w in self.watches)
+    def uses_memo(self) -> bool:
+        """Whether its scans of long buffers remember literal searches (Machine._literal_memo)."""
+        return any(w.searched_as_literals or (w.windowed and w.delimiter.charsets.prefix) for w in self.watches)
+
+    @property
+    def literal_watches(self) -> list[Watch]:
+        return [w for w in self.watches if w.searched_as_literals]
+
+    @property
+    def shared_search(self) -> bool:
+        """Whether one search finds the first occurrence of all its literal delimiters' literals.
+
+        The first place any of them occurs decides: a literal occurring later cannot start a match
+        sooner, since the run of lead characters before it cannot reach back across that place...
+        unless a literal starts with one of those lead characters. Then each is searched alone."""
+        watches = self.literal_watches
+        leads = set().union(*(w.delimiter.literal_run.lead for w in watches if w.has_lead))
+        return len(watches) > 1 and not any(lit[0] in leads for lit in self.all_literals)
+
+    @property
+    def literals_const(self) -> str:
+        return "LITERALS" + self.method.upper()
+
+    @property
+    def all_literals(self) -> tuple[str, ...]:
+        """Every literal of its literal delimiters, each once (for the state's one search)."""
+        return tuple(dict.fromkeys(lit for w in self.literal_watches for lit in w.sorted_literals))
 
 
-def _state(method: str, doc: str, watches: list[Watch], triggers: dict, leads: dict) -> State:
+class Leads:
+    """The module's constants of lead characters (see ir.CharSets), one per distinct set."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}  # characters -> constant name
+
+    def name(self, chars) -> str:
+        text = "".join(sorted(chars))
+        if text not in self.names:
+            self.names[text] = "WHITESPACE" if frozenset(text) == WHITESPACE else f"LEAD_{len(self.names)}"
+        return self.names[text]
+
+
+def _state(method: str, doc: str, watches: list[Watch], triggers: dict, leads: Leads) -> State:
     for rank, watch in enumerate(sorted(watches, key=lambda w: (0 if w.is_open else 1, w.field.name))):
         watch.rank = rank
     # Cheap literal finds first: once a match is known, later regex searches only need to look at
@@ -172,7 +212,7 @@ class QuickCheck:
     lead_hold: bool  # with no first character, a trailing lead run is exactly what to hold
 
 
-def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: dict) -> QuickCheck | None:
+def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: Leads) -> QuickCheck | None:
     if not watches or any(w.delimiter.charsets is None for w in watches):
         return None
     charsets = [w.delimiter.charsets for w in watches]
@@ -187,10 +227,7 @@ def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: dict)
         name = f"FIRST_CHARS_{tag}"
         triggers[name] = _char_class(first)
         absent = [f"{name}.search({t}{s}) is None" for t, s in targets]
-    lead_name = None
-    if lead:
-        lead_name = f"LEAD_CHARS_{tag}"
-        leads[lead_name] = "".join(sorted(lead))
+    lead_name = leads.name(lead) if lead else None
     lead_hold = bool(lead) and all(c.lead_run and c.lead == lead for c in charsets if c.lead)
     return QuickCheck(Code(absent[0]), Code(absent[1]), lead_name, lead_hold)
 
@@ -253,7 +290,7 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         f = fields[template.implicit]
         watches_in_sink.append(Watch(ir.CLOSE, f, f.close, 0, f"CLOSE_{f.index}"))
     triggers: dict[str, str] = {}  # constant name -> character class (stdlib re) of first characters
-    leads: dict[str, str] = {}  # constant name -> characters a match may start with before those
+    leads = Leads()  # characters a match may start with before those
     states = [
         _state(
             "_scan_sink",
@@ -310,6 +347,14 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
                 "scope": f.transform is not None and not f.transform_each and _needs_scope(f.transform),
             }
         )
+    lead_names = {}  # delimiter constant -> the constant holding its lead characters
+    for name, d in consts.items():
+        if d.literal_run is not None:
+            chars = d.literal_run.lead
+        else:
+            chars = d.charsets.lead if d.pattern is not None and d.charsets is not None else ""
+        if chars:
+            lead_names[name] = Code(leads.name(chars))
     return _ENV.get_template("module.py.jinja").render(
         version=__version__,
         abi=RUNTIME_ABI,
@@ -318,16 +363,18 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         fields=fields,
         consts=consts,
         triggers=triggers,
-        leads=leads,
+        leads={name: chars for chars, name in leads.names.items()},
+        lead_names=lead_names,
+        state_literals={state.literals_const: state.all_literals for state in states if state.shared_search},
         fast_states=fast_states,
         lead_states=lead_states,
-        alternations={
-            name: "|".join(re.escape(s) for s in _preferred_literals(d))
+        preferred={
+            name: tuple(_preferred_literals(d))
             for name, d in consts.items()
             if d.literals is not None or d.literal_run is not None
         },
-        windows={
-            name: (_char_class(d.charsets.first), "".join(sorted(d.charsets.lead)))
+        first_classes={
+            name: _char_class(d.charsets.first)
             for name, d in consts.items()
             if d.pattern is not None and d.literal_run is None and d.charsets is not None
         },

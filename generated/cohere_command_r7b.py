@@ -9,21 +9,20 @@ import re
 
 from rtcompile.runtime import (
     SHORT_BUFFER,
+    LiteralSearch,
     Machine,
+    PatternWindow,
     check_abi,
     each_scope,
-    find_literals,
-    literal_partial_start,
     make_parser,
     parse_whole,
     regex,
     resolve,
-    search_window,
     trailing_run,
     truncate_after_last,
 )
 
-check_abi(1)
+check_abi(2)
 
 __rtcompile_version__ = "0.1.0"
 TEMPLATE_SHA256 = "36bbeb53d440c00496afae36e92e162cfa5ca58e07623db1340b74b83d5eff4b"
@@ -52,24 +51,15 @@ TEMPLATE = {
 
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
-OPEN_0 = ("<|START_THINKING|>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-OPEN_0_SEARCH = re.compile("<\\|START_THINKING\\|>")
-OPEN_1 = ("<|START_ACTION|>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-OPEN_1_SEARCH = re.compile("<\\|START_ACTION\\|>")
-OPEN_2 = ("<|START_RESPONSE|>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-OPEN_2_SEARCH = re.compile("<\\|START_RESPONSE\\|>")
-CLOSE_0 = ("<|END_THINKING|>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-CLOSE_0_SEARCH = re.compile("<\\|END_THINKING\\|>")
-CLOSE_1 = ("<|END_ACTION|>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-CLOSE_1_SEARCH = re.compile("<\\|END_ACTION\\|>")
-CLOSE_2 = ("<|END_RESPONSE|>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-CLOSE_2_SEARCH = re.compile("<\\|END_RESPONSE\\|>")
+OPEN_0 = LiteralSearch(("<|START_THINKING|>",))  # (longest first)
+OPEN_1 = LiteralSearch(("<|START_ACTION|>",))  # (longest first)
+OPEN_2 = LiteralSearch(("<|START_RESPONSE|>",))  # (longest first)
+CLOSE_0 = LiteralSearch(("<|END_THINKING|>",))  # (longest first)
+CLOSE_1 = LiteralSearch(("<|END_ACTION|>",))  # (longest first)
+CLOSE_2 = LiteralSearch(("<|END_RESPONSE|>",))  # (longest first)
+LITERALS_SCAN_SINK = LiteralSearch(
+    ("<|START_THINKING|>", "<|START_ACTION|>", "<|START_RESPONSE|>")
+)  # a state's literals: where any first occurs
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -166,51 +156,51 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        # Where the first of the literal delimiters' literals occurs: one search for all of them.
+        q = LITERALS_SCAN_SINK.find(memo, buf, pos)[0]
         # open of field 0
-        if memo is None:
-            s = buf.find("<|START_THINKING|>", pos)
-            e = s + 18
+        if q >= 0 and buf.startswith("<|START_THINKING|>", q):
+            e = q + 18
         else:
-            s, e = find_literals(memo, buf, pos, OPEN_0_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 1)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, OPEN_0, 18)
+        elif not eos:
+            s = OPEN_0.pending(buf, pos, q)
             if s < hold:
                 hold = s
         # open of field 1
-        if memo is None:
-            s = buf.find("<|START_ACTION|>", pos)
-            e = s + 16
+        if q >= 0 and buf.startswith("<|START_ACTION|>", q):
+            e = q + 16
         else:
-            bound = n if best is None else best[0]
-            s, e = find_literals(memo, buf, pos, OPEN_1_SEARCH, bound, 16)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 2) < best_key:
                 best = (s, e, 1, True, None)
                 best_key = (s, s - e, 2)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, OPEN_1, 16)
+        elif not eos:
+            s = OPEN_1.pending(buf, pos, q)
             if s < hold:
                 hold = s
         # open of field 2
-        if memo is None:
-            s = buf.find("<|START_RESPONSE|>", pos)
-            e = s + 18
+        if q >= 0 and buf.startswith("<|START_RESPONSE|>", q):
+            e = q + 18
         else:
-            bound = n if best is None else best[0]
-            s, e = find_literals(memo, buf, pos, OPEN_2_SEARCH, bound, 18)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 2, True, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, OPEN_2, 18)
+        elif not eos:
+            s = OPEN_2.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:
@@ -224,21 +214,22 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        if memo is None:
-            s = buf.find("<|END_THINKING|>", pos)
-            e = s + 16
+        q = CLOSE_0.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("<|END_THINKING|>", q):
+            e = q + 16
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_0_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_0, 16)
+        elif not eos:
+            s = CLOSE_0.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:
@@ -252,21 +243,22 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        if memo is None:
-            s = buf.find("<|END_ACTION|>", pos)
-            e = s + 14
+        q = CLOSE_1.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("<|END_ACTION|>", q):
+            e = q + 14
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_1, 14)
+        elif not eos:
+            s = CLOSE_1.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:
@@ -280,21 +272,22 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 2
-        if memo is None:
-            s = buf.find("<|END_RESPONSE|>", pos)
-            e = s + 16
+        q = CLOSE_2.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("<|END_RESPONSE|>", q):
+            e = q + 16
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_2_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 2, False, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_2, 16)
+        elif not eos:
+            s = CLOSE_2.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:

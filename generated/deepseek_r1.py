@@ -9,21 +9,20 @@ import re
 
 from rtcompile.runtime import (
     SHORT_BUFFER,
+    LiteralSearch,
     Machine,
+    PatternWindow,
     check_abi,
     each_scope,
-    find_literals,
-    literal_partial_start,
     make_parser,
     parse_whole,
     regex,
     resolve,
-    search_window,
     trailing_run,
     truncate_after_last,
 )
 
-check_abi(1)
+check_abi(2)
 
 __rtcompile_version__ = "0.1.0"
 TEMPLATE_SHA256 = "145bf6bb0c9b5623b4f1de4e9637ab4d60352d4fc9b1de4e2d6ca7dd6bcdc1b5"
@@ -50,29 +49,37 @@ TEMPLATE = {
 }
 
 # ---- delimiters ------------------------------------------------------------------------------
+WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters a match may start with before the rest (e.g. \s*)
 START_ANCHOR = regex.compile("<｜tool▁outputs▁end｜>|<｜Assistant｜>", regex.DOTALL)
-OPEN_0 = ("<think>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-OPEN_0_SEARCH = re.compile("<think>")
+OPEN_0 = LiteralSearch(("<think>",))  # (longest first)
 CLOSE_2_PATTERN = "\\s*(?:<｜tool▁calls▁end｜>|<｜end▁of▁sentence｜>)"
-# ...is a run of lead characters, then one of these literals (the first that fits), so it is
-# searched like literals, with no regex call:
-CLOSE_2_LITERALS = ("<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>")
-CLOSE_2_SEARCH = re.compile("<｜tool▁calls▁end｜>|<｜end▁of▁sentence｜>")
-CLOSE_2_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+# ...is a run of lead characters, then the first of these literals that fits: searched as literals.
+CLOSE_2 = LiteralSearch(("<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>"), WHITESPACE)
 OPEN_1 = regex.compile(
     "\\s*(?:<｜tool▁calls▁begin｜>)?\\s*<｜tool▁call▁begin｜>[^<]*<｜tool▁sep｜>(?P<name>[^\\n<]+)\\n```(?:json)?\\n",
     regex.DOTALL,
 )
-OPEN_1_FIRST = re.compile("[<]")  # where its matches can start...
-OPEN_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
-CLOSE_0 = ("</think>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-CLOSE_0_SEARCH = re.compile("</think>")
+OPEN_1_WINDOW = PatternWindow(
+    OPEN_1,
+    first="[<]",
+    lead=WHITESPACE,
+    tail=None,
+    lead_run=True,
+    prefix="",
+)
+CLOSE_0 = LiteralSearch(("</think>",))  # (longest first)
 CLOSE_1 = regex.compile("\\n```\\s*<｜tool▁call▁end｜>", regex.DOTALL)
-CLOSE_1_FIRST = re.compile("[\\\n]")  # where its matches can start...
-CLOSE_1_LEAD = ""  # ...after a run of these
-LEAD_CHARS_SCAN_SINK = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters that may run before those (e.g. a leading \s*)
+CLOSE_1_WINDOW = PatternWindow(
+    CLOSE_1,
+    first="[\\\n]",
+    lead="",
+    tail=None,
+    lead_run=False,
+    prefix="\n```",
+)
+LITERALS_SCAN_SINK = LiteralSearch(
+    ("<think>", "<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>")
+)  # a state's literals: where any first occurs
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -142,7 +149,7 @@ class ResponseParser(Machine):
                         {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
                     ]
             elif state == 2:
-                if "<" not in text and text and text[-1] not in LEAD_CHARS_SCAN_SINK:
+                if "<" not in text and text and text[-1] not in WHITESPACE:
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
@@ -152,7 +159,7 @@ class ResponseParser(Machine):
             state = self._current
             if state == 2:
                 if "<" not in text:
-                    return self._lead_feed(text, trailing_run(text, 0, LEAD_CHARS_SCAN_SINK))
+                    return self._lead_feed(text, trailing_run(text, 0, WHITESPACE))
         return Machine.feed(self, text)
 
     @staticmethod
@@ -167,41 +174,41 @@ class ResponseParser(Machine):
         "Outside explicit regions (the implicit field or the null sink): every open, and the implicit field's close."
         n = len(buf)
         if buf.find("<", pos) < 0:
-            if n == pos or buf[-1] not in LEAD_CHARS_SCAN_SINK:
+            if n == pos or buf[-1] not in WHITESPACE:
                 return n, None
             self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_feed)
-            return trailing_run(buf, pos, LEAD_CHARS_SCAN_SINK), None
+            return trailing_run(buf, pos, WHITESPACE), None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        # Where the first of the literal delimiters' literals occurs: one search for all of them.
+        q = LITERALS_SCAN_SINK.find(memo, buf, pos)[0]
         # open of field 0
-        if memo is None:
-            s = buf.find("<think>", pos)
-            e = s + 7
+        if q >= 0 and buf.startswith("<think>", q):
+            e = q + 7
         else:
-            s, e = find_literals(memo, buf, pos, OPEN_0_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, OPEN_0, 7)
+        elif not eos:
+            s = OPEN_0.pending(buf, pos, q)
             if s < hold:
                 hold = s
         # close of field 2
-        if memo is None:
-            s = buf.find("<｜tool▁calls▁end｜>", pos)
-            e = s + 18
-            i = buf.find("<｜end▁of▁sentence｜>", pos)
-            if i >= 0 and (s < 0 or i < s):
-                s, e = i, i + 19
+        if q >= 0 and buf.startswith("<｜tool▁calls▁end｜>", q):
+            e = q + 18
+        elif q >= 0 and buf.startswith("<｜end▁of▁sentence｜>", q):
+            e = q + 19
         else:
-            bound = n if best is None else best[0]
-            s, e = find_literals(memo, buf, pos, CLOSE_2_SEARCH, bound, 19, CLOSE_2_LEAD)
-        if s >= 0:
-            while s > pos and buf[s - 1] in CLOSE_2_LEAD:
+            e = -1
+        if e >= 0:
+            s = q
+            while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
             if not eos and e == n:
                 if s < hold:
@@ -209,29 +216,15 @@ class ResponseParser(Machine):
             elif best is None or (s, s - e, 2) < best_key:
                 best = (s, e, 2, False, None)
                 best_key = (s, s - e, 2)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_2_LITERALS, 19)
-            while s > pos and buf[s - 1] in CLOSE_2_LEAD:
-                s -= 1
+        elif not eos:
+            s = CLOSE_2.pending(buf, pos, q)
             if s < hold:
                 hold = s
         # open of field 1
         if best is None and n - pos < SHORT_BUFFER:
             m = OPEN_1.search(buf, pos, partial=not eos, timeout=self._timeout)
         else:
-            m = search_window(
-                OPEN_1,
-                buf,
-                pos,
-                eos,
-                n if best is None else best[0],
-                OPEN_1_FIRST,
-                OPEN_1_LEAD,
-                None,
-                True,
-                self._timeout,
-                "",
-            )
+            m = OPEN_1_WINDOW.search(buf, pos, eos, n if best is None else best[0], self._timeout)
         if m is not None:
             s, e = m.span()
             if not eos and (m.partial or e == n):
@@ -251,21 +244,22 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        if memo is None:
-            s = buf.find("</think>", pos)
-            e = s + 8
+        q = CLOSE_0.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("</think>", q):
+            e = q + 8
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_0_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_0, 8)
+        elif not eos:
+            s = CLOSE_0.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:
@@ -279,22 +273,15 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
         if best is None and n - pos < SHORT_BUFFER:
             m = CLOSE_1.search(buf, pos, partial=not eos, timeout=self._timeout)
         else:
-            m = search_window(
-                CLOSE_1,
-                buf,
-                pos,
-                eos,
-                n if best is None else best[0],
-                CLOSE_1_FIRST,
-                CLOSE_1_LEAD,
-                None,
-                False,
-                self._timeout,
-                "\n```",
+            m = CLOSE_1_WINDOW.search(
+                buf, pos, eos, n if best is None else best[0], self._timeout, memo
             )
         if m is not None:
             s, e = m.span()

@@ -9,21 +9,20 @@ import re
 
 from rtcompile.runtime import (
     SHORT_BUFFER,
+    LiteralSearch,
     Machine,
+    PatternWindow,
     check_abi,
     each_scope,
-    find_literals,
-    literal_partial_start,
     make_parser,
     parse_whole,
     regex,
     resolve,
-    search_window,
     trailing_run,
     truncate_after_last,
 )
 
-check_abi(1)
+check_abi(2)
 
 __rtcompile_version__ = "0.1.0"
 TEMPLATE_SHA256 = "e37acd7bde9f6d03d506951048b24904e09edb859c1154719330ba422272eb10"
@@ -53,21 +52,22 @@ TEMPLATE = {
 
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = regex.compile("<tool_response\\|>|<\\|turn>model\\\n", regex.DOTALL)
-OPEN_0 = ("<|channel>thought\n",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-OPEN_0_SEARCH = re.compile("<\\|channel>thought\\\n")
-CLOSE_2 = ("<turn|>", "<|tool_response>", "<eos>")
-# ...and as one alternation (longest first), to search long buffers in one pass:
-CLOSE_2_SEARCH = re.compile("<\\|tool_response>|<turn\\|>|<eos>")
+OPEN_0 = LiteralSearch(("<|channel>thought\n",))  # (longest first)
+CLOSE_2 = LiteralSearch(("<|tool_response>", "<turn|>", "<eos>"))  # (longest first)
 OPEN_1 = regex.compile("<\\|tool_call>call:(?P<name>[^{<\\s]+)", regex.DOTALL)
-OPEN_1_FIRST = re.compile("[<]")  # where its matches can start...
-OPEN_1_LEAD = ""  # ...after a run of these
-CLOSE_0 = ("<channel|>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-CLOSE_0_SEARCH = re.compile("<channel\\|>")
-CLOSE_1 = ("<tool_call|>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-CLOSE_1_SEARCH = re.compile("<tool_call\\|>")
+OPEN_1_WINDOW = PatternWindow(
+    OPEN_1,
+    first="[<]",
+    lead="",
+    tail=None,
+    lead_run=False,
+    prefix="<|tool_call>call:",
+)
+CLOSE_0 = LiteralSearch(("<channel|>",))  # (longest first)
+CLOSE_1 = LiteralSearch(("<tool_call|>",))  # (longest first)
+LITERALS_SCAN_SINK = LiteralSearch(
+    ("<|channel>thought\n", "<|tool_response>", "<turn|>", "<eos>")
+)  # a state's literals: where any first occurs
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -159,60 +159,49 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        # Where the first of the literal delimiters' literals occurs: one search for all of them.
+        q = LITERALS_SCAN_SINK.find(memo, buf, pos)[0]
         # open of field 0
-        if memo is None:
-            s = buf.find("<|channel>thought\n", pos)
-            e = s + 18
+        if q >= 0 and buf.startswith("<|channel>thought\n", q):
+            e = q + 18
         else:
-            s, e = find_literals(memo, buf, pos, OPEN_0_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, OPEN_0, 18)
+        elif not eos:
+            s = OPEN_0.pending(buf, pos, q)
             if s < hold:
                 hold = s
         # close of field 2
-        if memo is None:
-            s = buf.find("<|tool_response>", pos)
-            e = s + 16
-            i = buf.find("<turn|>", pos)
-            if i >= 0 and (s < 0 or i < s):
-                s, e = i, i + 7
-            i = buf.find("<eos>", pos)
-            if i >= 0 and (s < 0 or i < s):
-                s, e = i, i + 5
+        if q >= 0 and buf.startswith("<|tool_response>", q):
+            e = q + 16
+        elif q >= 0 and buf.startswith("<turn|>", q):
+            e = q + 7
+        elif q >= 0 and buf.startswith("<eos>", q):
+            e = q + 5
         else:
-            bound = n if best is None else best[0]
-            s, e = find_literals(memo, buf, pos, CLOSE_2_SEARCH, bound, 16)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 2) < best_key:
                 best = (s, e, 2, False, None)
                 best_key = (s, s - e, 2)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_2, 16)
+        elif not eos:
+            s = CLOSE_2.pending(buf, pos, q)
             if s < hold:
                 hold = s
         # open of field 1
         if best is None and n - pos < SHORT_BUFFER:
             m = OPEN_1.search(buf, pos, partial=not eos, timeout=self._timeout)
         else:
-            m = search_window(
-                OPEN_1,
-                buf,
-                pos,
-                eos,
-                n if best is None else best[0],
-                OPEN_1_FIRST,
-                OPEN_1_LEAD,
-                None,
-                False,
-                self._timeout,
-                "<|tool_call>call:",
+            m = OPEN_1_WINDOW.search(
+                buf, pos, eos, n if best is None else best[0], self._timeout, memo
             )
         if m is not None:
             s, e = m.span()
@@ -233,21 +222,22 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        if memo is None:
-            s = buf.find("<channel|>", pos)
-            e = s + 10
+        q = CLOSE_0.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("<channel|>", q):
+            e = q + 10
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_0_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_0, 10)
+        elif not eos:
+            s = CLOSE_0.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:
@@ -261,21 +251,22 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        if memo is None:
-            s = buf.find("<tool_call|>", pos)
-            e = s + 12
+        q = CLOSE_1.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("<tool_call|>", q):
+            e = q + 12
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_1, 12)
+        elif not eos:
+            s = CLOSE_1.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:

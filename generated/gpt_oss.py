@@ -9,21 +9,20 @@ import re
 
 from rtcompile.runtime import (
     SHORT_BUFFER,
+    LiteralSearch,
     Machine,
+    PatternWindow,
     check_abi,
     each_scope,
-    find_literals,
-    literal_partial_start,
     make_parser,
     parse_whole,
     regex,
     resolve,
-    search_window,
     trailing_run,
     truncate_after_last,
 )
 
-check_abi(1)
+check_abi(2)
 
 __rtcompile_version__ = "0.1.0"
 TEMPLATE_SHA256 = "48f6cce57d4d98577d4cf188f94f3dbdf5442acc0c00c63ada1fd60c70a79b88"
@@ -55,29 +54,28 @@ TEMPLATE = {
 }
 
 # ---- delimiters ------------------------------------------------------------------------------
+WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters a match may start with before the rest (e.g. \s*)
 START_ANCHOR = "<|start|>assistant"
-OPEN_0 = ("<|channel|>analysis<|message|>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-OPEN_0_SEARCH = re.compile("<\\|channel\\|>analysis<\\|message\\|>")
-OPEN_2 = ("<|channel|>final<|message|>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-OPEN_2_SEARCH = re.compile("<\\|channel\\|>final<\\|message\\|>")
+OPEN_0 = LiteralSearch(("<|channel|>analysis<|message|>",))  # (longest first)
+OPEN_2 = LiteralSearch(("<|channel|>final<|message|>",))  # (longest first)
 OPEN_1 = regex.compile(
     "(?:<\\|start\\|>assistant)?\\s*(?:to=functions\\.(?P<name>[^<\\s]+)\\s*<\\|channel\\|>commentary|<\\|channel\\|>commentary\\s+to=functions\\.(?P<name>[^<\\s]+))[^<]*(?:<\\|constrain\\|>[^<]*)?<\\|message\\|>",
     regex.DOTALL,
 )
-OPEN_1_FIRST = re.compile("[<t]")  # where its matches can start...
-OPEN_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
-CLOSE_0 = ("<|end|>", "<|return|>", "<|call|>")
-# ...and as one alternation (longest first), to search long buffers in one pass:
-CLOSE_0_SEARCH = re.compile("<\\|return\\|>|<\\|call\\|>|<\\|end\\|>")
-CLOSE_1 = ("<|call|>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-CLOSE_1_SEARCH = re.compile("<\\|call\\|>")
-CLOSE_2 = ("<|return|>", "<|end|>")
-# ...and as one alternation (longest first), to search long buffers in one pass:
-CLOSE_2_SEARCH = re.compile("<\\|return\\|>|<\\|end\\|>")
-LEAD_CHARS_SCAN_SINK = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters that may run before those (e.g. a leading \s*)
+OPEN_1_WINDOW = PatternWindow(
+    OPEN_1,
+    first="[<t]",
+    lead=WHITESPACE,
+    tail=None,
+    lead_run=True,
+    prefix="",
+)
+CLOSE_0 = LiteralSearch(("<|return|>", "<|call|>", "<|end|>"))  # (longest first)
+CLOSE_1 = LiteralSearch(("<|call|>",))  # (longest first)
+CLOSE_2 = LiteralSearch(("<|return|>", "<|end|>"))  # (longest first)
+LITERALS_SCAN_SINK = LiteralSearch(
+    ("<|channel|>analysis<|message|>", "<|channel|>final<|message|>")
+)  # a state's literals: where any first occurs
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -157,7 +155,7 @@ class ResponseParser(Machine):
             state = self._current
             if state == None:
                 if "<" not in text and "t" not in text:
-                    return self._lead_feed(text, trailing_run(text, 0, LEAD_CHARS_SCAN_SINK))
+                    return self._lead_feed(text, trailing_run(text, 0, WHITESPACE))
         return Machine.feed(self, text)
 
     @staticmethod
@@ -172,61 +170,50 @@ class ResponseParser(Machine):
         "Outside explicit regions (the implicit field or the null sink): every open, and the implicit field's close."
         n = len(buf)
         if buf.find("<", pos) < 0 and buf.find("t", pos) < 0:
-            if n == pos or buf[-1] not in LEAD_CHARS_SCAN_SINK:
+            if n == pos or buf[-1] not in WHITESPACE:
                 return n, None
             self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_feed)
-            return trailing_run(buf, pos, LEAD_CHARS_SCAN_SINK), None
+            return trailing_run(buf, pos, WHITESPACE), None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        # Where the first of the literal delimiters' literals occurs: one search for all of them.
+        q = LITERALS_SCAN_SINK.find(memo, buf, pos)[0]
         # open of field 0
-        if memo is None:
-            s = buf.find("<|channel|>analysis<|message|>", pos)
-            e = s + 30
+        if q >= 0 and buf.startswith("<|channel|>analysis<|message|>", q):
+            e = q + 30
         else:
-            s, e = find_literals(memo, buf, pos, OPEN_0_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 1)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, OPEN_0, 30)
+        elif not eos:
+            s = OPEN_0.pending(buf, pos, q)
             if s < hold:
                 hold = s
         # open of field 2
-        if memo is None:
-            s = buf.find("<|channel|>final<|message|>", pos)
-            e = s + 27
+        if q >= 0 and buf.startswith("<|channel|>final<|message|>", q):
+            e = q + 27
         else:
-            bound = n if best is None else best[0]
-            s, e = find_literals(memo, buf, pos, OPEN_2_SEARCH, bound, 27)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 2, True, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, OPEN_2, 27)
+        elif not eos:
+            s = OPEN_2.pending(buf, pos, q)
             if s < hold:
                 hold = s
         # open of field 1
         if best is None and n - pos < SHORT_BUFFER:
             m = OPEN_1.search(buf, pos, partial=not eos, timeout=self._timeout)
         else:
-            m = search_window(
-                OPEN_1,
-                buf,
-                pos,
-                eos,
-                n if best is None else best[0],
-                OPEN_1_FIRST,
-                OPEN_1_LEAD,
-                None,
-                True,
-                self._timeout,
-                "",
-            )
+            m = OPEN_1_WINDOW.search(buf, pos, eos, n if best is None else best[0], self._timeout)
         if m is not None:
             s, e = m.span()
             if not eos and (m.partial or e == n):
@@ -246,27 +233,26 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        if memo is None:
-            s = buf.find("<|return|>", pos)
-            e = s + 10
-            i = buf.find("<|call|>", pos)
-            if i >= 0 and (s < 0 or i < s):
-                s, e = i, i + 8
-            i = buf.find("<|end|>", pos)
-            if i >= 0 and (s < 0 or i < s):
-                s, e = i, i + 7
+        q = CLOSE_0.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("<|return|>", q):
+            e = q + 10
+        elif q >= 0 and buf.startswith("<|call|>", q):
+            e = q + 8
+        elif q >= 0 and buf.startswith("<|end|>", q):
+            e = q + 7
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_0_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_0, 10)
+        elif not eos:
+            s = CLOSE_0.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:
@@ -280,21 +266,22 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        if memo is None:
-            s = buf.find("<|call|>", pos)
-            e = s + 8
+        q = CLOSE_1.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("<|call|>", q):
+            e = q + 8
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_1, 8)
+        elif not eos:
+            s = CLOSE_1.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:
@@ -308,24 +295,24 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 2
-        if memo is None:
-            s = buf.find("<|return|>", pos)
-            e = s + 10
-            i = buf.find("<|end|>", pos)
-            if i >= 0 and (s < 0 or i < s):
-                s, e = i, i + 7
+        q = CLOSE_2.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("<|return|>", q):
+            e = q + 10
+        elif q >= 0 and buf.startswith("<|end|>", q):
+            e = q + 7
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_2_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 2, False, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_2, 10)
+        elif not eos:
+            s = CLOSE_2.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:

@@ -9,21 +9,20 @@ import re
 
 from rtcompile.runtime import (
     SHORT_BUFFER,
+    LiteralSearch,
     Machine,
+    PatternWindow,
     check_abi,
     each_scope,
-    find_literals,
-    literal_partial_start,
     make_parser,
     parse_whole,
     regex,
     resolve,
-    search_window,
     trailing_run,
     truncate_after_last,
 )
 
-check_abi(1)
+check_abi(2)
 
 __rtcompile_version__ = "0.1.0"
 TEMPLATE_SHA256 = "7419aab7e60794376578aa061919f95dd65917715023a2664d06d8f49705781e"
@@ -46,23 +45,18 @@ TEMPLATE = {
 }
 
 # ---- delimiters ------------------------------------------------------------------------------
+WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters a match may start with before the rest (e.g. \s*)
 START_ANCHOR = "<|im_start|>assistant\n"
 OPEN_0_PATTERN = "\\s*<tool_call>"
-# ...is a run of lead characters, then one of these literals (the first that fits), so it is
-# searched like literals, with no regex call:
-OPEN_0_LITERALS = ("<tool_call>",)
-OPEN_0_SEARCH = re.compile("<tool_call>")
-OPEN_0_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+# ...is a run of lead characters, then the first of these literals that fits: searched as literals.
+OPEN_0 = LiteralSearch(("<tool_call>",), WHITESPACE)
 CLOSE_1_PATTERN = "\\s*(?:<\\|im_end\\|>|<\\|endoftext\\|>|<\\|end_of_text\\|>)"
-# ...is a run of lead characters, then one of these literals (the first that fits), so it is
-# searched like literals, with no regex call:
-CLOSE_1_LITERALS = ("<|im_end|>", "<|endoftext|>", "<|end_of_text|>")
-CLOSE_1_SEARCH = re.compile("<\\|im_end\\|>|<\\|endoftext\\|>|<\\|end_of_text\\|>")
-CLOSE_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-CLOSE_0 = ("</tool_call>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-CLOSE_0_SEARCH = re.compile("</tool_call>")
-LEAD_CHARS_SCAN_SINK = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters that may run before those (e.g. a leading \s*)
+# ...is a run of lead characters, then the first of these literals that fits: searched as literals.
+CLOSE_1 = LiteralSearch(("<|im_end|>", "<|endoftext|>", "<|end_of_text|>"), WHITESPACE)
+CLOSE_0 = LiteralSearch(("</tool_call>",))  # (longest first)
+LITERALS_SCAN_SINK = LiteralSearch(
+    ("<tool_call>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>")
+)  # a state's literals: where any first occurs
 
 # ---- fields: content parser, then transform --------------------------------------------------
 CONTENT_0 = make_parser("json", {})
@@ -108,7 +102,7 @@ class ResponseParser(Machine):
                         {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
                     ]
             elif state == 1:
-                if "<" not in text and text and text[-1] not in LEAD_CHARS_SCAN_SINK:
+                if "<" not in text and text and text[-1] not in WHITESPACE:
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
@@ -118,7 +112,7 @@ class ResponseParser(Machine):
             state = self._current
             if state == 1:
                 if "<" not in text:
-                    return self._lead_feed(text, trailing_run(text, 0, LEAD_CHARS_SCAN_SINK))
+                    return self._lead_feed(text, trailing_run(text, 0, WHITESPACE))
         return Machine.feed(self, text)
 
     @staticmethod
@@ -133,23 +127,25 @@ class ResponseParser(Machine):
         "Outside explicit regions (the implicit field or the null sink): every open, and the implicit field's close."
         n = len(buf)
         if buf.find("<", pos) < 0:
-            if n == pos or buf[-1] not in LEAD_CHARS_SCAN_SINK:
+            if n == pos or buf[-1] not in WHITESPACE:
                 return n, None
             self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_feed)
-            return trailing_run(buf, pos, LEAD_CHARS_SCAN_SINK), None
+            return trailing_run(buf, pos, WHITESPACE), None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        # Where the first of the literal delimiters' literals occurs: one search for all of them.
+        q = LITERALS_SCAN_SINK.find(memo, buf, pos)[0]
         # open of field 0
-        if memo is None:
-            s = buf.find("<tool_call>", pos)
-            e = s + 11
+        if q >= 0 and buf.startswith("<tool_call>", q):
+            e = q + 11
         else:
-            s, e = find_literals(memo, buf, pos, OPEN_0_SEARCH)
-        if s >= 0:
-            while s > pos and buf[s - 1] in OPEN_0_LEAD:
+            e = -1
+        if e >= 0:
+            s = q
+            while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
             if not eos and e == n:
                 if s < hold:
@@ -157,27 +153,22 @@ class ResponseParser(Machine):
             elif best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, OPEN_0_LITERALS, 11)
-            while s > pos and buf[s - 1] in OPEN_0_LEAD:
-                s -= 1
+        elif not eos:
+            s = OPEN_0.pending(buf, pos, q)
             if s < hold:
                 hold = s
         # close of field 1
-        if memo is None:
-            s = buf.find("<|im_end|>", pos)
-            e = s + 10
-            i = buf.find("<|endoftext|>", pos)
-            if i >= 0 and (s < 0 or i < s):
-                s, e = i, i + 13
-            i = buf.find("<|end_of_text|>", pos)
-            if i >= 0 and (s < 0 or i < s):
-                s, e = i, i + 15
+        if q >= 0 and buf.startswith("<|im_end|>", q):
+            e = q + 10
+        elif q >= 0 and buf.startswith("<|endoftext|>", q):
+            e = q + 13
+        elif q >= 0 and buf.startswith("<|end_of_text|>", q):
+            e = q + 15
         else:
-            bound = n if best is None else best[0]
-            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH, bound, 15, CLOSE_1_LEAD)
-        if s >= 0:
-            while s > pos and buf[s - 1] in CLOSE_1_LEAD:
+            e = -1
+        if e >= 0:
+            s = q
+            while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
             if not eos and e == n:
                 if s < hold:
@@ -185,10 +176,8 @@ class ResponseParser(Machine):
             elif best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 1)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_1_LITERALS, 15)
-            while s > pos and buf[s - 1] in CLOSE_1_LEAD:
-                s -= 1
+        elif not eos:
+            s = CLOSE_1.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:
@@ -202,21 +191,22 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        if memo is None:
-            s = buf.find("</tool_call>", pos)
-            e = s + 12
+        q = CLOSE_0.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("</tool_call>", q):
+            e = q + 12
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_0_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_0, 12)
+        elif not eos:
+            s = CLOSE_0.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:

@@ -9,21 +9,20 @@ import re
 
 from rtcompile.runtime import (
     SHORT_BUFFER,
+    LiteralSearch,
     Machine,
+    PatternWindow,
     check_abi,
     each_scope,
-    find_literals,
-    literal_partial_start,
     make_parser,
     parse_whole,
     regex,
     resolve,
-    search_window,
     trailing_run,
     truncate_after_last,
 )
 
-check_abi(1)
+check_abi(2)
 
 __rtcompile_version__ = "0.1.0"
 TEMPLATE_SHA256 = "bf665ac4e1f22e94f9dbdadc2571b19abc45cfc38f8279a205bfcbba50583cd2"
@@ -49,21 +48,15 @@ TEMPLATE = {
 }
 
 # ---- delimiters ------------------------------------------------------------------------------
+WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters a match may start with before the rest (e.g. \s*)
 START_ANCHOR = "<|start_header_id|>assistant<|end_header_id|>\n\n"
 CLOSE_1_PATTERN = "\\s*(?:<\\|eot_id\\|>|<\\|eom_id\\|>|<\\|end_of_text\\|>)"
-# ...is a run of lead characters, then one of these literals (the first that fits), so it is
-# searched like literals, with no regex call:
-CLOSE_1_LITERALS = ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
-CLOSE_1_SEARCH = re.compile("<\\|eot_id\\|>|<\\|eom_id\\|>|<\\|end_of_text\\|>")
-CLOSE_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+# ...is a run of lead characters, then the first of these literals that fits: searched as literals.
+CLOSE_1 = LiteralSearch(("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"), WHITESPACE)
 OPEN_0 = regex.compile('^\\s*(?:<\\|python_tag\\|>\\s*)?(?=\\{\\s*\\"name\\"\\s*:)', regex.DOTALL)
 CLOSE_0_PATTERN = "\\s*(?:<\\|eot_id\\|>|<\\|eom_id\\|>)"
-# ...is a run of lead characters, then one of these literals (the first that fits), so it is
-# searched like literals, with no regex call:
-CLOSE_0_LITERALS = ("<|eot_id|>", "<|eom_id|>")
-CLOSE_0_SEARCH = re.compile("<\\|eot_id\\|>|<\\|eom_id\\|>")
-CLOSE_0_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-LEAD_CHARS_SCAN_IN_0_TOOL_CALLS = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters that may run before those (e.g. a leading \s*)
+# ...is a run of lead characters, then the first of these literals that fits: searched as literals.
+CLOSE_0 = LiteralSearch(("<|eot_id|>", "<|eom_id|>"), WHITESPACE)
 
 # ---- fields: content parser, then transform --------------------------------------------------
 CONTENT_0 = make_parser("json", {})
@@ -117,23 +110,22 @@ class ResponseParser(Machine):
         n = len(buf)
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        if memo is None:
-            s = buf.find("<|eot_id|>", pos)
-            e = s + 10
-            i = buf.find("<|eom_id|>", pos)
-            if i >= 0 and (s < 0 or i < s):
-                s, e = i, i + 10
-            i = buf.find("<|end_of_text|>", pos)
-            if i >= 0 and (s < 0 or i < s):
-                s, e = i, i + 15
+        q = CLOSE_1.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("<|eot_id|>", q):
+            e = q + 10
+        elif q >= 0 and buf.startswith("<|eom_id|>", q):
+            e = q + 10
+        elif q >= 0 and buf.startswith("<|end_of_text|>", q):
+            e = q + 15
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
-        if s >= 0:
-            while s > pos and buf[s - 1] in CLOSE_1_LEAD:
+            e = -1
+        if e >= 0:
+            s = q
+            while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
             if not eos and e == n:
                 if s < hold:
@@ -141,10 +133,8 @@ class ResponseParser(Machine):
             elif best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 1)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_1_LITERALS, 15)
-            while s > pos and buf[s - 1] in CLOSE_1_LEAD:
-                s -= 1
+        elif not eos:
+            s = CLOSE_1.pending(buf, pos, q)
             if s < hold:
                 hold = s
         # open of field 0
@@ -170,26 +160,26 @@ class ResponseParser(Machine):
         "Inside field 0 ('tool_calls'): watch its close."
         n = len(buf)
         if buf.find("<", pos) < 0:
-            if n == pos or buf[-1] not in LEAD_CHARS_SCAN_IN_0_TOOL_CALLS:
+            if n == pos or buf[-1] not in WHITESPACE:
                 return n, None
             self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_feed)
-            return trailing_run(buf, pos, LEAD_CHARS_SCAN_IN_0_TOOL_CALLS), None
+            return trailing_run(buf, pos, WHITESPACE), None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        if memo is None:
-            s = buf.find("<|eot_id|>", pos)
-            e = s + 10
-            i = buf.find("<|eom_id|>", pos)
-            if i >= 0 and (s < 0 or i < s):
-                s, e = i, i + 10
+        q = CLOSE_0.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("<|eot_id|>", q):
+            e = q + 10
+        elif q >= 0 and buf.startswith("<|eom_id|>", q):
+            e = q + 10
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_0_SEARCH)
-        if s >= 0:
-            while s > pos and buf[s - 1] in CLOSE_0_LEAD:
+            e = -1
+        if e >= 0:
+            s = q
+            while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
             if not eos and e == n:
                 if s < hold:
@@ -197,10 +187,8 @@ class ResponseParser(Machine):
             elif best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_0_LITERALS, 10)
-            while s > pos and buf[s - 1] in CLOSE_0_LEAD:
-                s -= 1
+        elif not eos:
+            s = CLOSE_0.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:

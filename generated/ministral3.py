@@ -9,21 +9,20 @@ import re
 
 from rtcompile.runtime import (
     SHORT_BUFFER,
+    LiteralSearch,
     Machine,
+    PatternWindow,
     check_abi,
     each_scope,
-    find_literals,
-    literal_partial_start,
     make_parser,
     parse_whole,
     regex,
     resolve,
-    search_window,
     trailing_run,
     truncate_after_last,
 )
 
-check_abi(1)
+check_abi(2)
 
 __rtcompile_version__ = "0.1.0"
 TEMPLATE_SHA256 = "7cc15f1b425861b01da8555438fb05c0e675e197a4453dd80ad3bfcd5eccddbf"
@@ -48,19 +47,22 @@ TEMPLATE = {
 
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = regex.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]", regex.DOTALL)
-OPEN_0 = ("[THINK]",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-OPEN_0_SEARCH = re.compile("\\[THINK\\]")
-CLOSE_2 = ("</s>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-CLOSE_2_SEARCH = re.compile("</s>")
+OPEN_0 = LiteralSearch(("[THINK]",))  # (longest first)
+CLOSE_2 = LiteralSearch(("</s>",))  # (longest first)
 OPEN_1 = regex.compile("\\[TOOL_CALLS\\](?P<name>[^\\[\\]{}]+)\\[ARGS\\]", regex.DOTALL)
-OPEN_1_FIRST = re.compile("[\\[]")  # where its matches can start...
-OPEN_1_LEAD = ""  # ...after a run of these
-CLOSE_0 = ("[/THINK]",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-CLOSE_0_SEARCH = re.compile("\\[/THINK\\]")
+OPEN_1_WINDOW = PatternWindow(
+    OPEN_1,
+    first="[\\[]",
+    lead="",
+    tail=None,
+    lead_run=False,
+    prefix="[TOOL_CALLS]",
+)
+CLOSE_0 = LiteralSearch(("[/THINK]",))  # (longest first)
 CLOSE_1 = regex.compile("(?=\\[TOOL_CALLS\\])|</s>", regex.DOTALL)
+LITERALS_SCAN_SINK = LiteralSearch(
+    ("[THINK]", "</s>")
+)  # a state's literals: where any first occurs
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -146,54 +148,45 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        # Where the first of the literal delimiters' literals occurs: one search for all of them.
+        q = LITERALS_SCAN_SINK.find(memo, buf, pos)[0]
         # open of field 0
-        if memo is None:
-            s = buf.find("[THINK]", pos)
-            e = s + 7
+        if q >= 0 and buf.startswith("[THINK]", q):
+            e = q + 7
         else:
-            s, e = find_literals(memo, buf, pos, OPEN_0_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, OPEN_0, 7)
+        elif not eos:
+            s = OPEN_0.pending(buf, pos, q)
             if s < hold:
                 hold = s
         # close of field 2
-        if memo is None:
-            s = buf.find("</s>", pos)
-            e = s + 4
+        if q >= 0 and buf.startswith("</s>", q):
+            e = q + 4
         else:
-            bound = n if best is None else best[0]
-            s, e = find_literals(memo, buf, pos, CLOSE_2_SEARCH, bound, 4)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 2) < best_key:
                 best = (s, e, 2, False, None)
                 best_key = (s, s - e, 2)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_2, 4)
+        elif not eos:
+            s = CLOSE_2.pending(buf, pos, q)
             if s < hold:
                 hold = s
         # open of field 1
         if best is None and n - pos < SHORT_BUFFER:
             m = OPEN_1.search(buf, pos, partial=not eos, timeout=self._timeout)
         else:
-            m = search_window(
-                OPEN_1,
-                buf,
-                pos,
-                eos,
-                n if best is None else best[0],
-                OPEN_1_FIRST,
-                OPEN_1_LEAD,
-                None,
-                False,
-                self._timeout,
-                "[TOOL_CALLS]",
+            m = OPEN_1_WINDOW.search(
+                buf, pos, eos, n if best is None else best[0], self._timeout, memo
             )
         if m is not None:
             s, e = m.span()
@@ -214,21 +207,22 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        if memo is None:
-            s = buf.find("[/THINK]", pos)
-            e = s + 8
+        q = CLOSE_0.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("[/THINK]", q):
+            e = q + 8
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_0_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_0, 8)
+        elif not eos:
+            s = CLOSE_0.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:

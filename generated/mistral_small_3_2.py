@@ -9,21 +9,20 @@ import re
 
 from rtcompile.runtime import (
     SHORT_BUFFER,
+    LiteralSearch,
     Machine,
+    PatternWindow,
     check_abi,
     each_scope,
-    find_literals,
-    literal_partial_start,
     make_parser,
     parse_whole,
     regex,
     resolve,
-    search_window,
     trailing_run,
     truncate_after_last,
 )
 
-check_abi(1)
+check_abi(2)
 
 __rtcompile_version__ = "0.1.0"
 TEMPLATE_SHA256 = "bb8bd263618276e84986ebbdefc9084d6dc063f2e37c38fb5538be41a129f15d"
@@ -48,15 +47,19 @@ TEMPLATE = {
 
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = regex.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]", regex.DOTALL)
-CLOSE_1 = ("</s>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-CLOSE_1_SEARCH = re.compile("</s>")
+CLOSE_1 = LiteralSearch(("</s>",))  # (longest first)
 OPEN_0 = regex.compile(
     "\\[TOOL_CALLS\\](?P<name>[^\\[\\]{}]+)(?:\\[CALL_ID\\])?(?P<id>(?<=\\[CALL_ID\\])[^\\[\\]]*|)\\[ARGS\\]",
     regex.DOTALL,
 )
-OPEN_0_FIRST = re.compile("[\\[]")  # where its matches can start...
-OPEN_0_LEAD = ""  # ...after a run of these
+OPEN_0_WINDOW = PatternWindow(
+    OPEN_0,
+    first="[\\[]",
+    lead="",
+    tail=None,
+    lead_run=False,
+    prefix="[TOOL_CALLS]",
+)
 CLOSE_0 = regex.compile("(?=\\[TOOL_CALLS\\])|</s>", regex.DOTALL)
 
 # ---- fields: content parser, then transform --------------------------------------------------
@@ -111,39 +114,30 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        if memo is None:
-            s = buf.find("</s>", pos)
-            e = s + 4
+        q = CLOSE_1.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("</s>", q):
+            e = q + 4
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 1)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_1, 4)
+        elif not eos:
+            s = CLOSE_1.pending(buf, pos, q)
             if s < hold:
                 hold = s
         # open of field 0
         if best is None and n - pos < SHORT_BUFFER:
             m = OPEN_0.search(buf, pos, partial=not eos, timeout=self._timeout)
         else:
-            m = search_window(
-                OPEN_0,
-                buf,
-                pos,
-                eos,
-                n if best is None else best[0],
-                OPEN_0_FIRST,
-                OPEN_0_LEAD,
-                None,
-                False,
-                self._timeout,
-                "[TOOL_CALLS]",
+            m = OPEN_0_WINDOW.search(
+                buf, pos, eos, n if best is None else best[0], self._timeout, memo
             )
         if m is not None:
             s, e = m.span()

@@ -9,21 +9,20 @@ import re
 
 from rtcompile.runtime import (
     SHORT_BUFFER,
+    LiteralSearch,
     Machine,
+    PatternWindow,
     check_abi,
     each_scope,
-    find_literals,
-    literal_partial_start,
     make_parser,
     parse_whole,
     regex,
     resolve,
-    search_window,
     trailing_run,
     truncate_after_last,
 )
 
-check_abi(1)
+check_abi(2)
 
 __rtcompile_version__ = "0.1.0"
 TEMPLATE_SHA256 = "4a710206071c08d9e0b87b3fb375301711ea493df699994659916f8d12373778"
@@ -44,29 +43,20 @@ TEMPLATE = {
 }
 
 # ---- delimiters ------------------------------------------------------------------------------
+WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters a match may start with before the rest (e.g. \s*)
 START_ANCHOR = "<|im_start|>assistant\n"
-OPEN_0 = ("<think>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-OPEN_0_SEARCH = re.compile("<think>")
+OPEN_0 = LiteralSearch(("<think>",))  # (longest first)
 OPEN_1_PATTERN = "\\s*<tool_call>"
-# ...is a run of lead characters, then one of these literals (the first that fits), so it is
-# searched like literals, with no regex call:
-OPEN_1_LITERALS = ("<tool_call>",)
-OPEN_1_SEARCH = re.compile("<tool_call>")
-OPEN_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+# ...is a run of lead characters, then the first of these literals that fits: searched as literals.
+OPEN_1 = LiteralSearch(("<tool_call>",), WHITESPACE)
 CLOSE_2_PATTERN = "\\s*(?:<\\|im_end\\|>|<\\|endoftext\\|>)"
-# ...is a run of lead characters, then one of these literals (the first that fits), so it is
-# searched like literals, with no regex call:
-CLOSE_2_LITERALS = ("<|im_end|>", "<|endoftext|>")
-CLOSE_2_SEARCH = re.compile("<\\|im_end\\|>|<\\|endoftext\\|>")
-CLOSE_2_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-CLOSE_0 = ("</think>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-CLOSE_0_SEARCH = re.compile("</think>")
-CLOSE_1 = ("</tool_call>",)
-# ...and as one alternation (longest first), to search long buffers in one pass:
-CLOSE_1_SEARCH = re.compile("</tool_call>")
-LEAD_CHARS_SCAN_SINK = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters that may run before those (e.g. a leading \s*)
+# ...is a run of lead characters, then the first of these literals that fits: searched as literals.
+CLOSE_2 = LiteralSearch(("<|im_end|>", "<|endoftext|>"), WHITESPACE)
+CLOSE_0 = LiteralSearch(("</think>",))  # (longest first)
+CLOSE_1 = LiteralSearch(("</tool_call>",))  # (longest first)
+LITERALS_SCAN_SINK = LiteralSearch(
+    ("<think>", "<tool_call>", "<|im_end|>", "<|endoftext|>")
+)  # a state's literals: where any first occurs
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -132,7 +122,7 @@ class ResponseParser(Machine):
                         {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
                     ]
             elif state == 2:
-                if "<" not in text and text and text[-1] not in LEAD_CHARS_SCAN_SINK:
+                if "<" not in text and text and text[-1] not in WHITESPACE:
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
@@ -142,7 +132,7 @@ class ResponseParser(Machine):
             state = self._current
             if state == 2:
                 if "<" not in text:
-                    return self._lead_feed(text, trailing_run(text, 0, LEAD_CHARS_SCAN_SINK))
+                    return self._lead_feed(text, trailing_run(text, 0, WHITESPACE))
         return Machine.feed(self, text)
 
     @staticmethod
@@ -157,38 +147,39 @@ class ResponseParser(Machine):
         "Outside explicit regions (the implicit field or the null sink): every open, and the implicit field's close."
         n = len(buf)
         if buf.find("<", pos) < 0:
-            if n == pos or buf[-1] not in LEAD_CHARS_SCAN_SINK:
+            if n == pos or buf[-1] not in WHITESPACE:
                 return n, None
             self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_feed)
-            return trailing_run(buf, pos, LEAD_CHARS_SCAN_SINK), None
+            return trailing_run(buf, pos, WHITESPACE), None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        # Where the first of the literal delimiters' literals occurs: one search for all of them.
+        q = LITERALS_SCAN_SINK.find(memo, buf, pos)[0]
         # open of field 0
-        if memo is None:
-            s = buf.find("<think>", pos)
-            e = s + 7
+        if q >= 0 and buf.startswith("<think>", q):
+            e = q + 7
         else:
-            s, e = find_literals(memo, buf, pos, OPEN_0_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, OPEN_0, 7)
+        elif not eos:
+            s = OPEN_0.pending(buf, pos, q)
             if s < hold:
                 hold = s
         # open of field 1
-        if memo is None:
-            s = buf.find("<tool_call>", pos)
-            e = s + 11
+        if q >= 0 and buf.startswith("<tool_call>", q):
+            e = q + 11
         else:
-            bound = n if best is None else best[0]
-            s, e = find_literals(memo, buf, pos, OPEN_1_SEARCH, bound, 11, OPEN_1_LEAD)
-        if s >= 0:
-            while s > pos and buf[s - 1] in OPEN_1_LEAD:
+            e = -1
+        if e >= 0:
+            s = q
+            while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
             if not eos and e == n:
                 if s < hold:
@@ -196,24 +187,20 @@ class ResponseParser(Machine):
             elif best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 1, True, None)
                 best_key = (s, s - e, 1)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, OPEN_1_LITERALS, 11)
-            while s > pos and buf[s - 1] in OPEN_1_LEAD:
-                s -= 1
+        elif not eos:
+            s = OPEN_1.pending(buf, pos, q)
             if s < hold:
                 hold = s
         # close of field 2
-        if memo is None:
-            s = buf.find("<|im_end|>", pos)
-            e = s + 10
-            i = buf.find("<|endoftext|>", pos)
-            if i >= 0 and (s < 0 or i < s):
-                s, e = i, i + 13
+        if q >= 0 and buf.startswith("<|im_end|>", q):
+            e = q + 10
+        elif q >= 0 and buf.startswith("<|endoftext|>", q):
+            e = q + 13
         else:
-            bound = n if best is None else best[0]
-            s, e = find_literals(memo, buf, pos, CLOSE_2_SEARCH, bound, 13, CLOSE_2_LEAD)
-        if s >= 0:
-            while s > pos and buf[s - 1] in CLOSE_2_LEAD:
+            e = -1
+        if e >= 0:
+            s = q
+            while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
             if not eos and e == n:
                 if s < hold:
@@ -221,10 +208,8 @@ class ResponseParser(Machine):
             elif best is None or (s, s - e, 2) < best_key:
                 best = (s, e, 2, False, None)
                 best_key = (s, s - e, 2)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_2_LITERALS, 13)
-            while s > pos and buf[s - 1] in CLOSE_2_LEAD:
-                s -= 1
+        elif not eos:
+            s = CLOSE_2.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:
@@ -238,21 +223,22 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
-        if memo is None:
-            s = buf.find("</think>", pos)
-            e = s + 8
+        q = CLOSE_0.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("</think>", q):
+            e = q + 8
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_0_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_0, 8)
+        elif not eos:
+            s = CLOSE_0.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:
@@ -266,21 +252,22 @@ class ResponseParser(Machine):
             return n, None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        if memo is None:
-            s = buf.find("</tool_call>", pos)
-            e = s + 12
+        q = CLOSE_1.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("</tool_call>", q):
+            e = q + 12
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
-        if s >= 0:
+            e = -1
+        if e >= 0:
+            s = q
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 0)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_1, 12)
+        elif not eos:
+            s = CLOSE_1.pending(buf, pos, q)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:

@@ -9,21 +9,20 @@ import re
 
 from rtcompile.runtime import (
     SHORT_BUFFER,
+    LiteralSearch,
     Machine,
+    PatternWindow,
     check_abi,
     each_scope,
-    find_literals,
-    literal_partial_start,
     make_parser,
     parse_whole,
     regex,
     resolve,
-    search_window,
     trailing_run,
     truncate_after_last,
 )
 
-check_abi(1)
+check_abi(2)
 
 __rtcompile_version__ = "0.1.0"
 TEMPLATE_SHA256 = "d436a27ce71d35264c7fd010dbac630c639ef1a8426805089ac6bbb9cc3eaed8"
@@ -49,21 +48,29 @@ TEMPLATE = {
 }
 
 # ---- delimiters ------------------------------------------------------------------------------
+WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters a match may start with before the rest (e.g. \s*)
 START_ANCHOR = "<|im_start|>assistant\n"
 CLOSE_1_PATTERN = "\\s*(?:<\\|im_end\\|>|<\\|endoftext\\|>)"
-# ...is a run of lead characters, then one of these literals (the first that fits), so it is
-# searched like literals, with no regex call:
-CLOSE_1_LITERALS = ("<|im_end|>", "<|endoftext|>")
-CLOSE_1_SEARCH = re.compile("<\\|im_end\\|>|<\\|endoftext\\|>")
-CLOSE_1_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+# ...is a run of lead characters, then the first of these literals that fits: searched as literals.
+CLOSE_1 = LiteralSearch(("<|im_end|>", "<|endoftext|>"), WHITESPACE)
 OPEN_0 = regex.compile("\\s*<tool_call>\\s*<function=(?P<name>[^>\\n]+)>", regex.DOTALL)
-OPEN_0_FIRST = re.compile("[<]")  # where its matches can start...
-OPEN_0_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
+OPEN_0_WINDOW = PatternWindow(
+    OPEN_0,
+    first="[<]",
+    lead=WHITESPACE,
+    tail=None,
+    lead_run=True,
+    prefix="<tool_call>",
+)
 CLOSE_0 = regex.compile("\\s*</function>\\s*</tool_call>", regex.DOTALL)
-CLOSE_0_FIRST = re.compile("[<]")  # where its matches can start...
-CLOSE_0_LEAD = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # ...after a run of these
-LEAD_CHARS_SCAN_SINK = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters that may run before those (e.g. a leading \s*)
-LEAD_CHARS_SCAN_IN_0_TOOL_CALLS = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters that may run before those (e.g. a leading \s*)
+CLOSE_0_WINDOW = PatternWindow(
+    CLOSE_0,
+    first="[<]",
+    lead=WHITESPACE,
+    tail=None,
+    lead_run=True,
+    prefix="</function>",
+)
 
 # ---- fields: content parser, then transform --------------------------------------------------
 CONTENT_0 = make_parser(
@@ -109,13 +116,13 @@ class ResponseParser(Machine):
         if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
             state = self._current
             if state == 0:
-                if "<" not in text and text and text[-1] not in LEAD_CHARS_SCAN_IN_0_TOOL_CALLS:
+                if "<" not in text and text and text[-1] not in WHITESPACE:
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
                     ]
             elif state == 1:
-                if "<" not in text and text and text[-1] not in LEAD_CHARS_SCAN_SINK:
+                if "<" not in text and text and text[-1] not in WHITESPACE:
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
@@ -125,12 +132,10 @@ class ResponseParser(Machine):
             state = self._current
             if state == 0:
                 if "<" not in text:
-                    return self._lead_feed(
-                        text, trailing_run(text, 0, LEAD_CHARS_SCAN_IN_0_TOOL_CALLS)
-                    )
+                    return self._lead_feed(text, trailing_run(text, 0, WHITESPACE))
             elif state == 1:
                 if "<" not in text:
-                    return self._lead_feed(text, trailing_run(text, 0, LEAD_CHARS_SCAN_SINK))
+                    return self._lead_feed(text, trailing_run(text, 0, WHITESPACE))
         return Machine.feed(self, text)
 
     @staticmethod
@@ -145,26 +150,26 @@ class ResponseParser(Machine):
         "Outside explicit regions (the implicit field or the null sink): every open, and the implicit field's close."
         n = len(buf)
         if buf.find("<", pos) < 0:
-            if n == pos or buf[-1] not in LEAD_CHARS_SCAN_SINK:
+            if n == pos or buf[-1] not in WHITESPACE:
                 return n, None
             self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_feed)
-            return trailing_run(buf, pos, LEAD_CHARS_SCAN_SINK), None
+            return trailing_run(buf, pos, WHITESPACE), None
         hold = n
         best = None
-        # Long buffers (a whole message): search each literal delimiter in one pass and remember
-        # where it next occurs, so that later scans of this buffer do not search that text again.
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
         memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 1
-        if memo is None:
-            s = buf.find("<|im_end|>", pos)
-            e = s + 10
-            i = buf.find("<|endoftext|>", pos)
-            if i >= 0 and (s < 0 or i < s):
-                s, e = i, i + 13
+        q = CLOSE_1.find(memo, buf, pos)[0]
+        if q >= 0 and buf.startswith("<|im_end|>", q):
+            e = q + 10
+        elif q >= 0 and buf.startswith("<|endoftext|>", q):
+            e = q + 13
         else:
-            s, e = find_literals(memo, buf, pos, CLOSE_1_SEARCH)
-        if s >= 0:
-            while s > pos and buf[s - 1] in CLOSE_1_LEAD:
+            e = -1
+        if e >= 0:
+            s = q
+            while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
             if not eos and e == n:
                 if s < hold:
@@ -172,28 +177,16 @@ class ResponseParser(Machine):
             elif best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 1)
-        elif s == -1 and not eos:  # (-2: none before the match in hand, nor a partial one)
-            s = literal_partial_start(buf, pos, CLOSE_1_LITERALS, 13)
-            while s > pos and buf[s - 1] in CLOSE_1_LEAD:
-                s -= 1
+        elif not eos:
+            s = CLOSE_1.pending(buf, pos, q)
             if s < hold:
                 hold = s
         # open of field 0
         if best is None and n - pos < SHORT_BUFFER:
             m = OPEN_0.search(buf, pos, partial=not eos, timeout=self._timeout)
         else:
-            m = search_window(
-                OPEN_0,
-                buf,
-                pos,
-                eos,
-                n if best is None else best[0],
-                OPEN_0_FIRST,
-                OPEN_0_LEAD,
-                None,
-                True,
-                self._timeout,
-                "<tool_call>",
+            m = OPEN_0_WINDOW.search(
+                buf, pos, eos, n if best is None else best[0], self._timeout, memo
             )
         if m is not None:
             s, e = m.span()
@@ -211,28 +204,21 @@ class ResponseParser(Machine):
         "Inside field 0 ('tool_calls'): watch its close."
         n = len(buf)
         if buf.find("<", pos) < 0:
-            if n == pos or buf[-1] not in LEAD_CHARS_SCAN_IN_0_TOOL_CALLS:
+            if n == pos or buf[-1] not in WHITESPACE:
                 return n, None
             self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_feed)
-            return trailing_run(buf, pos, LEAD_CHARS_SCAN_IN_0_TOOL_CALLS), None
+            return trailing_run(buf, pos, WHITESPACE), None
         hold = n
         best = None
+        # Long buffers (a whole message): remember where literals next occur, so that later
+        # scans of this buffer do not search that text again.
+        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
         # close of field 0
         if best is None and n - pos < SHORT_BUFFER:
             m = CLOSE_0.search(buf, pos, partial=not eos, timeout=self._timeout)
         else:
-            m = search_window(
-                CLOSE_0,
-                buf,
-                pos,
-                eos,
-                n if best is None else best[0],
-                CLOSE_0_FIRST,
-                CLOSE_0_LEAD,
-                None,
-                True,
-                self._timeout,
-                "</function>",
+            m = CLOSE_0_WINDOW.search(
+                buf, pos, eos, n if best is None else best[0], self._timeout, memo
             )
         if m is not None:
             s, e = m.span()

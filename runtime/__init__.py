@@ -12,12 +12,12 @@ import regex
 
 from .content_parsers import make_parser
 from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError, RegionError, RegionKeyError, RegionParseError
-from .scanning import SHORT_BUFFER, find_literals, literal_partial_start, search_window, trailing_run, truncate_after_last
+from .scanning import SHORT_BUFFER, LiteralSearch, PatternWindow, trailing_run, truncate_after_last
 from .machine import ERRORS_KEY, Machine, parse_whole
 from .transforms import each_scope, resolve
 
 # Bump when anything in __all__ changes meaning or signature; generated modules pin it.
-RUNTIME_ABI = 1
+RUNTIME_ABI = 2
 
 
 class RuntimeMismatchError(ImportError):
@@ -36,22 +36,21 @@ __all__ = [
     "RUNTIME_ABI",
     "SHORT_BUFFER",
     "ERRORS_KEY",
+    "LiteralSearch",
     "Machine",
     "MatchTimeoutError",
     "ParserFailedError",
     "ParserLoopError",
+    "PatternWindow",
     "RegionError",
     "RegionKeyError",
     "RegionParseError",
     "check_abi",
     "each_scope",
-    "find_literals",
-    "literal_partial_start",
     "make_parser",
     "parse_whole",
     "regex",
     "resolve",
-    "search_window",
     "trailing_run",
     "truncate_after_last",
 ]

@@ -1,5 +1,5 @@
-"""Matching helpers for generated scanners: literal partial matches, windowed regex search, and
-start-anchor truncation.
+"""Matching helpers for generated scanners: literal searches, windowed regex searches, partial
+matches at the buffer's end, and start-anchor truncation.
 
 The semantics are those of the `regex` module's partial search, which the interpreter uses: a
 search reports the leftmost complete match if there is one anywhere, else the leftmost partial
@@ -9,10 +9,11 @@ start position in turn: the first complete match wins, else the first partial on
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # Below this many unread characters one regex search (a single C call) is cheaper than trying only
-# the candidate start positions (search_window); above it, skipping to candidates wins, and
+# the candidate start positions (PatternWindow); above it, skipping to candidates wins, and
 # increasingly so for patterns with a leading \s* that the engine tries at every space.
 SHORT_BUFFER = 256
 
@@ -36,48 +37,6 @@ def literal_partial_start(buf: str, pos: int, literals: tuple[str, ...], longest
     return best
 
 
-def find_literals(
-    memo: dict, buf: str, pos: int, alternation: Any, bound: int | None = None, longest: int = 0, lead: str = ""
-) -> tuple[int, int]:
-    """(start, end) of the leftmost occurrence in buf[pos:] of a literal delimiter's alternation,
-    searched in one pass (faster than str.find per literal on non-ASCII text); (-1, -1) if none.
-
-    Given `bound` (where the caller already has a match), an occurrence is only looked for as far as
-    it could still start a match at or before `bound` (from the end of the run of `lead` characters
-    at `bound`, which the match may begin with), and the rest of a long buffer is not read for
-    nothing: (-2, -2) means "none that early". `longest` is the longest literal's length. (A
-    partial match at the buffer's end then cannot start before `bound` either: see the caller.)
-
-    What was learnt is kept in `memo` for later scans of the same buffer (pos only grows there): an
-    occurrence stays the answer until pos passes it, and "none starts before x" stays true."""
-    n = len(buf)
-    limit = n  # the last start wanted
-    if bound is not None:
-        limit = bound
-        while limit < n and buf[limit] in lead:
-            limit += 1
-    known = memo.get(alternation)
-    if known is not None:
-        start, end, clear = known  # clear: no occurrence starts before it (from that search's pos)
-        if start >= pos:
-            return start, end
-        if start < 0:
-            if limit < clear:
-                return (-1, -1) if clear > n else (-2, -2)
-            pos = max(pos, clear)
-    stop = min(n, limit + longest)  # an occurrence starting at `limit` ends by here
-    m = alternation.search(buf, pos, stop)
-    if m is not None and (stop == n or m.start() <= limit):
-        memo[alternation] = (m.start(), m.end(), m.start())
-        return m.span()
-    # (a later occurrence found in a cut-off window may not be the leftmost one: not kept)
-    if stop == n:
-        memo[alternation] = (-1, -1, n + 1)
-        return -1, -1
-    memo[alternation] = (-1, -1, limit + 1)
-    return -2, -2
-
-
 def trailing_run(buf: str, pos: int, chars: str) -> int:
     """Where the run of `chars` at the end of buf[pos:] starts."""
     p = len(buf)
@@ -86,103 +45,215 @@ def trailing_run(buf: str, pos: int, chars: str) -> int:
     return p
 
 
-def search_window(
-    pattern: Any,
-    buf: str,
-    pos: int,
-    eos: bool,
-    bound: int,
-    first: Any,
-    lead: str,
-    tail: int | None,
-    lead_run: bool,
-    timeout: float | None = None,
-    prefix: str = "",
-) -> Any:
-    """`pattern.search(buf, pos, partial=not eos)` for a caller that only cares about a result
-    starting at or before `bound`: the same match when it does, None when it starts later.
+class LiteralSearch:
+    """Finds literals in long buffers (a whole message) for the generated scanners: a literal
+    delimiter's literals, those of a pattern that is a lead run then literals (ir.LiteralRun), or
+    the literal text every match of a pattern starts with (PatternWindow).
 
-    A partial search reports the leftmost complete match if there is one, else the leftmost
-    partial match (one that runs into the end of the buffer). Every match starts with a run of
-    `lead` characters then a character `first` finds (ir.CharSets), so only those places are
-    looked at, and the second kind only near the end."""
-    complete, later = _leftmost_complete(pattern, buf, pos, bound, first, lead, tail, lead_run, timeout, prefix)
-    if complete is not None:
-        return complete if complete.start() <= bound else None
-    if eos:
+    `literals` are in the order the engine prefers them at one position; `lead` are the characters
+    a match may start with before the literal (a pattern's leading `\\s*`), "" for none.
+
+    `find` remembers what it learnt in a per-buffer `memo` (Machine._literal_memo), so that the
+    scans of one buffer, one after each commit, do not read the same text again.
+    """
+
+    __slots__ = ("literals", "longest", "lead", "_first", "_single", "_alternation")
+
+    def __init__(self, literals: tuple[str, ...], lead: str = ""):
+        self.literals = tuple(literals)
+        self.longest = max(map(len, self.literals))
+        self.lead = lead
+        firsts = {literal[0] for literal in self.literals}
+        self._first = firsts.pop() if len(firsts) == 1 else None
+        self._single = self.literals[0] if len(self.literals) == 1 else None
+        self._alternation = re.compile("|".join(re.escape(literal) for literal in self.literals))
+
+    def find(self, memo: dict | None, buf: str, pos: int, bound: int | None = None) -> tuple[int, int]:
+        """(start, end) of the leftmost occurrence of a literal in buf[pos:]; (-1, -1) if none.
+
+        Given `bound` (where the caller already has a match), only as far as an occurrence could
+        still start a match at or before `bound` (after the run of lead characters at `bound`):
+        (-2, -2) means "none that early", and the rest of a long buffer is not read for nothing.
+        A partial occurrence at the buffer's end cannot start that early either then (the caller
+        skips that check): the run of lead characters at `bound` ends more than `longest` before
+        the end."""
+        known = None if memo is None else memo.get(self)
+        if known is not None and known[0] >= pos >= known[2]:
+            return known[0], known[1]  # the next occurrence, found by an earlier scan
+        n = len(buf)
+        limit = n  # the last start wanted
+        if bound is not None and bound < n:
+            limit = bound
+            lead = self.lead
+            while limit < n and buf[limit] in lead:
+                limit += 1
+        origin = pos  # (no occurrence starts in [origin, pos))
+        if known is not None and known[0] < 0 and known[2] <= pos:
+            clear = known[3]  # no occurrence starts in [known[2], clear)
+            if limit < clear:
+                return (-1, -1) if clear > n else (-2, -2)
+            if pos < clear:
+                origin, pos = known[2], clear
+        stop = n if limit + self.longest >= n else limit + self.longest
+        found = self._search(buf, pos, stop)
+        if found is not None and (stop == n or found[0] <= limit):
+            if memo is not None:
+                memo[self] = (found[0], found[1], origin, found[0])
+            return found
+        # (a later occurrence found in a cut-off window may not be the leftmost one: not kept)
+        if memo is not None:
+            memo[self] = (-1, -1, origin, n + 1 if stop == n else limit + 1)
+        return (-1, -1) if stop == n else (-2, -2)
+
+    def pending(self, buf: str, pos: int, found: int) -> int:
+        """Where a partial match of these literals at the end of `buf` starts (len(buf): none),
+        for a scan that found the first literal of its state at `found` (-1: none at all), and
+        none of these there. That is the regex partial search's answer when no literal of these
+        occurs completely; one starting after `found` does not matter (the match at `found`
+        comes first)."""
+        n = len(buf)
+        if 0 <= found <= n - self.longest:
+            return n  # a partial literal starts after `found`, and so does its lead run
+        start = self.partial_start(buf, pos)
+        if found >= 0 and (start > found or self._search(buf, found + 1, n) is not None):
+            return n
+        return start
+
+    def partial_start(self, buf: str, pos: int) -> int:
+        """Where a match that runs into the end of `buf` starts (len(buf) if none): a proper
+        prefix of a literal at the very end, or a run of lead characters reaching the end, with
+        the run of lead characters before it."""
+        start = literal_partial_start(buf, pos, self.literals, self.longest)
+        lead = self.lead
+        if lead:
+            while start > pos and buf[start - 1] in lead:
+                start -= 1
+        return start
+
+    def _search(self, buf: str, pos: int, stop: int) -> tuple[int, int] | None:
+        """The leftmost occurrence within buf[pos:stop]."""
+        first = self._first
+        if first is not None:
+            # Jump from one place the shared first character occurs to the next: str.find runs at
+            # memchr speed, and a step costs about what the regex engine takes to read ~500
+            # characters (~1000 of ASCII-only text, which it reads twice as fast). While those
+            # places are rarer than that this wins; where they turn out dense, the engine goes on.
+            single = self._single
+            origin, tries = pos, 0
+            q = buf.find(first, pos, stop)
+            while q >= 0:
+                if single is not None:
+                    if buf.startswith(single, q, stop):
+                        return q, q + len(single)
+                else:
+                    for literal in self.literals:
+                        if buf.startswith(literal, q, stop):
+                            return q, q + len(literal)
+                tries += 1
+                if tries & 7 == 0 and q - origin < tries * (1000 if buf.isascii() else 500):
+                    pos = q + 1
+                    break
+                q = buf.find(first, q + 1, stop)
+            else:
+                return None
+        m = self._alternation.search(buf, pos, stop)
+        return None if m is None else m.span()
+
+
+class PatternWindow:
+    """Searches a regex delimiter for a scanner that only cares about a match starting at or before
+    a bound (where it already has another match): `pattern.search(buf, pos, partial=not eos)` when
+    that starts at or before the bound, None when it starts later.
+
+    Every match starts with a run of `lead` characters and then a character of `first` (a
+    character class), followed by `prefix` if that is not "" (ir.CharSets). So only those places
+    are tried, with anchored matches that read no further than a match can reach (`tail`
+    characters after the lead run, None: unbounded), and the required `prefix` is found with a
+    LiteralSearch. Partial matches (ones that run into the end of the buffer) are looked for only
+    near the end.
+    """
+
+    __slots__ = ("pattern", "_first", "_lead", "_tail", "_lead_run", "_prefix", "_prefix_search")
+
+    def __init__(self, pattern: Any, first: str, lead: str, tail: int | None, lead_run: bool, prefix: str = ""):
+        self.pattern = pattern
+        self._first = re.compile(first)
+        self._lead = lead
+        self._tail = tail
+        self._lead_run = lead_run
+        self._prefix = prefix
+        self._prefix_search = LiteralSearch((prefix,), lead) if prefix else None
+
+    def search(self, buf: str, pos: int, eos: bool, bound: int, timeout: float | None = None, memo: dict | None = None) -> Any:
+        complete, later = self._leftmost_complete(buf, pos, bound, timeout, memo)
+        if complete is not None:
+            return complete if complete.start() <= bound else None
+        if eos:
+            return None
+        floor = _partial_floor(buf, pos, len(buf), self._tail, self._lead if self._lead_run else "")
+        partial = self._leftmost_partial(buf, pos, bound, floor, timeout, memo)
+        if partial is None or (later >= 0 and self.pattern.search(buf, later, timeout=timeout) is not None):
+            return None  # (a complete match after the window would be the answer: not ours)
+        return partial
+
+    def _leftmost_complete(self, buf: str, pos: int, bound: int, timeout: float | None, memo: dict | None) -> tuple[Any, int]:
+        """(the leftmost complete match, or None; where candidates after the window start, or -1
+        when no match exists at all)."""
+        pattern, lead, prefix_search = self.pattern, self._lead, self._prefix_search
+        n = len(buf)
+        tried = pos
+        tries = 0
+        while True:
+            if prefix_search is not None:
+                q = prefix_search.find(memo, buf, tried, bound)[0]
+                if q < 0:
+                    # -2: none that could start a match by the bound; any later match starts after it
+                    return None, (-1 if q == -1 else bound + 1)
+            else:
+                hit = self._first.search(buf, tried)
+                if hit is None:
+                    return None, -1
+                q = hit.start()
+            start = q
+            while start > tried and buf[start - 1] in lead:
+                start -= 1
+            if start > bound:
+                return None, start
+            for p in range(start, q + 1):
+                m = pattern.match(buf, p, _reach(buf, p, n, self._tail, lead, self._lead_run), timeout=timeout)
+                if m is not None:
+                    return m, -1
+            tried = q + 1
+            tries += 1
+            if tries >= 8 and not lead and prefix_search is None:
+                # Many candidates that do not match: the engine's own search is faster from here.
+                # (Not with a lead: the engine would try every lead character, slowly.)
+                return pattern.search(buf, tried, timeout=timeout), -1
+
+    def _leftmost_partial(self, buf: str, pos: int, bound: int, floor: int, timeout: float | None, memo: dict | None) -> Any:
+        pattern, lead, prefix_search = self.pattern, self._lead, self._prefix_search
+        n = len(buf)
+        tried = max(pos, floor)
+        while tried <= bound and tried < n:
+            if prefix_search is not None:
+                # Where the whole prefix occurs, else where a part of it runs into the end.
+                q = prefix_search.find(memo, buf, tried, bound)[0]
+                if q == -2:
+                    return None  # none that could start a match by the bound (see LiteralSearch.find)
+                if q < 0:
+                    q = literal_partial_start(buf, tried, prefix_search.literals, prefix_search.longest)
+            else:
+                hit = self._first.search(buf, tried)
+                q = n if hit is None else hit.start()
+            start = q
+            while start > tried and buf[start - 1] in lead:
+                start -= 1
+            for p in range(start, min(q + 1, n, bound + 1)):
+                m = pattern.match(buf, p, partial=True, timeout=timeout)
+                if m is not None and m.partial:
+                    return m
+            tried = q + 1
         return None
-    floor = _partial_floor(buf, pos, len(buf), tail, lead if lead_run else "")
-    partial = _leftmost_partial(pattern, buf, pos, bound, first, lead, floor, timeout, prefix)
-    if partial is None or (later >= 0 and pattern.search(buf, later, timeout=timeout) is not None):
-        return None  # (a complete match after the window would be the answer: not ours)
-    return partial
-
-
-def _leftmost_complete(
-    pattern: Any,
-    buf: str,
-    pos: int,
-    bound: int,
-    first: Any,
-    lead: str,
-    tail: int | None,
-    lead_run: bool,
-    timeout: float | None,
-    prefix: str,
-) -> tuple[Any, int]:
-    """(the leftmost complete match, or None; where candidates after the window start, or -1
-    when no match at all exists)."""
-    if not lead:
-        # Matches start right at a first character: the engine's own search skips ahead fast.
-        hit = first.search(buf, pos)
-        if hit is None or hit.start() > bound:
-            return None, (-1 if hit is None else hit.start())
-        return pattern.search(buf, hit.start(), timeout=timeout), -1
-    # With a lead (a leading \s*, say) the engine tries every lead character, slowly: try only
-    # candidate starts, each reading no further than a match can reach (else the engine scans to
-    # the end of the buffer for a required literal on every call).
-    n = len(buf)
-    tried = pos
-    while True:
-        hit = first.search(buf, tried)
-        if hit is None:
-            return None, -1
-        q = hit.start()
-        start = q
-        while start > tried and buf[start - 1] in lead:
-            start -= 1
-        if start > bound:
-            return None, start
-        if prefix and not buf.startswith(prefix, q):
-            tried = q + 1  # no match continues with this character
-            continue
-        for p in range(start, q + 1):
-            m = pattern.match(buf, p, _reach(buf, p, n, tail, lead, lead_run), timeout=timeout)
-            if m is not None:
-                return m, -1
-        tried = q + 1
-
-
-def _leftmost_partial(
-    pattern: Any, buf: str, pos: int, bound: int, first: Any, lead: str, floor: int, timeout: float | None, prefix: str = ""
-) -> Any:
-    n = len(buf)
-    tried = max(pos, floor)
-    while tried <= bound and tried < n:
-        hit = first.search(buf, tried)
-        q = n if hit is None else hit.start()
-        start = q
-        while start > tried and buf[start - 1] in lead:
-            start -= 1
-        if prefix and q < n and not (buf.startswith(prefix, q) or prefix.startswith(buf[q : q + len(prefix)])):
-            tried = q + 1  # diverges from the required text before the end: not even partial
-            continue
-        for p in range(start, min(q + 1, n, bound + 1)):
-            m = pattern.match(buf, p, partial=True, timeout=timeout)
-            if m is not None and m.partial:
-                return m
-        tried = q + 1
-    return None
 
 
 def _reach(buf: str, p: int, n: int, tail: int | None, lead: str, lead_run: bool) -> int:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rtcompile.patterns import analyse_pattern, literal_charsets, whitespace
-from rtcompile.runtime.scanning import literal_partial_start, search_window
+from rtcompile.runtime.scanning import LiteralSearch, PatternWindow, literal_partial_start
 
 ALPHABET = "ab <>/x\n\t|"
 PATTERNS = [
@@ -45,6 +45,8 @@ PATTERNS = [
     r"<x/?>a[^<]+",
 ]
 texts = st.text(alphabet=ALPHABET, max_size=14)
+# Long enough for the searches' switches from skipping between candidates to the regex engine.
+long_texts = st.text(alphabet=ALPHABET, min_size=40, max_size=400)
 
 
 def _classes(pattern):
@@ -54,24 +56,28 @@ def _classes(pattern):
     return first, "".join(sorted(charsets.lead)), charsets.tail, charsets.lead_run, charsets.prefix
 
 
-@given(st.sampled_from(PATTERNS), texts, st.data())
+@given(st.sampled_from(PATTERNS), st.one_of(texts, long_texts), st.data())
 @settings(max_examples=max(settings().max_examples, 1000))
-def test_search_window_equals_search_up_to_the_bound(pattern, text, data):
+def test_pattern_window_equals_search_up_to_the_bound(pattern, text, data):
     compiled = regex.compile(pattern, regex.DOTALL)
     first, lead, tail, lead_run, prefix = _classes(pattern)
-    pos = data.draw(st.integers(0, len(text)))
-    bound = data.draw(st.integers(pos, len(text) + 1))
-    for eos in (False, True):
-        m = compiled.search(text, pos, partial=not eos)
-        expected = None if m is None or m.start() > bound else (m.span(), m.partial)
-        got = search_window(compiled, text, pos, eos, bound, first, lead, tail, lead_run, None, prefix)
-        got = None if got is None else (got.span(), got.partial)
-        # The empty partial match at the very end means "nothing here" to the scanner.
-        if expected is not None and expected[1] and expected[0][0] == len(text):
-            expected = None
-        if got is not None and got[1] and got[0][0] == len(text):
-            got = None
-        assert got == expected
+    window = PatternWindow(compiled, first.pattern, lead, tail, lead_run, prefix)
+    memo: dict = {}  # shared by every search of this text, in any order, as a scanner may
+    for _ in range(data.draw(st.integers(1, 4))):
+        pos = data.draw(st.integers(0, len(text)))
+        bound = data.draw(st.integers(pos, len(text) + 1))
+        for eos in (False, True):
+            m = compiled.search(text, pos, partial=not eos)
+            expected = None if m is None or m.start() > bound else (m.span(), m.partial)
+            # The empty partial match at the very end means "nothing here" to the scanner.
+            if expected is not None and expected[1] and expected[0][0] == len(text):
+                expected = None
+            for shared in (memo, None):
+                got = window.search(text, pos, eos, bound, None, shared)
+                got = None if got is None else (got.span(), got.partial)
+                if got is not None and got[1] and got[0][0] == len(text):
+                    got = None
+                assert got == expected
 
 
 @given(st.sampled_from(PATTERNS), texts)
@@ -253,23 +259,20 @@ def test_literal_runs_are_recognised_only_where_they_are_exact():
 
 @given(
     st.lists(st.text(alphabet="ab<>", min_size=1, max_size=4), min_size=1, max_size=3),
-    st.text(alphabet="ab<> \n", max_size=30),
+    st.one_of(st.text(alphabet="ab<> \n", max_size=30), st.text(alphabet="ab<> \n", min_size=100, max_size=600)),
     st.sampled_from(["", " \n"]),
     st.data(),
 )
 @settings(max_examples=max(settings().max_examples, 500))
-def test_find_literals_with_memo_and_bounds_agrees_with_a_fresh_search(literals, text, lead, data):
-    from rtcompile.runtime.scanning import find_literals
-
-    literals = list(dict.fromkeys(literals))
-    alternation = re.compile("|".join(re.escape(s) for s in sorted(literals, key=len, reverse=True)))
-    longest = max(map(len, literals))
+def test_literal_search_with_memo_and_bounds_agrees_with_a_fresh_search(literals, text, lead, data):
+    literals = list(dict.fromkeys(sorted(literals, key=len, reverse=True)))
+    alternation = re.compile("|".join(re.escape(s) for s in literals))
+    search = LiteralSearch(tuple(literals), lead)
     memo: dict = {}
-    pos = 0
     for _ in range(data.draw(st.integers(1, 6))):
-        pos = data.draw(st.integers(pos, len(text)))
+        pos = data.draw(st.integers(0, len(text)))  # in any order: the memo must not care
         bound = data.draw(st.one_of(st.none(), st.integers(pos, len(text))))
-        got = find_literals(memo, text, pos, alternation, bound, longest, lead)
+        got = search.find(data.draw(st.sampled_from([memo, None])), text, pos, bound)
         m = alternation.search(text, pos)
         if got[0] >= 0:
             assert m is not None and got == m.span()
@@ -283,6 +286,29 @@ def test_find_literals_with_memo_and_bounds_agrees_with_a_fresh_search(literals,
             # "none that early": no occurrence could start a match at or before the bound, and
             # no literal can be partly there at the end of the text before it either.
             assert m is None or m.start() > limit
-            assert limit + longest < len(text)
+            assert limit + search.longest < len(text)
         if bound is None:
             assert got == ((-1, -1) if m is None else m.span())
+
+
+@given(
+    st.lists(st.text(alphabet="ab<>", min_size=1, max_size=4), min_size=1, max_size=3),
+    st.lists(st.text(alphabet="ab<>", min_size=1, max_size=4), max_size=3),
+    st.text(alphabet="ab<> \n", max_size=30),
+    st.data(),
+)
+def test_pending_is_the_partial_match_that_could_come_first(literals, others, text, data):
+    """A state searches all its literals at once; `pending` then says where one delimiter's
+    partial match starts, if it could precede the first literal found."""
+    literals = tuple(dict.fromkeys(sorted(literals, key=len, reverse=True)))
+    search = LiteralSearch(literals)
+    every = LiteralSearch(tuple(dict.fromkeys(literals + tuple(others))))
+    pos = data.draw(st.integers(0, len(text)))
+    found = every.find(None, text, pos)[0]
+    if found >= 0 and any(text.startswith(s, found) for s in literals):
+        return  # then the delimiter matches there and nothing is pending
+    m = regex.compile("|".join(regex.escape(s) for s in literals)).search(text, pos, partial=True)
+    expected = len(text)
+    if m is not None and m.partial and (found < 0 or m.start() <= found):
+        expected = m.start()
+    assert search.pending(text, pos, found) == expected
