@@ -195,6 +195,9 @@ class Machine:
         except BaseException as e:
             self._fail(e)
             raise
+        return self._finished_output(), events
+
+    def _finished_output(self) -> dict:
         output = self._output
         missing = [name for name in self.REQUIRED if name not in output]
         if missing:
@@ -202,7 +205,22 @@ class Machine:
         defaults = self.DEFAULT_KEYS
         self._output = {k: v for k, v in output.items() if k in defaults or not _is_empty(v)}
         self._finalized = self._halted = True
-        return self._output, events
+        return self._output
+
+    def _parse_to_end(self, text: str) -> dict | None:
+        """The message for `text` as the rest of the output, in one pass at the end of the stream:
+        what feed(text) then finalize() give, or None where the two may differ (see parse_whole).
+        """
+        self._buf += text
+        try:
+            if self._process([], eos=True):
+                return None
+        except ParserLoopError:
+            return None
+        except BaseException as e:
+            self._fail(e)
+            raise
+        return self._finished_output()
 
     def _literal_memo(self, buf: str) -> dict:
         """Where literals next occur in `buf` (see scanning.find_literal); new for a new buffer."""
@@ -248,9 +266,10 @@ class Machine:
             raise RuntimeError("ResponseParser already finalized")
         raise ParserFailedError(self._failure)
 
-    def _process(self, events: list[dict], eos: bool, scanned: tuple | None = None) -> None:
+    def _process(self, events: list[dict], eos: bool, scanned: tuple | None = None) -> bool:
         """Commit delimiters until none is left to commit; `scanned` is the scan of the current
-        buffer and position if the caller already made it."""
+        buffer and position if the caller already made it. True if it stopped at a zero-width
+        close of an empty region (below), before the end of what it could read."""
         stalled = 0
         while True:
             buf, pos = self._buf, self._pos
@@ -279,19 +298,19 @@ class Machine:
                     # A zero-width close of an empty region would fire again at once: stop here,
                     # as the interpreter does (even at the end of the stream).
                     if not had_content and start == end:
-                        break
+                        return True
                 continue
             if eos:
                 if pos < len(buf):
                     self._accumulate(events, buf[pos:])
                     self._pos = len(buf)
                 self._close_current(events)
-                break
+                return False
             # Emit everything before the earliest still-pending delimiter; hold the rest.
             if hold > pos:
                 self._accumulate(events, buf[pos:hold])
                 self._pos = hold
-            break
+            return False
 
     def _accumulate(self, events: list[dict], text: str) -> None:
         index = self._current
@@ -392,7 +411,19 @@ def _is_empty(value: Any) -> bool:
 
 
 def parse_whole(machine_class: type, text: str, prefix: str | None, tools: list | None, **options: Any) -> dict:
-    """One-shot parse, exactly as the interpreter's parse_response: one feed, then finalize."""
+    """One-shot parse, exactly as the interpreter's parse_response: one feed, then finalize.
+
+    It runs as one pass at the end of the stream instead, which commits the same delimiters in
+    the same order: a commit made by feed (a match before anything still pending) is the
+    earliest complete match at the end of the stream too, and finalize goes on from where feed
+    stopped exactly as the one pass does. Only two things depend on where feed stopped: the
+    stop at a zero-width close of an empty region (finalize starts reading again after it), and
+    the count of zero-width commits in a row (ParserLoopError). When the one pass meets either,
+    the parse is done again as feed then finalize."""
     machine = machine_class(prefix, tools=tools, **options)
-    machine.feed(text)
-    return machine.finalize()[0]
+    message = machine._parse_to_end(text)
+    if message is None:
+        machine = machine_class(prefix, tools=tools, **options)
+        machine.feed(text)
+        message = machine.finalize()[0]
+    return message

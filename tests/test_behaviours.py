@@ -158,6 +158,27 @@ def test_zero_width_close_and_end_of_text_close():
     assert message_of(assert_same(template, "", ["all of it"])) == {"text": "all of it"}
 
 
+def test_a_whole_message_is_one_pass_except_where_feed_then_finalize_would_differ(monkeypatch):
+    """parse_response reads the text once, at the end of the stream. Where an empty region closes
+    on a zero-width match, the interpreter's feed stops and its finalize reads again: there the
+    parse is redone as feed then finalize (parse_whole). Either way, the interpreter's result."""
+    from rtcompile.runtime import machine
+
+    passes = []
+    one_pass = machine.Machine._parse_to_end
+    monkeypatch.setattr(
+        machine.Machine, "_parse_to_end", lambda self, text: passes.append(one_pass(self, text)) or passes[-1]
+    )
+    template = {"start_anchor": "@", "fields": {"text": {"close_pattern": "(?=<)"}, "tag": {"open": "<t>", "close": "</t>"}}}
+    cases = [("before<t>x</t>after", "", True), ("ab<u>cd<t>x</t>", "", False), ("<u><t>x</t>z", "@<", False), ("ab<", "", False)]
+    for text, prefix, in_one_pass in cases:
+        passes.clear()
+        expected = interpreter.parse_response(text, template, prefix=prefix)
+        assert rtcompile.parse_response(text, template, prefix=prefix) == expected
+        assert (passes[0] is not None) == in_one_pass, text
+    assert rtcompile.parse_response("ab<u>cd<t>x</t>", template, prefix="") == {"text": "ab"}
+
+
 def test_repeats_collect_and_join_concatenates():
     template = {
         "start_anchor": "@",
