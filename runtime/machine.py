@@ -336,6 +336,8 @@ class Machine:
 
     def _close_current(self, events: list[dict]) -> None:
         index = self._current
+        if not self._opened and index == self.IMPLICIT:
+            return  # nothing open, nothing collected: already the state a close leaves
         if index is not None and self._opened:
             name = self.FIELD_NAMES[index]
             body = "".join(self._parts)
