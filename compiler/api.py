@@ -55,13 +55,17 @@ def _check_compiles(source: str, label: str, stage: str) -> None:
 def module_from_source(source: str, sha256: str, filename: str | None = None) -> types.ModuleType:
     """Execute generated source as a fresh module. Without a real file, the source is registered in
     linecache under a unique pseudo-filename so tracebacks and pdb show the generated lines."""
-    name = f"rtcompile_generated_{sha256[:16]}"
     if filename is None:
         filename = f"<rtcompile generated {sha256[:16]}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    module = types.ModuleType(name)
-    module.__file__ = filename
-    exec(compile(source, filename, "exec"), module.__dict__)
+    return module_from_code(compile(source, filename, "exec"), sha256)
+
+
+def module_from_code(code: types.CodeType, sha256: str) -> types.ModuleType:
+    """Execute the compiled code of generated source (see module_from_source) as a fresh module."""
+    module = types.ModuleType(f"rtcompile_generated_{sha256[:16]}")
+    module.__file__ = code.co_filename
+    exec(code, module.__dict__)
     return module
 
 

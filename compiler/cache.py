@@ -7,6 +7,13 @@ checksum of the source are written on the file's first line and checked before a
 executed: a file this cache did not write for that key, a half-written one, or one edited by hand is
 never imported; it is rebuilt.
 
+Beside each entry sits its compiled code (`.code`: marshalled, as in a .pyc), so that a hit in a new
+process does not compile the source again. Its first line names the entry's key, a checksum of the
+source it was compiled from, the bytecode format and a checksum of the code; unless all match (and
+the code names the entry's path), the verified source is compiled instead and the file replaced.
+Like the entry's own header this guards against damage and mix-ups; against someone who can write
+to the private directory there is no defence, nor need of one: they could write a valid entry.
+
 Writes are atomic (temporary file in the same directory, fsync, os.replace), so processes racing on
 one entry all succeed and leave one valid file. The directory is created private (0700) and must
 belong to the current user: the cache holds Python that gets executed. When the cache cannot be
@@ -20,13 +27,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
-import logging
 import os
 import re
 import stat
 import sys
-import tempfile
 import threading
 import types
 import warnings
@@ -36,10 +40,12 @@ from . import api
 from .runtime import RUNTIME_ABI
 from .version import __version__
 
-logger = logging.getLogger("rtcompile")
 HEADER_PREFIX = "# rtcompile-cache "
 # Cache.path_for's names, and the temporary names write_atomic gives them while writing.
 ENTRY_NAME = re.compile(r"tmpl_[0-9a-f]{32}\.py")
+# Beside each entry, its compiled code (as a .pyc holds it), so that a hit does not compile again.
+CODE_NAME = re.compile(r"tmpl_[0-9a-f]{32}\.code")
+CODE_HEADER_PREFIX = b"# rtcompile-code "
 TEMPORARY_NAME = re.compile(r"tmpl_[0-9a-f]{32}\.[^.]+\.tmp")
 
 
@@ -103,6 +109,13 @@ class FileSystem:
         if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             raise PermissionError(f"{path} is writable by other users")
 
+    def read_bytes(self, path: Path) -> bytes | None:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
     def read_text(self, path: Path) -> str | None:
         try:
             # A file cut inside a multi-byte character is not valid UTF-8: decode it anyway (it can
@@ -112,10 +125,12 @@ class FileSystem:
         except FileNotFoundError:
             return None
 
-    def write_atomic(self, path: Path, text: str) -> None:
+    def write_atomic(self, path: Path, text: str | bytes) -> None:
+        import tempfile  # (here, not at the top: a cache hit never writes)
+
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".tmp")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
+            with os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
@@ -131,6 +146,10 @@ class FileSystem:
         """The cache files in `directory`: only names this cache writes, so pointing
         RTCOMPILE_CACHE_DIR at a directory of other Python files never lists (or clears) them."""
         return self._matching(directory, ENTRY_NAME)
+
+    def code_files(self, directory: Path) -> list[Path]:
+        """The compiled code kept beside the entries."""
+        return self._matching(directory, CODE_NAME)
 
     def leftovers(self, directory: Path) -> list[Path]:
         """Temporary files of writes that never finished (a killed process; write_atomic removes
@@ -163,6 +182,37 @@ def verified_source(key: str, text: str) -> bool:
     return fields.get("key") == key and fields.get("source-sha256") == checksum
 
 
+def code_header(key: str, source: str, payload: bytes) -> bytes:
+    """The first line of a code file: the entry's key and source it was compiled from, the
+    bytecode format (importlib's magic number) and a checksum of the marshalled code."""
+    from importlib.util import MAGIC_NUMBER
+
+    fields = {
+        "key": key,
+        "source-sha256": hashlib.sha256(source.encode("utf-8")).hexdigest(),
+        "python": MAGIC_NUMBER.hex(),
+        "code-sha256": hashlib.sha256(payload).hexdigest(),
+    }
+    return CODE_HEADER_PREFIX + " ".join(f"{k}={v}" for k, v in fields.items()).encode("ascii") + b"\n"
+
+
+def verified_code(key: str, source: str, data: bytes, filename: str) -> types.CodeType | None:
+    """The code in a code file, if it was written for this key and this exact source, by this
+    Python, is complete, and names `filename`; else None (the source is compiled instead)."""
+    import marshal
+
+    header, sep, payload = data.partition(b"\n")
+    if not sep or code_header(key, source, payload) != header + b"\n":
+        return None
+    try:
+        code = marshal.loads(payload)
+    except (ValueError, EOFError, TypeError):
+        return None
+    if not isinstance(code, types.CodeType) or code.co_filename != filename:
+        return None
+    return code
+
+
 class Cache:
     def __init__(self, directory: Path | None = None, fs: FileSystem | None = None):
         self.directory = Path(directory) if directory is not None else default_directory()
@@ -173,6 +223,9 @@ class Cache:
     def path_for(self, key: str) -> Path:
         return self.directory / f"tmpl_{key[:32]}.py"
 
+    def code_path_for(self, key: str) -> Path:
+        return self.directory / f"tmpl_{key[:32]}.code"
+
     def load(self, lowered) -> types.ModuleType:
         """The module for a lowered template: from a verified cache file, else compiled (and stored)."""
         return self._load(lowered.sha256, lambda: lowered)
@@ -180,9 +233,12 @@ class Cache:
     def load_template(self, template, template_sha256: str) -> types.ModuleType:
         """The same for a raw template with its canonical hash: a hit needs no validation (the
         template was valid when its entry was written) and never imports the generator."""
-        from . import frontend
+        def lower():
+            from . import frontend  # (only on a miss: importing the front end costs milliseconds)
 
-        return self._load(template_sha256, lambda: frontend.lower(template))
+            return frontend.lower(template)
+
+        return self._load(template_sha256, lower)
 
     def _load(self, sha256: str, lower) -> types.ModuleType:
         key = cache_key(sha256)
@@ -197,11 +253,11 @@ class Cache:
         if text is not None:
             if verified_source(key, text) and describes(text, sha256):
                 try:
-                    return api.module_from_source(text, sha256, filename=str(path))
+                    return self._module(key, text, sha256, path)
                 except Exception as e:  # a stale or broken entry: rebuild it, keep going
-                    logger.warning("rtcompile: cached parser %s failed to load (%s); rebuilding", path, e)
+                    _log_warning("rtcompile: cached parser %s failed to load (%s); rebuilding", path, e)
             else:
-                logger.warning("rtcompile: cache entry %s is not a file written for this key; rebuilding", path)
+                _log_warning("rtcompile: cache entry %s is not a file written for this key; rebuilding", path)
         lowered = lower()
         text = with_header(key, api.generate(lowered))
         try:
@@ -209,16 +265,36 @@ class Cache:
         except OSError as e:
             self._warn(f"cannot write to the cache directory {self.directory}: {e}")
             return api.module_from_source(text, sha256)
-        return api.module_from_source(text, sha256, filename=str(path))
+        return self._module(key, text, sha256, path)
+
+    def _module(self, key: str, text: str, sha256: str, path: Path) -> types.ModuleType:
+        """Run a verified entry: its cached code if that is valid for it, else the compiled source
+        (then kept beside it for the next process; no harm done if that cannot be written)."""
+        filename = str(path)
+        code_path = self.code_path_for(key)
+        data = self.fs.read_bytes(code_path)
+        code = None if data is None else verified_code(key, text, data, filename)
+        if code is None:
+            import marshal
+
+            code = compile(text, filename, "exec")
+            payload = marshal.dumps(code)
+            try:
+                self.fs.write_atomic(code_path, code_header(key, text, payload) + payload)
+            except OSError:
+                pass
+        return api.module_from_code(code, sha256)
 
     def stats(self) -> tuple[list[Path], int]:
+        """The entries, and the bytes they take with their compiled code."""
         entries = self.fs.entries(self.directory)
-        return entries, sum(p.stat().st_size for p in entries)
+        return entries, sum(p.stat().st_size for p in entries + self.fs.code_files(self.directory))
 
     def clear(self) -> int:
-        """Remove every entry (and temporary files left by interrupted writes); the entry count."""
+        """Remove every entry, its compiled code and temporary files left by interrupted writes;
+        the entry count."""
         entries = self.fs.entries(self.directory)
-        for path in entries + self.fs.leftovers(self.directory):
+        for path in entries + self.fs.code_files(self.directory) + self.fs.leftovers(self.directory):
             self.fs.remove(path)
         return len(entries)
 
@@ -228,6 +304,12 @@ class Cache:
                 return
             self._warned = True
         warnings.warn(f"{message}; compiling parsers in memory instead", CacheWarning, stacklevel=4)
+
+
+def _log_warning(message: str, *args) -> None:
+    import logging  # (here, not at the top: importing logging costs milliseconds, and a hit never logs)
+
+    logging.getLogger("rtcompile").warning(message, *args)
 
 
 _caches: dict[Path, Cache] = {}

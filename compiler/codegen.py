@@ -387,6 +387,10 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         default_keys=tuple(template.defaults),
         finishers=finishers,
         anchor_border_free=border_free,
+        # Literal anchors as a stdlib `re` alternation: the same matches, and it compiles faster.
+        anchor_literals=(
+            "|".join(re.escape(lit) for lit in _preferred_literals(anchor)) if anchor.literals is not None else None
+        ),
         required=tuple(f.name for f in fields if not f.optional),
         context=template.context,
     )

@@ -47,7 +47,7 @@ TEMPLATE = {
 
 # ---- delimiters ------------------------------------------------------------------------------
 WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters a match may start with before the rest (e.g. \s*)
-START_ANCHOR = regex.compile("<\\|im_start\\|>assistant\\\n|Assistant:\\ ", regex.DOTALL)
+START_ANCHOR = re.compile("<\\|im_start\\|>assistant\\\n|Assistant:\\ ")
 OPEN_0 = LiteralSearch(("<think>",))  # (longest first)
 OPEN_1_PATTERN = "\\s*<tool_call>"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.

@@ -51,7 +51,7 @@ TEMPLATE = {
 }
 
 # ---- delimiters ------------------------------------------------------------------------------
-START_ANCHOR = regex.compile("<tool_response\\|>|<\\|turn>model\\\n", regex.DOTALL)
+START_ANCHOR = re.compile("<tool_response\\|>|<\\|turn>model\\\n")
 OPEN_0 = LiteralSearch(("<|channel>thought\n",))  # (longest first)
 CLOSE_2 = LiteralSearch(("<|tool_response>", "<turn|>", "<eos>"))  # (longest first)
 OPEN_1 = regex.compile("<\\|tool_call>call:(?P<name>[^{<\\s]+)", regex.DOTALL)

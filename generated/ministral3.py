@@ -46,7 +46,7 @@ TEMPLATE = {
 }
 
 # ---- delimiters ------------------------------------------------------------------------------
-START_ANCHOR = regex.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]", regex.DOTALL)
+START_ANCHOR = re.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]")
 OPEN_0 = LiteralSearch(("[THINK]",))  # (longest first)
 CLOSE_2 = LiteralSearch(("</s>",))  # (longest first)
 OPEN_1 = regex.compile("\\[TOOL_CALLS\\](?P<name>[^\\[\\]{}]+)\\[ARGS\\]", regex.DOTALL)

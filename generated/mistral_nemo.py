@@ -45,7 +45,7 @@ TEMPLATE = {
 }
 
 # ---- delimiters ------------------------------------------------------------------------------
-START_ANCHOR = regex.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]", regex.DOTALL)
+START_ANCHOR = re.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]")
 OPEN_0 = LiteralSearch(("[TOOL_CALLS]",))  # (longest first)
 CLOSE_1 = LiteralSearch(("</s>",))  # (longest first)
 CLOSE_0 = LiteralSearch(("</s>",))  # (longest first)

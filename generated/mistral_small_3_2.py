@@ -46,7 +46,7 @@ TEMPLATE = {
 }
 
 # ---- delimiters ------------------------------------------------------------------------------
-START_ANCHOR = regex.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]", regex.DOTALL)
+START_ANCHOR = re.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]")
 CLOSE_1 = LiteralSearch(("</s>",))  # (longest first)
 OPEN_0 = regex.compile(
     "\\[TOOL_CALLS\\](?P<name>[^\\[\\]{}]+)(?:\\[CALL_ID\\])?(?P<id>(?<=\\[CALL_ID\\])[^\\[\\]]*|)\\[ARGS\\]",

@@ -66,7 +66,7 @@ class LiteralSearch:
         firsts = {literal[0] for literal in self.literals}
         self._first = firsts.pop() if len(firsts) == 1 else None
         self._single = self.literals[0] if len(self.literals) == 1 else None
-        self._alternation = re.compile("|".join(re.escape(literal) for literal in self.literals))
+        self._alternation = None  # compiled when first needed (most searches never need it)
 
     def find(self, memo: dict | None, buf: str, pos: int, bound: int | None = None) -> tuple[int, int]:
         """(start, end) of the leftmost occurrence of a literal in buf[pos:]; (-1, -1) if none.
@@ -156,7 +156,10 @@ class LiteralSearch:
                 q = buf.find(first, q + 1, stop)
             else:
                 return None
-        m = self._alternation.search(buf, pos, stop)
+        alternation = self._alternation
+        if alternation is None:
+            alternation = self._alternation = re.compile("|".join(re.escape(lit) for lit in self.literals))
+        m = alternation.search(buf, pos, stop)
         return None if m is None else m.span()
 
 

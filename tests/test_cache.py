@@ -97,7 +97,7 @@ def assert_valid_entry(directory: Path, template: dict) -> str:
     return text
 
 
-def py_files(directory: Path) -> list[str]:
+def files_in(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir())
 
 
@@ -109,48 +109,83 @@ def test_a_miss_writes_one_verified_file_and_a_hit_never_calls_the_generator(
 ):
     first = Cache(isolated).load(frontend.lower(ANGLE))
     check_angle_parser(first)
-    assert [p.name for p in isolated.iterdir()] == [entry_path(isolated, ANGLE).name]
+    entry = entry_path(isolated, ANGLE)
+    assert files_in(isolated) == sorted([entry.name, code_path(isolated, ANGLE).name])
     text = assert_valid_entry(isolated, ANGLE)
+    code = code_path(isolated, ANGLE).read_bytes()
     no_generator()
     second = Cache(isolated).load(frontend.lower(ANGLE))
     check_angle_parser(second)
-    assert second is not first and second.__file__ == str(entry_path(isolated, ANGLE))
-    assert entry_path(isolated, ANGLE).read_text(encoding="utf-8") == text  # untouched by the hit
+    assert second is not first and second.__file__ == str(entry)
+    assert entry.read_text(encoding="utf-8") == text  # untouched by the hit
+    assert code_path(isolated, ANGLE).read_bytes() == code
 
 
-def test_public_load_uses_the_directory_from_the_environment(isolated, no_generator, monkeypatch):
-    check_angle_parser(rtcompile.load(ANGLE))
-    assert_valid_entry(isolated, ANGLE)
-    monkeypatch.setattr(
-        api, "_MEMO", api._Memo()
-    )  # forget the module: only the disk can answer now
-    no_generator()
-    check_angle_parser(rtcompile.load(ANGLE))
-    assert rtcompile.parse_response("<t>a</t>b", ANGLE, prefix="") == {
-        "reasoning_content": "a",
-        "content": "b",
-    }
+def test_a_hit_runs_the_kept_code_without_compiling(isolated, monkeypatch):
+    Cache(isolated).load(frontend.lower(ANGLE))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the cached source was compiled again")
+
+    monkeypatch.setattr(cache, "compile", refuse, raising=False)  # the builtin, as cache.py sees it
+    check_angle_parser(Cache(isolated).load(frontend.lower(ANGLE)))
 
 
-def test_a_hit_in_a_new_process_neither_compiles_nor_imports_black(isolated):
-    """black is the expensive part of compiling; a hit must not even import it."""
-    rtcompile.load(ANGLE)
-    code = (
-        "import json, sys\n"
-        "import rtcompile, rtcompile.api as api\n"
-        "def refuse(*a, **k): raise SystemExit('the generator was called')\n"
-        "api.generate = refuse\n"
-        f"module = rtcompile.load(json.loads({json.dumps(json.dumps(ANGLE))}))\n"
-        "print(json.dumps(module.parse_response('<t>x</t>y', prefix='')))\n"
-        "print('black' in sys.modules)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    message, imported = result.stdout.splitlines()
-    assert json.loads(message) == {"reasoning_content": "x", "content": "y"}
-    assert imported == "False"
+def code_path(directory: Path, template: dict) -> Path:
+    return Cache(directory).code_path_for(cache.cache_key(frontend.lower(template).sha256))
+
+
+def compiled_from(source: str, filename: str) -> bytes:
+    import marshal
+
+    return marshal.dumps(compile(source, filename, "exec"))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data, header, payload, other: data[: len(data) // 2],
+        lambda data, header, payload, other: b"",
+        lambda data, header, payload, other: payload,  # no header
+        lambda data, header, payload, other: header.replace(b"code-sha256=", b"code-sha256=0") + payload,
+        lambda data, header, payload, other: header.replace(b"python=", b"python=00") + payload,
+        lambda data, header, payload, other: header.replace(b"source-sha256=", b"source-sha256=f") + payload,
+        lambda data, header, payload, other: other,  # another template's code file
+    ],
+    ids=["half_written", "empty", "no_header", "bad_checksum", "other_python", "other_source", "other_entry"],
+)
+def test_damaged_or_foreign_code_files_are_never_run_and_are_replaced(isolated, damage):
+    Cache(isolated).load(frontend.lower(ANGLE))
+    Cache(isolated).load(frontend.lower(SQUARE))
+    path = code_path(isolated, ANGLE)
+    good = path.read_bytes()
+    header, _, payload = good.partition(b"\n")
+    path.write_bytes(damage(good, header + b"\n", payload, code_path(isolated, SQUARE).read_bytes()))
+    check_angle_parser(Cache(isolated).load(frontend.lower(ANGLE)))
+    assert path.read_bytes() == good
+
+
+def test_code_that_is_not_the_entrys_own_is_never_run(isolated, tmp_path):
+    """Well-formed code files (their own checksum right) compiled from other source, or from this
+    source under another file name (a moved cache directory), are not run: the verified source is
+    compiled again. (Like the entry's own header, this guards against damage and mix-ups, not
+    against someone who can write to the private directory: they could write a valid entry.)"""
+    Cache(isolated).load(frontend.lower(ANGLE))
+    entry, path = entry_path(isolated, ANGLE), code_path(isolated, ANGLE)
+    text = entry.read_text(encoding="utf-8")
+    key = cache.cache_key(frontend.lower(ANGLE).sha256)
+    sentinel = tmp_path / "sentinel"
+    foreign = compiled_from(sentinel_code(sentinel), str(entry))
+    path.write_bytes(cache.code_header(key, sentinel_code(sentinel), foreign) + foreign)
+    check_angle_parser(Cache(isolated).load(frontend.lower(ANGLE)))
+    assert not sentinel.exists(), "code compiled from other source was run"
+    moved = compiled_from(text, str(tmp_path / "elsewhere.py"))
+    path.write_bytes(cache.code_header(key, text, moved) + moved)
+    module = Cache(isolated).load(frontend.lower(ANGLE))
+    check_angle_parser(module)
+    assert module.__file__ == str(entry)
+    header = path.read_bytes().partition(b"\n")[0] + b"\n"
+    assert header != cache.code_header(key, text, moved)  # replaced by this entry's own code
 
 
 def test_templates_get_separate_entries(isolated, count_generator):
@@ -159,8 +194,8 @@ def test_templates_get_separate_entries(isolated, count_generator):
     Cache(isolated).load(frontend.lower(ANGLE))
     assert len(count_generator) == 2
     assert entry_path(isolated, ANGLE) != entry_path(isolated, SQUARE)
-    assert py_files(isolated) == sorted(
-        [entry_path(isolated, ANGLE).name, entry_path(isolated, SQUARE).name]
+    assert files_in(isolated) == sorted(
+        path(isolated, template).name for template in (ANGLE, SQUARE) for path in (entry_path, code_path)
     )
 
 
@@ -509,7 +544,8 @@ def test_processes_racing_on_one_entry_all_succeed_and_leave_one_file(tmp_path):
         assert racer.returncode == 0, err
         assert json.loads(out) == {"reasoning_content": "r", "content": "c"}
     assert len(list(tmp_path.glob("ready-*"))) == count  # every racer really compiled
-    assert py_files(directory) == [entry_path(directory, ANGLE).name]  # one file, no temporaries
+    # one entry and its code, no temporaries
+    assert files_in(directory) == sorted([entry_path(directory, ANGLE).name, code_path(directory, ANGLE).name])
     assert_valid_entry(directory, ANGLE)
 
 
@@ -530,7 +566,8 @@ def test_cli_shows_and_clears_the_cache(isolated):
     Cache(isolated).load(frontend.lower(ANGLE))
     Cache(isolated).load(frontend.lower(SQUARE))
     names = sorted([entry_path(isolated, ANGLE).name, entry_path(isolated, SQUARE).name])
-    size = sum((isolated / name).stat().st_size for name in names)
+    codes = [code_path(isolated, ANGLE).name, code_path(isolated, SQUARE).name]
+    size = sum((isolated / name).stat().st_size for name in names + codes)
     unrelated = isolated / "notes.py"
     unrelated.write_text("# not a cache entry\n")
     leftover = isolated / (entry_path(isolated, ANGLE).stem + ".x1y2z3.tmp")
