@@ -877,7 +877,8 @@ def render_report(results: dict, config: Config, book: TargetBook) -> str:
         for name, entry in results["compile"].items():
             cold = entry["compile_cold_cpu"] * 1e3
             memo = entry["load_memo_same_object_cpu"] * 1e3
-            fresh_hit = entry["load_new_process_warm_cache_cpu"] * 1e3
+            fresh = entry["load_new_process_warm_cache_cpu"] * 1e3
+            fresh_hit = entry["cache_hit_cpu"] * 1e3
             rows.append(
                 [
                     name,
@@ -886,7 +887,8 @@ def render_report(results: dict, config: Config, book: TargetBook) -> str:
                     f"{entry['compile_warm_cpu'] * 1e3:.0f}",
                     f"{entry['load_first_cpu'] * 1e3:.0f}",
                     f"{memo:.3f} / {entry['load_memo_equal_copy_cpu'] * 1e3:.2f}",
-                    f"{fresh_hit:.2f} ({entry['load_new_process_warm_cache_wall'] * 1e3:.2f})",
+                    f"{fresh:.1f} ({entry['load_new_process_warm_cache_wall'] * 1e3:.1f})",
+                    f"{fresh_hit:.2f} ({entry['cache_hit_wall'] * 1e3:.2f})",
                     book.check(f"cache hit ms {name}", fresh_hit, TARGETS["cache_hit_ms"], False),
                     str(len(entry["cache_dir_files_after_first_load"])),
                 ]
@@ -898,7 +900,11 @@ def render_report(results: dict, config: Config, book: TargetBook) -> str:
         )
         out.append(
             "  memo = load() again in-process (same dict / equal copy); new process = load() in a new"
-            " process sharing the cache dir"
+            " process sharing the cache dir, first use (importing the loader and the runtime, regex"
+            " included);"
+        )
+        out.append(
+            "  hit = the same in a process that has imported them already (median of 3 processes)"
         )
         out.append(
             _table(
@@ -910,6 +916,7 @@ def render_report(results: dict, config: Config, book: TargetBook) -> str:
                     "first load",
                     "memo",
                     "new process",
+                    "hit",
                     "target",
                     "cache files",
                 ],
