@@ -51,12 +51,12 @@ TEMPLATE = {
 
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
-OPEN_0 = LiteralSearch(("<|START_THINKING|>",))  # (longest first)
-OPEN_1 = LiteralSearch(("<|START_ACTION|>",))  # (longest first)
-OPEN_2 = LiteralSearch(("<|START_RESPONSE|>",))  # (longest first)
-CLOSE_0 = LiteralSearch(("<|END_THINKING|>",))  # (longest first)
-CLOSE_1 = LiteralSearch(("<|END_ACTION|>",))  # (longest first)
-CLOSE_2 = LiteralSearch(("<|END_RESPONSE|>",))  # (longest first)
+OPEN_0 = LiteralSearch(("<|START_THINKING|>",))
+OPEN_1 = LiteralSearch(("<|START_ACTION|>",))
+OPEN_2 = LiteralSearch(("<|START_RESPONSE|>",))
+CLOSE_0 = LiteralSearch(("<|END_THINKING|>",))
+CLOSE_1 = LiteralSearch(("<|END_ACTION|>",))
+CLOSE_2 = LiteralSearch(("<|END_RESPONSE|>",))
 LITERALS_SCAN_SINK = LiteralSearch(
     ("<|START_THINKING|>", "<|START_ACTION|>", "<|START_RESPONSE|>")
 )  # a state's literals: where any first occurs

@@ -51,7 +51,7 @@ TEMPLATE = {
 # ---- delimiters ------------------------------------------------------------------------------
 WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters a match may start with before the rest (e.g. \s*)
 START_ANCHOR = re.compile("<｜tool▁output▁end｜>|<｜Assistant｜>")
-OPEN_0 = LiteralSearch(("<think>",))  # (longest first)
+OPEN_0 = LiteralSearch(("<think>",))
 CLOSE_2_PATTERN = "\\s*(?:</think>|<｜tool▁calls▁end｜>|<｜end▁of▁sentence｜>)"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.
 CLOSE_2 = LiteralSearch(("</think>", "<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>"), WHITESPACE)
@@ -67,8 +67,8 @@ OPEN_1_WINDOW = PatternWindow(
     lead_run=True,
     prefix="",
 )
-CLOSE_0 = LiteralSearch(("</think>",))  # (longest first)
-CLOSE_1 = LiteralSearch(("<｜tool▁call▁end｜>",))  # (longest first)
+CLOSE_0 = LiteralSearch(("</think>",))
+CLOSE_1 = LiteralSearch(("<｜tool▁call▁end｜>",))
 LITERALS_SCAN_SINK = LiteralSearch(
     ("<think>", "</think>", "<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>")
 )  # a state's literals: where any first occurs

@@ -48,7 +48,7 @@ TEMPLATE = {
 # ---- delimiters ------------------------------------------------------------------------------
 WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters a match may start with before the rest (e.g. \s*)
 START_ANCHOR = re.compile("<\\|im_start\\|>assistant\\\n|Assistant:\\ ")
-OPEN_0 = LiteralSearch(("<think>",))  # (longest first)
+OPEN_0 = LiteralSearch(("<think>",))
 OPEN_1_PATTERN = "\\s*<tool_call>"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.
 OPEN_1 = LiteralSearch(("<tool_call>",), WHITESPACE)
@@ -57,8 +57,8 @@ CLOSE_2_PATTERN = "\\s*(?:<response>|</response>|<\\|im_end\\|>|<\\|end_of_sente
 CLOSE_2 = LiteralSearch(
     ("<response>", "</response>", "<|im_end|>", "<|end_of_sentence|>", "</s>"), WHITESPACE
 )
-CLOSE_0 = LiteralSearch(("</think>",))  # (longest first)
-CLOSE_1 = LiteralSearch(("</tool_call>",))  # (longest first)
+CLOSE_0 = LiteralSearch(("</think>",))
+CLOSE_1 = LiteralSearch(("</tool_call>",))
 LITERALS_SCAN_SINK = LiteralSearch(
     (
         "<think>",

@@ -52,8 +52,10 @@ TEMPLATE = {
 
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = re.compile("<tool_response\\|>|<\\|turn>model\\\n")
-OPEN_0 = LiteralSearch(("<|channel>thought\n",))  # (longest first)
-CLOSE_2 = LiteralSearch(("<|tool_response>", "<turn|>", "<eos>"))  # (longest first)
+OPEN_0 = LiteralSearch(("<|channel>thought\n",))
+CLOSE_2 = LiteralSearch(
+    ("<|tool_response>", "<turn|>", "<eos>")
+)  # (longest first: it wins at one place)
 OPEN_1 = regex.compile("<\\|tool_call>call:(?P<name>[^{<\\s]+)", regex.DOTALL)
 OPEN_1_WINDOW = PatternWindow(
     OPEN_1,
@@ -63,8 +65,8 @@ OPEN_1_WINDOW = PatternWindow(
     lead_run=False,
     prefix="<|tool_call>call:",
 )
-CLOSE_0 = LiteralSearch(("<channel|>",))  # (longest first)
-CLOSE_1 = LiteralSearch(("<tool_call|>",))  # (longest first)
+CLOSE_0 = LiteralSearch(("<channel|>",))
+CLOSE_1 = LiteralSearch(("<tool_call|>",))
 LITERALS_SCAN_SINK = LiteralSearch(
     ("<|channel>thought\n", "<|tool_response>", "<turn|>", "<eos>")
 )  # a state's literals: where any first occurs

@@ -56,8 +56,8 @@ TEMPLATE = {
 # ---- delimiters ------------------------------------------------------------------------------
 WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters a match may start with before the rest (e.g. \s*)
 START_ANCHOR = "<|start|>assistant"
-OPEN_0 = LiteralSearch(("<|channel|>analysis<|message|>",))  # (longest first)
-OPEN_2 = LiteralSearch(("<|channel|>final<|message|>",))  # (longest first)
+OPEN_0 = LiteralSearch(("<|channel|>analysis<|message|>",))
+OPEN_2 = LiteralSearch(("<|channel|>final<|message|>",))
 OPEN_1 = regex.compile(
     "(?:<\\|start\\|>assistant)?\\s*(?:to=functions\\.(?P<name>[^<\\s]+)\\s*<\\|channel\\|>commentary|<\\|channel\\|>commentary\\s+to=functions\\.(?P<name>[^<\\s]+))[^<]*(?:<\\|constrain\\|>[^<]*)?<\\|message\\|>",
     regex.DOTALL,
@@ -70,9 +70,11 @@ OPEN_1_WINDOW = PatternWindow(
     lead_run=True,
     prefix="",
 )
-CLOSE_0 = LiteralSearch(("<|return|>", "<|call|>", "<|end|>"))  # (longest first)
-CLOSE_1 = LiteralSearch(("<|call|>",))  # (longest first)
-CLOSE_2 = LiteralSearch(("<|return|>", "<|end|>"))  # (longest first)
+CLOSE_0 = LiteralSearch(
+    ("<|return|>", "<|call|>", "<|end|>")
+)  # (longest first: it wins at one place)
+CLOSE_1 = LiteralSearch(("<|call|>",))
+CLOSE_2 = LiteralSearch(("<|return|>", "<|end|>"))  # (longest first: it wins at one place)
 LITERALS_SCAN_SINK = LiteralSearch(
     ("<|channel|>analysis<|message|>", "<|channel|>final<|message|>")
 )  # a state's literals: where any first occurs

@@ -53,7 +53,7 @@ OPEN_0 = LiteralSearch(("<tool_call>",), WHITESPACE)
 CLOSE_1_PATTERN = "\\s*(?:<\\|im_end\\|>|<\\|endoftext\\|>|<\\|end_of_text\\|>)"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.
 CLOSE_1 = LiteralSearch(("<|im_end|>", "<|endoftext|>", "<|end_of_text|>"), WHITESPACE)
-CLOSE_0 = LiteralSearch(("</tool_call>",))  # (longest first)
+CLOSE_0 = LiteralSearch(("</tool_call>",))
 LITERALS_SCAN_SINK = LiteralSearch(
     ("<tool_call>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>")
 )  # a state's literals: where any first occurs

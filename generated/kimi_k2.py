@@ -52,7 +52,7 @@ TEMPLATE = {
 # ---- delimiters ------------------------------------------------------------------------------
 WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters a match may start with before the rest (e.g. \s*)
 START_ANCHOR = "<|im_assistant|>assistant<|im_middle|>"
-OPEN_0 = LiteralSearch(("<think>",))  # (longest first)
+OPEN_0 = LiteralSearch(("<think>",))
 CLOSE_2_PATTERN = (
     "\\s*(?:<\\|tool_calls_section_begin\\|>|<\\|tool_calls_section_end\\|>|<\\|im_end\\|>)"
 )
@@ -72,8 +72,8 @@ OPEN_1_WINDOW = PatternWindow(
     lead_run=False,
     prefix="<|tool_call_begin|>",
 )
-CLOSE_0 = LiteralSearch(("</think>",))  # (longest first)
-CLOSE_1 = LiteralSearch(("<|tool_call_end|>",))  # (longest first)
+CLOSE_0 = LiteralSearch(("</think>",))
+CLOSE_1 = LiteralSearch(("<|tool_call_end|>",))
 LITERALS_SCAN_SINK = LiteralSearch(
     ("<think>", "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|im_end|>")
 )  # a state's literals: where any first occurs

@@ -47,8 +47,8 @@ TEMPLATE = {
 
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = re.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]")
-OPEN_0 = LiteralSearch(("[THINK]",))  # (longest first)
-CLOSE_2 = LiteralSearch(("</s>",))  # (longest first)
+OPEN_0 = LiteralSearch(("[THINK]",))
+CLOSE_2 = LiteralSearch(("</s>",))
 OPEN_1 = regex.compile("\\[TOOL_CALLS\\](?P<name>[^\\[\\]{}]+)\\[ARGS\\]", regex.DOTALL)
 OPEN_1_WINDOW = PatternWindow(
     OPEN_1,
@@ -58,7 +58,7 @@ OPEN_1_WINDOW = PatternWindow(
     lead_run=False,
     prefix="[TOOL_CALLS]",
 )
-CLOSE_0 = LiteralSearch(("[/THINK]",))  # (longest first)
+CLOSE_0 = LiteralSearch(("[/THINK]",))
 CLOSE_1 = regex.compile("(?=\\[TOOL_CALLS\\])|</s>", regex.DOTALL)
 LITERALS_SCAN_SINK = LiteralSearch(
     ("[THINK]", "</s>")

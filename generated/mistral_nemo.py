@@ -46,9 +46,9 @@ TEMPLATE = {
 
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = re.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]")
-OPEN_0 = LiteralSearch(("[TOOL_CALLS]",))  # (longest first)
-CLOSE_1 = LiteralSearch(("</s>",))  # (longest first)
-CLOSE_0 = LiteralSearch(("</s>",))  # (longest first)
+OPEN_0 = LiteralSearch(("[TOOL_CALLS]",))
+CLOSE_1 = LiteralSearch(("</s>",))
+CLOSE_0 = LiteralSearch(("</s>",))
 LITERALS_SCAN_SINK = LiteralSearch(
     ("[TOOL_CALLS]", "</s>")
 )  # a state's literals: where any first occurs

@@ -47,7 +47,7 @@ TEMPLATE = {
 
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = re.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]")
-CLOSE_1 = LiteralSearch(("</s>",))  # (longest first)
+CLOSE_1 = LiteralSearch(("</s>",))
 OPEN_0 = regex.compile(
     "\\[TOOL_CALLS\\](?P<name>[^\\[\\]{}]+)(?:\\[CALL_ID\\])?(?P<id>(?<=\\[CALL_ID\\])[^\\[\\]]*|)\\[ARGS\\]",
     regex.DOTALL,

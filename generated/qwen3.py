@@ -45,15 +45,15 @@ TEMPLATE = {
 # ---- delimiters ------------------------------------------------------------------------------
 WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters a match may start with before the rest (e.g. \s*)
 START_ANCHOR = "<|im_start|>assistant\n"
-OPEN_0 = LiteralSearch(("<think>",))  # (longest first)
+OPEN_0 = LiteralSearch(("<think>",))
 OPEN_1_PATTERN = "\\s*<tool_call>"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.
 OPEN_1 = LiteralSearch(("<tool_call>",), WHITESPACE)
 CLOSE_2_PATTERN = "\\s*(?:<\\|im_end\\|>|<\\|endoftext\\|>)"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.
 CLOSE_2 = LiteralSearch(("<|im_end|>", "<|endoftext|>"), WHITESPACE)
-CLOSE_0 = LiteralSearch(("</think>",))  # (longest first)
-CLOSE_1 = LiteralSearch(("</tool_call>",))  # (longest first)
+CLOSE_0 = LiteralSearch(("</think>",))
+CLOSE_1 = LiteralSearch(("</tool_call>",))
 LITERALS_SCAN_SINK = LiteralSearch(
     ("<think>", "<tool_call>", "<|im_end|>", "<|endoftext|>")
 )  # a state's literals: where any first occurs
