@@ -213,7 +213,7 @@ class Machine:
         """
         self._buf += text
         try:
-            if self._process([], eos=True):
+            if self._process(None, eos=True):  # (no events: only the message is wanted)
                 return None
         except ParserLoopError:
             return None
@@ -266,7 +266,7 @@ class Machine:
             raise RuntimeError("ResponseParser already finalized")
         raise ParserFailedError(self._failure)
 
-    def _process(self, events: list[dict], eos: bool, scanned: tuple | None = None) -> bool:
+    def _process(self, events: list[dict] | None, eos: bool, scanned: tuple | None = None) -> bool:
         """Commit delimiters until none is left to commit; `scanned` is the scan of the current
         buffer and position if the caller already made it. True if it stopped at a zero-width
         close of an empty region (below), before the end of what it could read."""
@@ -312,18 +312,20 @@ class Machine:
                 self._pos = hold
             return False
 
-    def _accumulate(self, events: list[dict], text: str) -> None:
+    def _accumulate(self, events: list[dict] | None, text: str) -> None:
         index = self._current
         if index is None:  # the null sink: no implicit field, nothing open
             return
         name = self.FIELD_NAMES[index]
         if not self._opened:
-            events.append({"type": "region_open", "field": name})
+            if events is not None:
+                events.append({"type": "region_open", "field": name})
             self._opened = True
         self._parts.append(text)
-        events.append({"type": "region_chunk", "field": name, "text": text, "dirty": self.DIRTY[index]})
+        if events is not None:
+            events.append({"type": "region_chunk", "field": name, "text": text, "dirty": self.DIRTY[index]})
 
-    def _open(self, events: list[dict], index: int, match: Any) -> None:
+    def _open(self, events: list[dict] | None, index: int, match: Any) -> None:
         self._current = index
         self._scan = getattr(self, self.STATE_SCANS[index])
         if match is not None:
@@ -332,9 +334,10 @@ class Machine:
             self._captures = {}
         self._parts = []
         self._opened = True
-        events.append({"type": "region_open", "field": self.FIELD_NAMES[index]})
+        if events is not None:
+            events.append({"type": "region_open", "field": self.FIELD_NAMES[index]})
 
-    def _close_current(self, events: list[dict]) -> None:
+    def _close_current(self, events: list[dict] | None) -> None:
         index = self._current
         if not self._opened and index == self.IMPLICIT:
             return  # nothing open, nothing collected: already the state a close leaves
@@ -351,7 +354,7 @@ class Machine:
                         value = self.FINISH[index](body, self._captures)
                     finally:
                         MATCH_TIMEOUT.reset(token)
-                if self._tool_params:
+                if self._tool_params and not isinstance(value, str):  # (text is never a tool call)
                     value = coerce_tool_calls(value, self._tool_params)
                 if join is not None and not isinstance(value, str):
                     raise ValueError(
@@ -380,7 +383,8 @@ class Machine:
                 output[name] = value
             if self._keep_errors:
                 self._closed.add(name)
-            events.append({"type": "region_close", "field": name, "value": value})
+            if events is not None:
+                events.append({"type": "region_close", "field": name, "value": value})
         self._reset_to_implicit()
 
     def _reset_to_implicit(self) -> None:
@@ -400,11 +404,12 @@ class Machine:
         self._output.setdefault(ERRORS_KEY, []).append(record)
         return value
 
-    def _keep_failed_region(self, events: list[dict], name: str, body: str, error: Exception) -> None:
+    def _keep_failed_region(self, events: list[dict] | None, name: str, body: str, error: Exception) -> None:
         """errors="keep": record the region's raw text and error instead of a value."""
         record = {"field": name, "raw": body, "error": f"{type(error).__name__}: {error}"}
         self._output.setdefault(ERRORS_KEY, []).append(record)
-        events.append({"type": "region_close", "field": name, "value": None, "error": record["error"]})
+        if events is not None:
+            events.append({"type": "region_close", "field": name, "value": None, "error": record["error"]})
         self._reset_to_implicit()
 
 
