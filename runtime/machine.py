@@ -88,7 +88,10 @@ class Machine:
         self._pos = 0
         self._output = self._new_output()
         self._current = self.IMPLICIT  # field index, or None for the null sink
-        self._scan = self._scan_sink
+        # The current state's scan method, as the class's plain function: a bound method stored on
+        # the instance would be a reference cycle, and the parser (with its buffer) would outlive its
+        # last use until the garbage collector's next full pass.
+        self._scan = type(self)._scan_sink
         self._captures: dict = {}
         self._parts: list[str] = []
         self._opened = False
@@ -122,7 +125,7 @@ class Machine:
         buf, pos = self._buf, self._pos
         self._lead_held = False  # (a scan that holds back a bare lead run sets it again)
         try:
-            hold, best = self._scan(buf, pos, False)
+            hold, best = self._scan(self, buf, pos, False)
             if best is not None:  # a delimiter to commit: the general loop, from this scan
                 events: list[dict] = []
                 self._process(events, False, (hold, best))
@@ -274,7 +277,7 @@ class Machine:
         while True:
             buf, pos = self._buf, self._pos
             if scanned is None:
-                hold, best = self._scan(buf, pos, eos)
+                hold, best = self._scan(self, buf, pos, eos)
             else:
                 hold, best = scanned
                 scanned = None
@@ -327,7 +330,7 @@ class Machine:
 
     def _open(self, events: list[dict] | None, index: int, match: Any) -> None:
         self._current = index
-        self._scan = getattr(self, self.STATE_SCANS[index])
+        self._scan = getattr(type(self), self.STATE_SCANS[index])
         if match is not None:
             self._captures = {k: v for k, v in match.groupdict().items() if v is not None}
         else:
@@ -389,7 +392,7 @@ class Machine:
 
     def _reset_to_implicit(self) -> None:
         self._current = self.IMPLICIT
-        self._scan = self._scan_sink
+        self._scan = type(self)._scan_sink
         self._captures = {}
         self._parts = []
         self._opened = False

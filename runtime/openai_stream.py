@@ -77,6 +77,7 @@ import json
 import random
 import re
 import string
+import weakref
 from typing import Any, Callable
 
 import regex
@@ -476,7 +477,7 @@ class _JsonScanner:
     def __init__(
         self, sink: "_ToolRegion", plan: _Plan, delims: list[tuple[str, str]], unquoted: bool
     ):
-        self.sink = sink
+        self.sink = weakref.proxy(sink)  # (a back reference: no cycle to wait for the collector)
         self.each = plan.each
         paths = {}
         for which, source in (("name", plan.name), ("id", plan.id), ("args", plan.arguments)):
@@ -770,7 +771,7 @@ class _TagArgs:
     greedy pattern would). Duplicate keys follow `merge_duplicates`, like the final parse."""
 
     def __init__(self, region: "_ToolRegion", args: dict):
-        self.region = region
+        self.region = weakref.proxy(region)  # (a back reference: no cycle to wait for the collector)
         tag_pattern = args.get("tag_pattern")
         self.dead = not isinstance(tag_pattern, str)
         self.suffix = "" if self.dead else _literal_suffix(tag_pattern)
@@ -854,7 +855,7 @@ class _LineArgs:
     """kv-lines: each line becomes one argument once its separator arrives (the last line at close)."""
 
     def __init__(self, region: "_ToolRegion", args: dict):
-        self.region = region
+        self.region = weakref.proxy(region)  # (a back reference: no cycle to wait for the collector)
         self.line_sep = args.get("line_sep", "\n")
         self.kv_sep = args.get("kv_sep", ":")
         self.dead = not (
@@ -952,7 +953,7 @@ class _ToolRegion:
     """One open region of the tool-call field: its calls, its extractor and its raw text."""
 
     def __init__(self, field: "_ToolField", captures: dict | None):
-        self.field = field
+        self.field = weakref.proxy(field)  # (a back reference: no cycle to wait for the collector)
         self.plan = plan = field.plan
         self.captures = captures
         self.raw: list[str] = []
@@ -1063,7 +1064,9 @@ class _ToolField:
     def __init__(
         self, stream: "OpenAIStream", spec: dict, tool_params: dict, make_id: Callable[[int], str]
     ):
-        self.stream = stream
+        # A back reference to the stream, weak: otherwise the stream (and its parser's buffer) would
+        # stay alive after its last use, until the garbage collector's next full pass.
+        self.stream = weakref.proxy(stream)
         self.deltas = stream._deltas
         self.plan = _Plan(spec)
         args = self.plan.content_args

@@ -417,3 +417,54 @@ def test_a_flood_of_newlines_is_not_quadratic(name):
         f"per-chunk copies grow with the held run of newlines: {late.copied} bytes over 230 chunks "
         f"at 1600 newlines vs {early.copied} at 400"
     )
+
+
+# ---- memory is given back as soon as a parser is dropped -----------------------------------------
+
+RELEASE_CASES = {
+    "qwen3": '<think>x</think>hello <tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>',
+    "qwen3_5": "<think>x</think>hi<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n"
+    "</function>\n</tool_call>",
+    "gemma4": "<|channel>thought\nx<channel|><|tool_call>call:f{a:1}<tool_call|>",
+    "gpt_oss": "<|channel|>analysis<|message|>x<|end|><|start|>assistant to=functions.f"
+    '<|channel|>commentary json<|message|>{"a": 1}<|call|>',
+}
+
+
+@pytest.mark.parametrize("name", sorted(RELEASE_CASES))
+def test_dropped_parsers_and_streams_free_their_text_without_the_collector(name):
+    """No reference cycles: a server holding thousands of streams gets each one's buffer back when
+    it lets go of it, finished or abandoned mid-call, not at the collector's next full pass."""
+    import weakref
+
+    from rtcompile.runtime.openai_stream import OpenAIStream
+
+    module = rtcompile.load(rtcompile.template_for(name))
+    text = RELEASE_CASES[name]
+    gc.collect()
+    gc.disable()
+    try:
+        for cut in (len(text), len(text) - 12):
+            parser = module.ResponseParser("")
+            stream = OpenAIStream(module.ResponseParser(""))
+            for start in range(0, cut, 3):
+                parser.feed(text[start : start + 3])
+                stream.feed(text[start : start + 3])
+            if cut == len(text):
+                parser.finalize()
+                stream.finish()
+            refs = [weakref.ref(parser), weakref.ref(stream), weakref.ref(stream.parser)]
+            del parser, stream
+            assert [ref() for ref in refs] == [None, None, None]
+        tracemalloc.start()
+        try:
+            big = text.replace("x", "x" * 200_000)  # ~200 K characters of reasoning
+            module.parse_response(big, prefix="")
+            before = tracemalloc.get_traced_memory()[0]
+            for _ in range(5):
+                module.parse_response(big, prefix="")
+            assert tracemalloc.get_traced_memory()[0] - before < 100_000  # no message left behind
+        finally:
+            tracemalloc.stop()
+    finally:
+        gc.enable()
