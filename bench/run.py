@@ -568,6 +568,19 @@ def profile_stream(adapter, workload: workloads.Workload, top: int = 14) -> str:
         parser.feed(chunk)
     parser.finalize()
     profiler.disable()
+    return _top_of(profiler, top)
+
+
+def profile_whole(adapter, workload: workloads.Workload, runs: int = 100, top: int = 14) -> str:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(runs):
+        adapter.parse(workload.text, workload.prefix, workload.tools)
+    profiler.disable()
+    return _top_of(profiler, top)
+
+
+def _top_of(profiler: cProfile.Profile, top: int) -> str:
     out = io.StringIO()
     stats = pstats.Stats(profiler, stream=out)
     stats.sort_stats("tottime").print_stats(top)
@@ -1080,8 +1093,15 @@ def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
             workload = workloads.build_workload(name, size, ascii_only=arguments.ascii)
             with _frozen_heap():
                 results["profiles"][f"{name}:{size}"] = {
-                    impl: profile_stream(adapter, workload) for impl, adapter in adapters.items()
+                    f"one stream, {impl}": profile_stream(adapter, workload)
+                    for impl, adapter in adapters.items()
                 }
+                results["profiles"][f"{name}:{size}"].update(
+                    {
+                        f"100 whole messages, {impl}": profile_whole(adapter, workload)
+                        for impl, adapter in adapters.items()
+                    }
+                )
         probe_startup = config.startup_all_templates or name == arguments.templates[0]
         if "rtcompile" in adapters and probe_startup and not arguments.no_startup:
             import rtcompile
@@ -1110,7 +1130,7 @@ def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
     for key, profiles in results["profiles"].items():
         for impl, text in profiles.items():
             report += (
-                f"\n\ncProfile of one stream, {key}, {impl} (sorted by own time):\n{text.strip()}"
+                f"\n\ncProfile of {impl}, {key} (sorted by own time):\n{text.strip()}"
             )
     if results.get("openai_adapter"):
         rows = [
