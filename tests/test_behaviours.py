@@ -143,6 +143,26 @@ def test_ties_prefer_earliest_then_longest_then_opens_then_field_name():
     assert message_of(steps) == {"text": "a", "long": "2"}  # longest wins at one start
 
 
+def test_whitespace_led_patterns_beside_literals_that_start_with_whitespace():
+    """`\\s*<y>` is searched as the literal `<y>` after a run of whitespace, and a state usually
+    finds all its literals in one search. A literal that itself starts with whitespace could then
+    begin inside that run (and lose a tie it should win): such states search each delimiter alone."""
+    template = {
+        "start_anchor": "@",
+        "fields": {
+            "space": {"open": " ", "close": "!"},
+            "tag": {"open_pattern": r"\s*<y>", "close": "?"},
+            "word": {"open": "<w>", "close": ";"},
+        },
+    }
+    steps = assert_same(template, "", [" <y>z?"])
+    assert message_of(steps) == {"tag": "z"}  # both start at 0; the longer match wins
+    assert message_of(assert_same(template, "", [" ", " <y>", "a?"])) == {"tag": "a"}
+    assert message_of(assert_same(template, "", ["a b!<w>c;"])) == {"space": "b", "word": "c"}
+    for chunks in (["x \n <", "y>q? <w>r;"], ["x \n <y>q? <w>r;"], list("x \n <y>q? <w>r;")):
+        assert_same(template, "", chunks)
+
+
 def test_null_sink_discards_text_outside_regions():
     template = {"start_anchor": "@", "fields": {"answer": {"open": "<a>", "close": "</a>"}}}
     steps = assert_same(template, "", ["noise <a>kept</a> more noise"])
