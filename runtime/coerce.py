@@ -41,13 +41,17 @@ def tool_parameters(tools: Any) -> dict[str, dict]:
     """
     parameters_by_tool: dict[str, dict] = {}
     for tool in tools or []:
+        if isinstance(tool, dict):
+            function = tool.get("function", tool)
         # The same tests as inspect.isfunction / inspect.ismethod
-        if isinstance(tool, (FunctionType, MethodType)):
+        elif isinstance(tool, (FunctionType, MethodType)):
             # Imported here: it pulls in `inspect`, which parsers without function tools never need
             from .tool_schema import function_schema
 
-            tool = function_schema(tool)
-        function = tool.get("function", tool) if isinstance(tool, dict) else None
+            schema = function_schema(tool)
+            function = schema.get("function", schema) if isinstance(schema, dict) else None
+        else:
+            continue
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             continue
         parameters = function.get("parameters")

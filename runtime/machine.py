@@ -81,7 +81,8 @@ class Machine:
         if prefix is None:
             raise ValueError(PREFIX_REQUIRED)
         self._keep_errors = errors == "keep"
-        self._closed: set[str] = set()  # fields closed so far (errors="keep" merges repeats)
+        # Fields closed so far (errors="keep" merges repeats; strict mode never needs it).
+        self._closed: set[str] | None = set() if self._keep_errors else None
         self._timeout = timeout
         self._tool_params = tool_parameters(tools) if tools else {}
         self._buf = ""
@@ -100,8 +101,7 @@ class Machine:
         self._halted = False  # finalized or failed: feed/finalize refuse
         self._held: list[str] = []  # see _lead_feed
         self._lead_held = False
-        self._memo_buf: str | None = None
-        self._memo: dict = {}
+        self._memo_buf: str | None = None  # (and self._memo: see _literal_memo)
         self.initial_events: list[dict] = []
         if prefix:
             truncated = self._truncate_prefix(prefix)
@@ -201,14 +201,20 @@ class Machine:
         return self._finished_output(), events
 
     def _finished_output(self) -> dict:
+        """The message: required fields checked, empty values dropped (defaults always kept)."""
         output = self._output
-        missing = [name for name in self.REQUIRED if name not in output]
-        if missing:
-            raise ValueError(f"Required response_template fields missing from parsed output: {missing}")
+        if self.REQUIRED:
+            missing = [name for name in self.REQUIRED if name not in output]
+            if missing:
+                raise ValueError(f"Required response_template fields missing from parsed output: {missing}")
         defaults = self.DEFAULT_KEYS
-        self._output = {k: v for k, v in output.items() if k in defaults or not _is_empty(v)}
+        message = {}
+        for key, value in output.items():  # (a plain loop: this runs once per message, keep it cheap)
+            if key in defaults or not (value is None or (isinstance(value, (list, dict, str)) and not value)):
+                message[key] = value
+        self._output = message
         self._finalized = self._halted = True
-        return self._output
+        return message
 
     def _parse_to_end(self, text: str) -> dict | None:
         """The message for `text` as the rest of the output, in one pass at the end of the stream:
@@ -414,10 +420,6 @@ class Machine:
         if events is not None:
             events.append({"type": "region_close", "field": name, "value": None, "error": record["error"]})
         self._reset_to_implicit()
-
-
-def _is_empty(value: Any) -> bool:
-    return value is None or (isinstance(value, (list, dict, str)) and not value)
 
 
 def parse_whole(machine_class: type, text: str, prefix: str | None, tools: list | None, **options: Any) -> dict:
