@@ -8,6 +8,7 @@
 import re
 
 from rtcompile.runtime import (
+    MEMO_BUFFER,
     SHORT_BUFFER,
     LiteralSearch,
     Machine,
@@ -158,7 +159,10 @@ class ResponseParser(Machine):
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
         # scans of this buffer do not search that text again.
-        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        if n - pos < MEMO_BUFFER:
+            memo = None
+        else:
+            memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # Where the first of the literal delimiters' literals occurs: one search for all of them.
         q = LITERALS_SCAN_SINK.find(memo, buf, pos)[0]
         # open of field 0
@@ -216,7 +220,10 @@ class ResponseParser(Machine):
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
         # scans of this buffer do not search that text again.
-        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        if n - pos < MEMO_BUFFER:
+            memo = None
+        else:
+            memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 0
         q = CLOSE_0.find(memo, buf, pos)[0]
         if q >= 0 and buf.startswith("<|END_THINKING|>", q):
@@ -245,7 +252,10 @@ class ResponseParser(Machine):
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
         # scans of this buffer do not search that text again.
-        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        if n - pos < MEMO_BUFFER:
+            memo = None
+        else:
+            memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 1
         q = CLOSE_1.find(memo, buf, pos)[0]
         if q >= 0 and buf.startswith("<|END_ACTION|>", q):
@@ -274,7 +284,10 @@ class ResponseParser(Machine):
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
         # scans of this buffer do not search that text again.
-        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        if n - pos < MEMO_BUFFER:
+            memo = None
+        else:
+            memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 2
         q = CLOSE_2.find(memo, buf, pos)[0]
         if q >= 0 and buf.startswith("<|END_RESPONSE|>", q):

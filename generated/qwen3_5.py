@@ -8,6 +8,7 @@
 import re
 
 from rtcompile.runtime import (
+    MEMO_BUFFER,
     SHORT_BUFFER,
     LiteralSearch,
     Machine,
@@ -184,7 +185,10 @@ class ResponseParser(Machine):
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
         # scans of this buffer do not search that text again.
-        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        if n - pos < MEMO_BUFFER:
+            memo = None
+        else:
+            memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # Where the first of the literal delimiters' literals occurs: one search for all of them.
         q = LITERALS_SCAN_SINK.find(memo, buf, pos)[0]
         # open of field 0
@@ -250,7 +254,10 @@ class ResponseParser(Machine):
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
         # scans of this buffer do not search that text again.
-        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        if n - pos < MEMO_BUFFER:
+            memo = None
+        else:
+            memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 0
         q = CLOSE_0.find(memo, buf, pos)[0]
         if q >= 0 and buf.startswith("</think>", q):
@@ -282,7 +289,10 @@ class ResponseParser(Machine):
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
         # scans of this buffer do not search that text again.
-        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        if n - pos < MEMO_BUFFER:
+            memo = None
+        else:
+            memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 1
         if best is None and n - pos < SHORT_BUFFER:
             m = CLOSE_1.search(buf, pos, partial=not eos, timeout=self._timeout)

@@ -8,6 +8,7 @@
 import re
 
 from rtcompile.runtime import (
+    MEMO_BUFFER,
     SHORT_BUFFER,
     LiteralSearch,
     Machine,
@@ -155,7 +156,10 @@ class ResponseParser(Machine):
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
         # scans of this buffer do not search that text again.
-        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        if n - pos < MEMO_BUFFER:
+            memo = None
+        else:
+            memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # Where the first of the literal delimiters' literals occurs: one search for all of them.
         q = LITERALS_SCAN_SINK.find(memo, buf, pos)[0]
         # open of field 0
@@ -225,7 +229,10 @@ class ResponseParser(Machine):
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
         # scans of this buffer do not search that text again.
-        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        if n - pos < MEMO_BUFFER:
+            memo = None
+        else:
+            memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 0
         q = CLOSE_0.find(memo, buf, pos)[0]
         if q >= 0 and buf.startswith("</think>", q):
@@ -254,7 +261,10 @@ class ResponseParser(Machine):
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
         # scans of this buffer do not search that text again.
-        memo = None if n - pos < SHORT_BUFFER else self._literal_memo(buf)
+        if n - pos < MEMO_BUFFER:
+            memo = None
+        else:
+            memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 1
         q = CLOSE_1.find(memo, buf, pos)[0]
         if q >= 0 and buf.startswith("</tool_call>", q):

@@ -12,7 +12,7 @@ import regex
 
 from .content_parsers import make_parser
 from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError, RegionError, RegionKeyError, RegionParseError
-from .scanning import SHORT_BUFFER, LiteralSearch, PatternWindow, trailing_run, truncate_after_last
+from .scanning import MEMO_BUFFER, SHORT_BUFFER, LiteralSearch, PatternWindow, trailing_run, truncate_after_last
 from .machine import ERRORS_KEY, Machine, parse_whole
 from .transforms import each_scope, resolve
 
@@ -35,6 +35,7 @@ def check_abi(expected: int) -> None:
 __all__ = [
     "RUNTIME_ABI",
     "SHORT_BUFFER",
+    "MEMO_BUFFER",
     "ERRORS_KEY",
     "LiteralSearch",
     "Machine",

@@ -232,7 +232,8 @@ class Machine:
         return self._finished_output()
 
     def _literal_memo(self, buf: str) -> dict:
-        """Where literals next occur in `buf` (see scanning.find_literal); new for a new buffer."""
+        """What literal searches learnt about `buf` (see LiteralSearch.find); new for a new buffer.
+        (Generated scans read self._memo directly when self._memo_buf is their buffer.)"""
         if self._memo_buf is not buf:
             self._memo_buf = buf
             self._memo = {}

@@ -16,6 +16,10 @@ from typing import Any
 # the candidate start positions (PatternWindow); above it, skipping to candidates wins, and
 # increasingly so for patterns with a leading \s* that the engine tries at every space.
 SHORT_BUFFER = 256
+# From this many unread characters on, a scan's literal searches are remembered for the later
+# scans of the same buffer (LiteralSearch.find's memo). Below it, searching again costs less than
+# the bookkeeping, and at most this much is searched again per scan, so parsing stays linear.
+MEMO_BUFFER = 2048
 
 
 def literal_partial_start(buf: str, pos: int, literals: tuple[str, ...], longest: int) -> int:
@@ -77,10 +81,16 @@ class LiteralSearch:
         A partial occurrence at the buffer's end cannot start that early either then (the caller
         skips that check): the run of lead characters at `bound` ends more than `longest` before
         the end."""
-        known = None if memo is None else memo.get(self)
-        if known is not None and known[0] >= pos >= known[2]:
-            return known[0], known[1]  # the next occurrence, found by an earlier scan
         n = len(buf)
+        if memo is None:
+            known = None
+            if bound is None:  # (the common case in streaming: a short buffer, no bound)
+                found = self._search(buf, pos, n)
+                return (-1, -1) if found is None else found
+        else:
+            known = memo.get(self)
+            if known is not None and known[0] >= pos >= known[2]:
+                return known[0], known[1]  # the next occurrence, found by an earlier scan
         limit = n  # the last start wanted
         if bound is not None and bound < n:
             limit = bound
