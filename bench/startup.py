@@ -75,14 +75,23 @@ if len(sys.argv) > 2:  # a process that has used rtcompile already: loader and r
     import rtcompile.api, rtcompile.cache, rtcompile.runtime
 with open(sys.argv[1], encoding="utf-8") as handle:
     template = json.load(handle)
-_, load_cpu, load_wall = timed(lambda: rtcompile.load(template))
+module, load_cpu, load_wall = timed(lambda: rtcompile.load(template))
 _, again_cpu, again_wall = timed(lambda: rtcompile.load(template))
 equal_copy = copy.deepcopy(template)
 _, copy_cpu, copy_wall = timed(lambda: rtcompile.load(equal_copy))
+# The first parse after loading (it compiles the regex patterns it needs: see LazyRegex), then a
+# second parse of the same message for comparison.
+with open(sys.argv[1] + ".sample.json", encoding="utf-8") as handle:
+    sample = json.load(handle)
+parse = lambda: module.parse_response(sample["text"], prefix=sample["prefix"], tools=sample["tools"])
+_, first_parse_cpu, first_parse_wall = timed(parse)
+_, next_parse_cpu, next_parse_wall = timed(parse)
 print(json.dumps({
     "load_first_cpu": load_cpu, "load_first_wall": load_wall,
     "load_same_object_cpu": again_cpu, "load_same_object_wall": again_wall,
     "load_equal_copy_cpu": copy_cpu, "load_equal_copy_wall": copy_wall,
+    "first_parse_cpu": first_parse_cpu, "first_parse_wall": first_parse_wall,
+    "next_parse_cpu": next_parse_cpu, "next_parse_wall": next_parse_wall,
 }))
 """
 
@@ -133,10 +142,12 @@ def measure_import(module_source: str, module_name: str, runs: int, work_dir: st
     }
 
 
-def measure_compile(template: dict, work_dir: str) -> dict:
-    """Cold and warm compile, first load, memo hit and warm-cache load in a new process."""
+def measure_compile(template: dict, work_dir: str, sample: dict) -> dict:
+    """Cold and warm compile, first load, memo hit and warm-cache load in a new process; `sample`
+    (text, prefix, tools) is parsed right after a hit, to show what the first parse adds."""
     template_path = Path(work_dir) / "template.json"
     template_path.write_text(json.dumps(template), encoding="utf-8")
+    Path(str(template_path) + ".sample.json").write_text(json.dumps(sample), encoding="utf-8")
     cold_cache = tempfile.mkdtemp(prefix="cache-cold-", dir=work_dir)
     cold = _run_probe(
         _COLD_COMPILE_PROBE, [str(template_path)], {"RTCOMPILE_CACHE_DIR": cold_cache}
@@ -171,5 +182,7 @@ def measure_compile(template: dict, work_dir: str) -> dict:
         "load_new_process_warm_cache_wall": second_process["load_first_wall"],
         "cache_hit_cpu": _median_of(hits, "load_first_cpu"),
         "cache_hit_wall": _median_of(hits, "load_first_wall"),
+        "first_parse_after_hit_cpu": _median_of(hits, "first_parse_cpu"),
+        "next_parse_after_hit_cpu": _median_of(hits, "next_parse_cpu"),
         "cache_dir_files_after_first_load": cache_files,
     }

@@ -10,6 +10,7 @@ import re
 from rtcompile.runtime import (
     MEMO_BUFFER,
     SHORT_BUFFER,
+    LazyRegex,
     LiteralSearch,
     Machine,
     PatternWindow,
@@ -17,7 +18,6 @@ from rtcompile.runtime import (
     each_scope,
     make_parser,
     parse_whole,
-    regex,
     resolve,
     trailing_run,
     truncate_after_last,
@@ -56,10 +56,9 @@ OPEN_0 = LiteralSearch(("<think>",))
 CLOSE_2_PATTERN = "\\s*(?:</think>|<｜tool▁calls▁end｜>|<｜end▁of▁sentence｜>)"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.
 CLOSE_2 = LiteralSearch(("</think>", "<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>"), WHITESPACE)
-OPEN_1 = regex.compile(
-    "\\s*(?:<｜tool▁calls▁begin｜>)?\\s*<｜tool▁call▁begin｜>(?P<name>[^<]+)<｜tool▁sep｜>",
-    regex.DOTALL,
-)
+OPEN_1 = LazyRegex(
+    "\\s*(?:<｜tool▁calls▁begin｜>)?\\s*<｜tool▁call▁begin｜>(?P<name>[^<]+)<｜tool▁sep｜>"
+)  # compiled (regex, DOTALL) on first use
 OPEN_1_WINDOW = PatternWindow(
     OPEN_1,
     first="[<]",

@@ -10,6 +10,7 @@ import re
 from rtcompile.runtime import (
     MEMO_BUFFER,
     SHORT_BUFFER,
+    LazyRegex,
     LiteralSearch,
     Machine,
     PatternWindow,
@@ -17,7 +18,6 @@ from rtcompile.runtime import (
     each_scope,
     make_parser,
     parse_whole,
-    regex,
     resolve,
     trailing_run,
     truncate_after_last,
@@ -57,7 +57,9 @@ OPEN_0 = LiteralSearch(("<|channel>thought\n",))
 CLOSE_2 = LiteralSearch(
     ("<|tool_response>", "<turn|>", "<eos>")
 )  # (longest first: it wins at one place)
-OPEN_1 = regex.compile("<\\|tool_call>call:(?P<name>[^{<\\s]+)", regex.DOTALL)
+OPEN_1 = LazyRegex(
+    "<\\|tool_call>call:(?P<name>[^{<\\s]+)"
+)  # compiled (regex, DOTALL) on first use
 OPEN_1_WINDOW = PatternWindow(
     OPEN_1,
     first="[<]",

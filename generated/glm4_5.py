@@ -10,6 +10,7 @@ import re
 from rtcompile.runtime import (
     MEMO_BUFFER,
     SHORT_BUFFER,
+    LazyRegex,
     LiteralSearch,
     Machine,
     PatternWindow,
@@ -17,7 +18,6 @@ from rtcompile.runtime import (
     each_scope,
     make_parser,
     parse_whole,
-    regex,
     resolve,
     trailing_run,
     truncate_after_last,
@@ -59,7 +59,7 @@ OPEN_0 = LiteralSearch(("<think>",))
 CLOSE_2_PATTERN = "\\s*(?:<\\|user\\|>|<\\|observation\\|>|<\\|endoftext\\|>)"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.
 CLOSE_2 = LiteralSearch(("<|user|>", "<|observation|>", "<|endoftext|>"), WHITESPACE)
-OPEN_1 = regex.compile("\\s*<tool_call>(?P<name>[^\\n<]+)", regex.DOTALL)
+OPEN_1 = LazyRegex("\\s*<tool_call>(?P<name>[^\\n<]+)")  # compiled (regex, DOTALL) on first use
 OPEN_1_WINDOW = PatternWindow(
     OPEN_1,
     first="[<]",

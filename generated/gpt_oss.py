@@ -10,6 +10,7 @@ import re
 from rtcompile.runtime import (
     MEMO_BUFFER,
     SHORT_BUFFER,
+    LazyRegex,
     LiteralSearch,
     Machine,
     PatternWindow,
@@ -17,7 +18,6 @@ from rtcompile.runtime import (
     each_scope,
     make_parser,
     parse_whole,
-    regex,
     resolve,
     trailing_run,
     truncate_after_last,
@@ -59,10 +59,9 @@ WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\
 START_ANCHOR = "<|start|>assistant"
 OPEN_0 = LiteralSearch(("<|channel|>analysis<|message|>",))
 OPEN_2 = LiteralSearch(("<|channel|>final<|message|>",))
-OPEN_1 = regex.compile(
-    "(?:<\\|start\\|>assistant)?\\s*(?:to=functions\\.(?P<name>[^<\\s]+)\\s*<\\|channel\\|>commentary|<\\|channel\\|>commentary\\s+to=functions\\.(?P<name>[^<\\s]+))[^<]*(?:<\\|constrain\\|>[^<]*)?<\\|message\\|>",
-    regex.DOTALL,
-)
+OPEN_1 = LazyRegex(
+    "(?:<\\|start\\|>assistant)?\\s*(?:to=functions\\.(?P<name>[^<\\s]+)\\s*<\\|channel\\|>commentary|<\\|channel\\|>commentary\\s+to=functions\\.(?P<name>[^<\\s]+))[^<]*(?:<\\|constrain\\|>[^<]*)?<\\|message\\|>"
+)  # compiled (regex, DOTALL) on first use
 OPEN_1_WINDOW = PatternWindow(
     OPEN_1,
     first="[<t]",

@@ -10,6 +10,7 @@ import re
 from rtcompile.runtime import (
     MEMO_BUFFER,
     SHORT_BUFFER,
+    LazyRegex,
     LiteralSearch,
     Machine,
     PatternWindow,
@@ -17,7 +18,6 @@ from rtcompile.runtime import (
     each_scope,
     make_parser,
     parse_whole,
-    regex,
     resolve,
     trailing_run,
     truncate_after_last,
@@ -61,10 +61,9 @@ CLOSE_2_PATTERN = (
 CLOSE_2 = LiteralSearch(
     ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|im_end|>"), WHITESPACE
 )
-OPEN_1 = regex.compile(
-    "<\\|tool_call_begin\\|>\\s*(?P<id>(?:functions\\.)?(?P<name>[^<:\\s]+)(?::\\d+)?)\\s*<\\|tool_call_argument_begin\\|>",
-    regex.DOTALL,
-)
+OPEN_1 = LazyRegex(
+    "<\\|tool_call_begin\\|>\\s*(?P<id>(?:functions\\.)?(?P<name>[^<:\\s]+)(?::\\d+)?)\\s*<\\|tool_call_argument_begin\\|>"
+)  # compiled (regex, DOTALL) on first use
 OPEN_1_WINDOW = PatternWindow(
     OPEN_1,
     first="[<]",

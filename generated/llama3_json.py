@@ -10,6 +10,7 @@ import re
 from rtcompile.runtime import (
     MEMO_BUFFER,
     SHORT_BUFFER,
+    LazyRegex,
     LiteralSearch,
     Machine,
     PatternWindow,
@@ -17,7 +18,6 @@ from rtcompile.runtime import (
     each_scope,
     make_parser,
     parse_whole,
-    regex,
     resolve,
     trailing_run,
     truncate_after_last,
@@ -54,7 +54,9 @@ START_ANCHOR = "<|start_header_id|>assistant<|end_header_id|>\n\n"
 CLOSE_1_PATTERN = "\\s*(?:<\\|eot_id\\|>|<\\|eom_id\\|>|<\\|end_of_text\\|>)"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.
 CLOSE_1 = LiteralSearch(("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"), WHITESPACE)
-OPEN_0 = regex.compile('^\\s*(?:<\\|python_tag\\|>\\s*)?(?=\\{\\s*\\"name\\"\\s*:)', regex.DOTALL)
+OPEN_0 = LazyRegex(
+    '^\\s*(?:<\\|python_tag\\|>\\s*)?(?=\\{\\s*\\"name\\"\\s*:)'
+)  # compiled (regex, DOTALL) on first use
 CLOSE_0_PATTERN = "\\s*(?:<\\|eot_id\\|>|<\\|eom_id\\|>)"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.
 CLOSE_0 = LiteralSearch(("<|eot_id|>", "<|eom_id|>"), WHITESPACE)

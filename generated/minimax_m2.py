@@ -10,6 +10,7 @@ import re
 from rtcompile.runtime import (
     MEMO_BUFFER,
     SHORT_BUFFER,
+    LazyRegex,
     LiteralSearch,
     Machine,
     PatternWindow,
@@ -17,7 +18,6 @@ from rtcompile.runtime import (
     each_scope,
     make_parser,
     parse_whole,
-    regex,
     resolve,
     trailing_run,
     truncate_after_last,
@@ -56,9 +56,9 @@ OPEN_0 = LiteralSearch(("<think>",))
 CLOSE_2_PATTERN = "\\s*(?:\\[e~\\[|</minimax:tool_call>)"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.
 CLOSE_2 = LiteralSearch(("[e~[", "</minimax:tool_call>"), WHITESPACE)
-OPEN_1 = regex.compile(
-    '\\s*(?:<minimax:tool_call>\\s*)?<invoke name=\\"(?P<name>[^\\"]+)\\">', regex.DOTALL
-)
+OPEN_1 = LazyRegex(
+    '\\s*(?:<minimax:tool_call>\\s*)?<invoke name=\\"(?P<name>[^\\"]+)\\">'
+)  # compiled (regex, DOTALL) on first use
 OPEN_1_WINDOW = PatternWindow(
     OPEN_1,
     first="[<]",

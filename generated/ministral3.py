@@ -10,6 +10,7 @@ import re
 from rtcompile.runtime import (
     MEMO_BUFFER,
     SHORT_BUFFER,
+    LazyRegex,
     LiteralSearch,
     Machine,
     PatternWindow,
@@ -17,7 +18,6 @@ from rtcompile.runtime import (
     each_scope,
     make_parser,
     parse_whole,
-    regex,
     resolve,
     trailing_run,
     truncate_after_last,
@@ -50,7 +50,9 @@ TEMPLATE = {
 START_ANCHOR = re.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]")
 OPEN_0 = LiteralSearch(("[THINK]",))
 CLOSE_2 = LiteralSearch(("</s>",))
-OPEN_1 = regex.compile("\\[TOOL_CALLS\\](?P<name>[^\\[\\]{}]+)\\[ARGS\\]", regex.DOTALL)
+OPEN_1 = LazyRegex(
+    "\\[TOOL_CALLS\\](?P<name>[^\\[\\]{}]+)\\[ARGS\\]"
+)  # compiled (regex, DOTALL) on first use
 OPEN_1_WINDOW = PatternWindow(
     OPEN_1,
     first="[\\[]",
@@ -60,7 +62,7 @@ OPEN_1_WINDOW = PatternWindow(
     prefix="[TOOL_CALLS]",
 )
 CLOSE_0 = LiteralSearch(("[/THINK]",))
-CLOSE_1 = regex.compile("(?=\\[TOOL_CALLS\\])|</s>", regex.DOTALL)
+CLOSE_1 = LazyRegex("(?=\\[TOOL_CALLS\\])|</s>")  # compiled (regex, DOTALL) on first use
 LITERALS_SCAN_SINK = LiteralSearch(
     ("[THINK]", "</s>")
 )  # a state's literals: where any first occurs

@@ -10,6 +10,7 @@ import re
 from rtcompile.runtime import (
     MEMO_BUFFER,
     SHORT_BUFFER,
+    LazyRegex,
     LiteralSearch,
     Machine,
     PatternWindow,
@@ -17,7 +18,6 @@ from rtcompile.runtime import (
     each_scope,
     make_parser,
     parse_whole,
-    regex,
     resolve,
     trailing_run,
     truncate_after_last,
@@ -49,10 +49,9 @@ TEMPLATE = {
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = re.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]")
 CLOSE_1 = LiteralSearch(("</s>",))
-OPEN_0 = regex.compile(
-    "\\[TOOL_CALLS\\](?P<name>[^\\[\\]{}]+)(?:\\[CALL_ID\\])?(?P<id>(?<=\\[CALL_ID\\])[^\\[\\]]*|)\\[ARGS\\]",
-    regex.DOTALL,
-)
+OPEN_0 = LazyRegex(
+    "\\[TOOL_CALLS\\](?P<name>[^\\[\\]{}]+)(?:\\[CALL_ID\\])?(?P<id>(?<=\\[CALL_ID\\])[^\\[\\]]*|)\\[ARGS\\]"
+)  # compiled (regex, DOTALL) on first use
 OPEN_0_WINDOW = PatternWindow(
     OPEN_0,
     first="[\\[]",
@@ -61,7 +60,7 @@ OPEN_0_WINDOW = PatternWindow(
     lead_run=False,
     prefix="[TOOL_CALLS]",
 )
-CLOSE_0 = regex.compile("(?=\\[TOOL_CALLS\\])|</s>", regex.DOTALL)
+CLOSE_0 = LazyRegex("(?=\\[TOOL_CALLS\\])|</s>")  # compiled (regex, DOTALL) on first use
 
 # ---- fields: content parser, then transform --------------------------------------------------
 CONTENT_0 = make_parser("json", {})

@@ -10,6 +10,7 @@ import re
 from rtcompile.runtime import (
     MEMO_BUFFER,
     SHORT_BUFFER,
+    LazyRegex,
     LiteralSearch,
     Machine,
     PatternWindow,
@@ -17,7 +18,6 @@ from rtcompile.runtime import (
     each_scope,
     make_parser,
     parse_whole,
-    regex,
     resolve,
     trailing_run,
     truncate_after_last,
@@ -56,7 +56,9 @@ OPEN_0 = LiteralSearch(("<think>",))
 CLOSE_2_PATTERN = "\\s*(?:<\\|im_end\\|>|<\\|endoftext\\|>)"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.
 CLOSE_2 = LiteralSearch(("<|im_end|>", "<|endoftext|>"), WHITESPACE)
-OPEN_1 = regex.compile("\\s*<tool_call>\\s*<function=(?P<name>[^>\\n]+)>", regex.DOTALL)
+OPEN_1 = LazyRegex(
+    "\\s*<tool_call>\\s*<function=(?P<name>[^>\\n]+)>"
+)  # compiled (regex, DOTALL) on first use
 OPEN_1_WINDOW = PatternWindow(
     OPEN_1,
     first="[<]",
@@ -66,7 +68,7 @@ OPEN_1_WINDOW = PatternWindow(
     prefix="<tool_call>",
 )
 CLOSE_0 = LiteralSearch(("</think>",))
-CLOSE_1 = regex.compile("\\s*</function>\\s*</tool_call>", regex.DOTALL)
+CLOSE_1 = LazyRegex("\\s*</function>\\s*</tool_call>")  # compiled (regex, DOTALL) on first use
 CLOSE_1_WINDOW = PatternWindow(
     CLOSE_1,
     first="[<]",

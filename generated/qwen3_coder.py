@@ -10,6 +10,7 @@ import re
 from rtcompile.runtime import (
     MEMO_BUFFER,
     SHORT_BUFFER,
+    LazyRegex,
     LiteralSearch,
     Machine,
     PatternWindow,
@@ -17,7 +18,6 @@ from rtcompile.runtime import (
     each_scope,
     make_parser,
     parse_whole,
-    regex,
     resolve,
     trailing_run,
     truncate_after_last,
@@ -54,7 +54,9 @@ START_ANCHOR = "<|im_start|>assistant\n"
 CLOSE_1_PATTERN = "\\s*(?:<\\|im_end\\|>|<\\|endoftext\\|>)"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.
 CLOSE_1 = LiteralSearch(("<|im_end|>", "<|endoftext|>"), WHITESPACE)
-OPEN_0 = regex.compile("\\s*<tool_call>\\s*<function=(?P<name>[^>\\n]+)>", regex.DOTALL)
+OPEN_0 = LazyRegex(
+    "\\s*<tool_call>\\s*<function=(?P<name>[^>\\n]+)>"
+)  # compiled (regex, DOTALL) on first use
 OPEN_0_WINDOW = PatternWindow(
     OPEN_0,
     first="[<]",
@@ -63,7 +65,7 @@ OPEN_0_WINDOW = PatternWindow(
     lead_run=True,
     prefix="<tool_call>",
 )
-CLOSE_0 = regex.compile("\\s*</function>\\s*</tool_call>", regex.DOTALL)
+CLOSE_0 = LazyRegex("\\s*</function>\\s*</tool_call>")  # compiled (regex, DOTALL) on first use
 CLOSE_0_WINDOW = PatternWindow(
     CLOSE_0,
     first="[<]",

@@ -12,7 +12,7 @@ import regex
 
 from .content_parsers import make_parser
 from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError, RegionError, RegionKeyError, RegionParseError
-from .scanning import MEMO_BUFFER, SHORT_BUFFER, LiteralSearch, PatternWindow, trailing_run, truncate_after_last
+from .scanning import MEMO_BUFFER, SHORT_BUFFER, LazyRegex, LiteralSearch, PatternWindow, trailing_run, truncate_after_last
 from .machine import ERRORS_KEY, Machine, parse_whole
 from .transforms import each_scope, resolve
 
@@ -37,6 +37,7 @@ __all__ = [
     "SHORT_BUFFER",
     "MEMO_BUFFER",
     "ERRORS_KEY",
+    "LazyRegex",
     "LiteralSearch",
     "Machine",
     "MatchTimeoutError",

@@ -133,9 +133,8 @@ def _run_json(text: str, args: dict, patterns: list, unquoted_keys: Any, check_s
 def _json_factory(args: dict) -> Callable[[str], Any]:
     string_delims = args.get("string_delims", [])
     unquoted_keys = args.get("unquoted_keys", False)
-    patterns = [
-        regex.compile(regex.escape(open_d) + r"(.*?)" + regex.escape(close_d), regex.DOTALL)
-        for open_d, close_d in string_delims
+    patterns = [  # (compiled on first use: see LazyRegex)
+        LazyRegex(regex.escape(open_d) + r"(.*?)" + regex.escape(close_d)) for open_d, close_d in string_delims
     ]
     check_sentinels = bool(string_delims)
     if not patterns and not unquoted_keys:
@@ -204,7 +203,7 @@ def _xml_inline_factory(args: dict) -> Callable[[str], dict]:
     tag_pattern = args.get("tag_pattern")
     if not isinstance(tag_pattern, str):
         raise TypeError("tag_pattern is checked per call")
-    compiled = regex.compile(tag_pattern, regex.DOTALL)
+    compiled = LazyRegex(tag_pattern)  # (compiled on first use)
     value_parser = args.get("value_parser")
     merge = args.get("merge_duplicates", False)
     return lambda text: _run_xml_inline(

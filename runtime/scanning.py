@@ -49,6 +49,44 @@ def trailing_run(buf: str, pos: int, chars: str) -> int:
     return p
 
 
+class LazyRegex:
+    """A pattern compiled with the `regex` module (DOTALL) the first time it is used.
+
+    Compiling a delimiter or tag pattern costs up to a millisecond or more (gpt-oss's call opener);
+    done at import, it would be most of the cost of loading a parser from the cache. Deferred, a
+    parser loads in well under a millisecond, and only patterns actually needed are compiled (each
+    once per process). The methods are the compiled pattern's."""
+
+    __slots__ = ("source", "_compiled")
+
+    def __init__(self, source: str):
+        self.source = source
+        self._compiled: Any = None
+
+    def compiled(self) -> Any:
+        compiled = self._compiled
+        if compiled is None:
+            import regex
+
+            compiled = self._compiled = regex.compile(self.source, regex.DOTALL)
+        return compiled
+
+    def search(self, *args: Any, **kwargs: Any) -> Any:
+        return self.compiled().search(*args, **kwargs)
+
+    def match(self, *args: Any, **kwargs: Any) -> Any:
+        return self.compiled().match(*args, **kwargs)
+
+    def finditer(self, *args: Any, **kwargs: Any) -> Any:
+        return self.compiled().finditer(*args, **kwargs)
+
+    def sub(self, *args: Any, **kwargs: Any) -> Any:
+        return self.compiled().sub(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"LazyRegex({self.source!r})"
+
+
 class LiteralSearch:
     """Finds literals in long buffers (a whole message) for the generated scanners: a literal
     delimiter's literals, those of a pattern that is a lead run then literals (ir.LiteralRun), or
@@ -178,12 +216,12 @@ class PatternWindow:
     a bound (where it already has another match): `pattern.search(buf, pos, partial=not eos)` when
     that starts at or before the bound, None when it starts later.
 
-    Every match starts with a run of `lead` characters and then a character of `first` (a
-    character class), followed by `prefix` if that is not "" (ir.CharSets). So only those places
-    are tried, with anchored matches that read no further than a match can reach (`tail`
-    characters after the lead run, None: unbounded), and the required `prefix` is found with a
-    LiteralSearch. Partial matches (ones that run into the end of the buffer) are looked for only
-    near the end.
+    `pattern` is a LazyRegex. Every match starts with a run of `lead` characters and then a
+    character of `first` (a character class), followed by `prefix` if that is not ""
+    (ir.CharSets). So only those places are tried, with anchored matches that read no further
+    than a match can reach (`tail` characters after the lead run, None: unbounded), and the
+    required `prefix` is found with a LiteralSearch. Partial matches (ones that run into the end
+    of the buffer) are looked for only near the end.
     """
 
     __slots__ = ("pattern", "_first", "_lead", "_tail", "_lead_run", "_prefix", "_prefix_search")
@@ -198,21 +236,24 @@ class PatternWindow:
         self._prefix_search = LiteralSearch((prefix,), lead) if prefix else None
 
     def search(self, buf: str, pos: int, eos: bool, bound: int, timeout: float | None = None, memo: dict | None = None) -> Any:
-        complete, later = self._leftmost_complete(buf, pos, bound, timeout, memo)
+        pattern = self.pattern.compiled()
+        complete, later = self._leftmost_complete(pattern, buf, pos, bound, timeout, memo)
         if complete is not None:
             return complete if complete.start() <= bound else None
         if eos:
             return None
         floor = _partial_floor(buf, pos, len(buf), self._tail, self._lead if self._lead_run else "")
-        partial = self._leftmost_partial(buf, pos, bound, floor, timeout, memo)
-        if partial is None or (later >= 0 and self.pattern.search(buf, later, timeout=timeout) is not None):
+        partial = self._leftmost_partial(pattern, buf, pos, bound, floor, timeout, memo)
+        if partial is None or (later >= 0 and pattern.search(buf, later, timeout=timeout) is not None):
             return None  # (a complete match after the window would be the answer: not ours)
         return partial
 
-    def _leftmost_complete(self, buf: str, pos: int, bound: int, timeout: float | None, memo: dict | None) -> tuple[Any, int]:
+    def _leftmost_complete(
+        self, pattern: Any, buf: str, pos: int, bound: int, timeout: float | None, memo: dict | None
+    ) -> tuple[Any, int]:
         """(the leftmost complete match, or None; where candidates after the window start, or -1
         when no match exists at all)."""
-        pattern, lead, prefix_search = self.pattern, self._lead, self._prefix_search
+        lead, prefix_search = self._lead, self._prefix_search
         n = len(buf)
         tried = pos
         tries = 0
@@ -243,8 +284,10 @@ class PatternWindow:
                 # (Not with a lead: the engine would try every lead character, slowly.)
                 return pattern.search(buf, tried, timeout=timeout), -1
 
-    def _leftmost_partial(self, buf: str, pos: int, bound: int, floor: int, timeout: float | None, memo: dict | None) -> Any:
-        pattern, lead, prefix_search = self.pattern, self._lead, self._prefix_search
+    def _leftmost_partial(
+        self, pattern: Any, buf: str, pos: int, bound: int, floor: int, timeout: float | None, memo: dict | None
+    ) -> Any:
+        lead, prefix_search = self._lead, self._prefix_search
         n = len(buf)
         tried = max(pos, floor)
         while tried <= bound and tried < n:

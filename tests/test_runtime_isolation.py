@@ -55,3 +55,46 @@ def test_a_module_for_another_abi_refuses_to_import():
     else:
         raise AssertionError("a module built for another runtime ABI imported")
 
+
+
+def test_importing_a_parser_compiles_no_regex_until_a_pattern_is_used():
+    """Delimiter and tag patterns are LazyRegex: a parser loads (from the cache too) without paying
+    for regex compilation; each pattern is compiled once, when first needed, with the same result."""
+    code = (
+        "import regex, json\n"
+        "compiled = []\n"
+        "real = regex.compile\n"
+        "regex.compile = lambda *a, **k: compiled.append(a[0]) or real(*a, **k)\n"
+        "from rtcompile.generated import gpt_oss, qwen3_5, gemma4\n"
+        "at_import = len(compiled)\n"
+        "text = '<|channel|>analysis<|message|>x<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>'\n"
+        "first = gpt_oss.parse_response(text, prefix='')\n"
+        "after_first = len(compiled)\n"
+        "assert gpt_oss.parse_response(text, prefix='') == first\n"
+        "print(json.dumps([at_import, after_first, len(compiled), first]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    at_import, after_first, after_second, message = json.loads(out.splitlines()[-1])
+    assert at_import == 0
+    assert after_first >= 1 and after_second == after_first  # compiled once, then reused
+    assert message["tool_calls"][0]["function"]["name"] == "f"
+
+
+def test_a_lazy_pattern_behaves_as_the_compiled_one_and_an_invalid_one_fails_on_each_use():
+    import pytest
+    import regex
+
+    from rtcompile.runtime import LazyRegex
+
+    lazy = LazyRegex(r"\s*<(?P<tag>\w+)>")
+    compiled = regex.compile(r"\s*<(?P<tag>\w+)>", regex.DOTALL)
+    text = "a <b> c\n<d>"
+    assert lazy.search(text, 1).span() == compiled.search(text, 1).span()
+    assert lazy.match(text, 1).group("tag") == "b"
+    assert [m.span() for m in lazy.finditer(text)] == [m.span() for m in compiled.finditer(text)]
+    assert lazy.sub("_", text) == compiled.sub("_", text)
+    assert lazy.compiled() is lazy.compiled()
+    broken = LazyRegex("(")
+    for _ in range(2):
+        with pytest.raises(regex.error):
+            broken.search("x")

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rtcompile.patterns import analyse_pattern, literal_charsets, whitespace
-from rtcompile.runtime.scanning import LiteralSearch, PatternWindow, literal_partial_start
+from rtcompile.runtime.scanning import LazyRegex, LiteralSearch, PatternWindow, literal_partial_start
 
 ALPHABET = "ab <>/x\n\t|"
 PATTERNS = [
@@ -61,7 +61,7 @@ def _classes(pattern):
 def test_pattern_window_equals_search_up_to_the_bound(pattern, text, data):
     compiled = regex.compile(pattern, regex.DOTALL)
     first, lead, tail, lead_run, prefix = _classes(pattern)
-    window = PatternWindow(compiled, first.pattern, lead, tail, lead_run, prefix)
+    window = PatternWindow(LazyRegex(pattern), first.pattern, lead, tail, lead_run, prefix)
     memo: dict = {}  # shared by every search of this text, in any order, as a scanner may
     for _ in range(data.draw(st.integers(1, 4))):
         pos = data.draw(st.integers(0, len(text)))
