@@ -224,7 +224,7 @@ class PatternWindow:
     of the buffer) are looked for only near the end.
     """
 
-    __slots__ = ("pattern", "_first", "_lead", "_tail", "_lead_run", "_prefix", "_prefix_search")
+    __slots__ = ("pattern", "_first", "_lead", "_tail", "_lead_run", "_prefix_search")
 
     def __init__(self, pattern: Any, first: str, lead: str, tail: int | None, lead_run: bool, prefix: str = ""):
         self.pattern = pattern
@@ -232,7 +232,6 @@ class PatternWindow:
         self._lead = lead
         self._tail = tail
         self._lead_run = lead_run
-        self._prefix = prefix
         self._prefix_search = LiteralSearch((prefix,), lead) if prefix else None
 
     def search(self, buf: str, pos: int, eos: bool, bound: int, timeout: float | None = None, memo: dict | None = None) -> Any:
