@@ -14,8 +14,10 @@ class RegionError(Exception):
 
 
 def _describe(field: str, text: str, cause: BaseException) -> str:
-    detail = cause.args[0] if isinstance(cause, KeyError) and cause.args else cause
-    message = f"Field {field!r}: {detail}"
+    detail = str(cause.args[0] if isinstance(cause, KeyError) and cause.args else cause)
+    # (The interpreter's own `join` message already starts with the field's name.)
+    named = detail.startswith((f"Field {field!r}: ", f"Field '{field}': "))
+    message = detail if named else f"Field {field!r}: {detail}"
     if repr(text) not in message:
         message += f"\nRegion text: {text!r}"
     return message

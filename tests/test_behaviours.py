@@ -211,6 +211,17 @@ def test_repeats_collect_and_join_concatenates():
     assert message_of(steps) == {"calls": [1, 2], "notes": "a | b"}
 
 
+def test_a_join_of_a_non_string_names_the_field_once():
+    template = {"start_anchor": "@", "fields": {"n": {"open": "<n>", "close": "</n>", "repeats": True, "join": ",", "content": "int"}}}
+    with pytest.raises(ValueError) as interpreted:
+        interpreter.parse_response("<n>1</n>", template, prefix="")
+    with pytest.raises(ValueError) as compiled:
+        rtcompile.parse_response("<n>1</n>", template, prefix="")
+    assert str(interpreted.value).startswith("Field 'n': 'join' requires")
+    assert str(compiled.value).startswith(str(interpreted.value))  # and then the region's text
+    assert str(compiled.value).count("Field 'n'") == 1
+
+
 def test_required_field_missing_raises_at_finalize():
     template = copy.deepcopy(THINK)
     template["fields"]["reasoning_content"]["optional"] = False
