@@ -21,7 +21,8 @@ from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError, regio
 
 # Where errors="keep" records what it could not put in its field: a list of
 # {"field": name, "raw": the region's text, "error": "ExceptionClass: message"} for regions that
-# failed to parse, and {"field", "value", "error"} for a value a later region would overwrite.
+# failed to parse (with "captures": the open delimiter's named groups, when it had any), and
+# {"field", "value", "error"} for a value a later region would overwrite.
 ERRORS_KEY = "rtcompile_parse_errors"
 
 PREFIX_REQUIRED = (
@@ -415,8 +416,11 @@ class Machine:
         return value
 
     def _keep_failed_region(self, events: list[dict] | None, name: str, body: str, error: Exception) -> None:
-        """errors="keep": record the region's raw text and error instead of a value."""
+        """errors="keep": record the region's raw text and error instead of a value (with what its
+        open delimiter captured, if anything: a tool call's name, say)."""
         record = {"field": name, "raw": body, "error": f"{type(error).__name__}: {error}"}
+        if self._captures:
+            record["captures"] = dict(self._captures)
         self._output.setdefault(ERRORS_KEY, []).append(record)
         if events is not None:
             events.append({"type": "region_close", "field": name, "value": None, "error": record["error"]})

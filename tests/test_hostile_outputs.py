@@ -168,6 +168,14 @@ def region_texts(events: list[dict]) -> list[tuple[str, str]]:
     return out
 
 
+def test_keep_mode_records_what_the_open_delimiter_captured():
+    """A failed gpt-oss call keeps its function name; regions opened by plain literals record none."""
+    for template, broken, expected in [(FAILURES[1][1], FAILURES[1][2], {"name": "get_weather"}), (QWEN3, FAILURES[0][2], None)]:
+        message = rtcompile.parse_response(broken, template, prefix="", errors="keep")
+        (record,) = message[ERRORS_KEY]
+        assert record.get("captures") == expected
+
+
 def stream(parser, chunks: list[str]) -> tuple[dict, list[dict]]:
     events = list(parser.initial_events)
     for chunk in chunks:
@@ -189,7 +197,12 @@ def test_keep_mode_records_the_failed_region_and_goes_on(case, chunking):
     assert len(failed) == 1
     ((close, raw),) = failed
     assert close["field"] == field and close["value"] is None
-    assert message[ERRORS_KEY] == [{"field": field, "raw": raw, "error": close["error"]}]
+    ((record,),) = [message[ERRORS_KEY]]
+    assert {key: value for key, value in record.items() if key != "captures"} == {
+        "field": field,
+        "raw": raw,
+        "error": close["error"],
+    }
     assert offending in raw and raw in broken
     # The recorded error carries the interpreter's explanation of the failure.
     assert str(interpreter_failure(template, broken)) in close["error"]
