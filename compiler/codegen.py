@@ -196,8 +196,8 @@ class Leads:
 def _state(method: str, doc: str, watches: list[Watch], triggers: dict, leads: Leads) -> State:
     for rank, watch in enumerate(sorted(watches, key=lambda w: (0 if w.is_open else 1, w.field.name))):
         watch.rank = rank
-    # Cheap literal finds first: once a match is known, later regex searches only need to look at
-    # text before it (search_window), instead of running on to the end of a long buffer.
+    # Literal searches first: once a match is known, later regex searches only need to look at
+    # text before it (PatternWindow), instead of running on to the end of a long buffer.
     ordered = sorted(watches, key=lambda w: not w.searched_as_literals)
     return State(method, doc, ordered, _quick_check(method, watches, triggers, leads))
 
