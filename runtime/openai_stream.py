@@ -261,8 +261,9 @@ _MISSING = object()
 
 
 class _TextField:
-    """A content or reasoning field: `text` regions stream (stripped like the final value), other
-    content parsers send the parsed value's text at the region's close.
+    """A content or reasoning field: `text` regions stream (stripped like the final value); other
+    content parsers, and text turned into something else by a transform, send the value's text at
+    the region's close.
 
     Separators between the values of successive regions follow the parser: `join` puts its string
     between every two values (also empty ones, and after a default); a parser with `errors="keep"`
@@ -273,7 +274,9 @@ class _TextField:
         self.key = key
         self.deltas = deltas
         args = spec.get("content_args", {})
-        self.streams = spec.get("content", "text") == "text"
+        # Text streams as it comes, unless a transform makes the value something else than the
+        # region's text: then, as for the structured parsers, the value's text goes at the close.
+        self.streams = spec.get("content", "text") == "text" and spec.get("transform") in (None, "{content}")
         self.strip = bool(args.get("strip", True)) if isinstance(args, dict) else True
         join = spec.get("join")
         self.join = join if isinstance(join, str) and spec.get("repeats") else None

@@ -1166,6 +1166,28 @@ def test_unstripped_text_fields_stream_raw():
     assert accumulate_deltas(run.deltas)["content"] == "  a  b  " == run.message["content"]
 
 
+def test_a_text_field_whose_transform_makes_another_value_sends_that_value():
+    """Text with a transform that builds something else (a dict here) is not the text streamed so
+    far: the field's value is sent at the close, as for structured parsers (found by hypothesis)."""
+    call = {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}}
+    template = {
+        "start_anchor": "<a>",
+        "fields": {
+            "content": {"open_pattern": r"<c=(?P<name>\w+)>", "close": "</c>", "transform": call},
+            "reasoning_content": {"open": "<r>", "close": "</r>", "transform": "{content}"},
+        },
+    }
+    for chunks in (["<r> why </r><c=f>x y</c>"], list("<r> why </r><c=f>x y</c>")):
+        run = run_stream(template, "", chunks)
+        view = accumulate_deltas(run.deltas)
+        assert run.message["content"] == {"type": "function", "function": {"name": "f", "arguments": "x y"}}
+        assert json.loads(view["content"]) == run.message["content"]
+        assert view["reasoning_content"] == run.message["reasoning_content"] == "why"  # still streamed
+        assert run.adapter.divergences == []
+    streamed = run_stream(template, "", list("<r> why </r>"))
+    assert len([d for d in streamed.deltas if d.get("reasoning_content")]) > 1  # piece by piece
+
+
 def test_join_fields_stream_their_separator():
     template = {
         "start_anchor": "<a>",
