@@ -19,7 +19,7 @@ import regex
 
 from . import ir
 from .canonical import TemplateError, TemplateTypeError, canonical_text, sha256_of
-from .patterns import analyse_pattern, literal_charsets, literal_run
+from .patterns import analyse_pattern, literal_charsets, literal_run, uses_search_anchor
 
 # A set, like the interpreter's dict: an unhashable `content` value raises TypeError there too.
 CONTENT_PARSERS = frozenset({"text", "int", "float", "bool", "json", "xml-inline", "kv-lines"})
@@ -206,6 +206,7 @@ def _lower_delimiter(path: tuple, spec: dict, literal_key: str, pattern_key: str
             charsets=charsets,
             # (captures need the regex's match object)
             literal_run=None if group_names else literal_run(source),
+            search_anchored=uses_search_anchor(source),
         )
     return None
 

@@ -75,6 +75,8 @@ class Delimiter:
     charsets: CharSets | None
     # Pattern form only: the pattern as a lead run then a literal, when it is just that.
     literal_run: LiteralRun | None = None
+    # Pattern form only: whether matches depend on where the search starts (`\G`).
+    search_anchored: bool = False
 
     @property
     def alternation(self) -> str:
@@ -154,6 +156,12 @@ class Template:
     source: dict
     canonical: str
     sha256: str
+
+    @property
+    def one_pass(self) -> bool:
+        """Whether a whole message may be parsed in one pass at the end of the stream (see
+        Machine.ONE_PASS): not when a delimiter's matches depend on where a scan starts."""
+        return not any(d.search_anchored for f in self.fields for d in (f.open, f.close) if d is not None)
 
     @property
     def context(self) -> int | None:

@@ -55,6 +55,19 @@ def analyse_pattern(source: str) -> tuple[int | None, CharSets | None]:
     return _context(parsed), charsets
 
 
+def uses_search_anchor(source: str) -> bool:
+    """Whether the pattern contains `\\G` (`regex`: "where this search started"), so that its matches
+    depend on where a scan starts, not only on the text (see Machine.ONE_PASS)."""
+    i = 0
+    while True:
+        i = source.find("\\", i)
+        if i < 0 or i + 1 >= len(source):
+            return False
+        if source[i + 1] == "G":
+            return True
+        i += 2  # (an escaped character, \\ included, is skipped whole)
+
+
 # More alternatives than this and a pattern is left to the regex engine.
 MAX_LITERAL_RUN_CHOICES = 16
 

@@ -50,6 +50,9 @@ class Machine:
     REQUIRED: tuple[str, ...] = ()  # names of fields with optional: false, in template order
     IMPLICIT: int | None = None  # index of the field without an open delimiter
     CONTEXT: int | None = 0  # consumed characters kept for lookbehind; None keeps everything
+    # Whether parse_whole may read a whole message in one pass (see there): not when a delimiter's
+    # matches depend on where a scan starts (`\G`), since the passes start at different places.
+    ONE_PASS: bool = True
     FINISH: tuple[Callable[[str, dict], Any], ...] = ()  # per field: (body, captures) -> value
     STATE_SCANS: tuple[str, ...] = ()  # per field: name of the scan method used inside it
     DEFAULT_KEYS: frozenset = frozenset()
@@ -433,12 +436,13 @@ def parse_whole(machine_class: type, text: str, prefix: str | None, tools: list 
     It runs as one pass at the end of the stream instead, which commits the same delimiters in
     the same order: a commit made by feed (a match before anything still pending) is the
     earliest complete match at the end of the stream too, and finalize goes on from where feed
-    stopped exactly as the one pass does. Only two things depend on where feed stopped: the
-    stop at a zero-width close of an empty region (finalize starts reading again after it), and
-    the count of zero-width commits in a row (ParserLoopError). When the one pass meets either,
-    the parse is done again as feed then finalize."""
+    stopped exactly as the one pass does. Only three things depend on where feed stopped: the
+    stop at a zero-width close of an empty region (finalize starts reading again after it), the
+    count of zero-width commits in a row (ParserLoopError), and patterns with `\G` (which match
+    only where a search starts: ONE_PASS is false for their templates). When the one pass meets
+    either of the first two, the parse is done again as feed then finalize."""
     machine = machine_class(prefix, tools=tools, **options)
-    message = machine._parse_to_end(text)
+    message = machine._parse_to_end(text) if machine_class.ONE_PASS else None
     if message is None:
         machine = machine_class(prefix, tools=tools, **options)
         machine.feed(text)

@@ -211,6 +211,20 @@ def test_repeats_collect_and_join_concatenates():
     assert message_of(steps) == {"calls": [1, 2], "notes": "a | b"}
 
 
+def test_search_anchored_patterns_parse_whole_messages_as_feed_then_finalize():
+    """`\\G` matches only where a search starts, and the interpreter's finalize starts where its feed
+    stopped (here: before "<a", held as a possible "<a>"). A one-pass parse would start elsewhere
+    and miss the close (found by hypothesis)."""
+    template = {
+        "start_anchor": "@",
+        "fields": {"content": {"close_pattern": r"\G<a", "content": "int"}, "r": {"open": "<a>", "close": "</a>"}},
+    }
+    assert interpreter.parse_response("0<a", template, prefix="") == {"content": 0}
+    assert rtcompile.parse_response("0<a", template, prefix="") == {"content": 0}
+    assert rtcompile.load(template).ResponseParser.ONE_PASS is False
+    assert rtcompile.load(THINK).ResponseParser.ONE_PASS is True
+
+
 def test_a_join_of_a_non_string_names_the_field_once():
     template = {"start_anchor": "@", "fields": {"n": {"open": "<n>", "close": "</n>", "repeats": True, "join": ",", "content": "int"}}}
     with pytest.raises(ValueError) as interpreted:

@@ -312,3 +312,10 @@ def test_pending_is_the_partial_match_that_could_come_first(literals, others, te
     if m is not None and m.partial and (found < 0 or m.start() <= found):
         expected = m.start()
     assert search.pending(text, pos, found) == expected
+
+
+def test_search_anchors_are_found_and_escaped_backslashes_are_not_mistaken_for_them():
+    from rtcompile.patterns import uses_search_anchor
+
+    assert uses_search_anchor(r"\G<a") and uses_search_anchor(r"(?:x|\G)y") and uses_search_anchor("a\\\\\\G")
+    assert not uses_search_anchor(r"<a\\G") and not uses_search_anchor(r"\s*<x>") and not uses_search_anchor("\\")
