@@ -438,7 +438,7 @@ def parse_whole(machine_class: type, text: str, prefix: str | None, tools: list 
     earliest complete match at the end of the stream too, and finalize goes on from where feed
     stopped exactly as the one pass does. Only three things depend on where feed stopped: the
     stop at a zero-width close of an empty region (finalize starts reading again after it), the
-    count of zero-width commits in a row (ParserLoopError), and patterns with `\G` (which match
+    count of zero-width commits in a row (ParserLoopError), and patterns with `\\G` (which match
     only where a search starts: ONE_PASS is false for their templates). When the one pass meets
     either of the first two, the parse is done again as feed then finalize."""
     machine = machine_class(prefix, tools=tools, **options)
