@@ -689,6 +689,10 @@ def field_plans(
         spec["transform"] = draw(
             transforms(captures, each, structured=parser in ("json", "xml-inline", "kv-lines"))
         )
+        if spec["transform"] is None and captures and valid_only:
+            # A transform tree can collapse to the literal None, which counts as no transform:
+            # named groups without one are a template error, and this template must be valid.
+            spec["transform"] = "{content}"
         if each or draw(one_in(10)):
             spec["transform_each"] = each
     spec = dict(draw(st.permutations(list(spec.items()))))
