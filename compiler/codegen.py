@@ -127,14 +127,14 @@ class Watch:
         return Code("m" if self.wants_match else "None")
 
     @property
-    def sorted_literals(self) -> list[str]:
+    def preferred_literals(self) -> list[str]:
         """In the order the engine prefers them at one position: longest first for literal lists
         (the interpreter's alternation), the pattern's own order for a literal run."""
         return _preferred_literals(self.delimiter)
 
     @property
     def longest(self) -> int:
-        return max(map(len, self.sorted_literals))
+        return max(map(len, self.preferred_literals))
 
 
 def _preferred_literals(delimiter: ir.Delimiter) -> list[str]:
@@ -177,7 +177,7 @@ class State:
     @property
     def all_literals(self) -> tuple[str, ...]:
         """Every literal of its literal delimiters, each once (for the state's one search)."""
-        return tuple(dict.fromkeys(lit for w in self.literal_watches for lit in w.sorted_literals))
+        return tuple(dict.fromkeys(lit for w in self.literal_watches for lit in w.preferred_literals))
 
 
 class Leads:

@@ -182,11 +182,10 @@ class ResponseParser(Machine):
         q = LITERALS_SCAN_SINK.find(memo, buf, pos)[0]
         # open of field 0
         if q >= 0 and buf.startswith("<think>", q):
-            e = q + 7
+            s, e = q, q + 7
         else:
-            e = -1
-        if e >= 0:
-            s = q
+            s = e = -1
+        if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 0)
@@ -196,15 +195,14 @@ class ResponseParser(Machine):
                 hold = s
         # close of field 2
         if q >= 0 and buf.startswith("</think>", q):
-            e = q + 8
+            s, e = q, q + 8
         elif q >= 0 and buf.startswith("<｜tool▁calls▁end｜>", q):
-            e = q + 18
+            s, e = q, q + 18
         elif q >= 0 and buf.startswith("<｜end▁of▁sentence｜>", q):
-            e = q + 19
+            s, e = q, q + 19
         else:
-            e = -1
-        if e >= 0:
-            s = q
+            s = e = -1
+        if s >= 0:
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
             if not eos and e == n:
@@ -248,18 +246,13 @@ class ResponseParser(Machine):
         else:
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 0
-        q = CLOSE_0.find(memo, buf, pos)[0]
-        if q >= 0 and buf.startswith("</think>", q):
-            e = q + 8
-        else:
-            e = -1
-        if e >= 0:
-            s = q
+        s, e = CLOSE_0.find(memo, buf, pos)  # (the literal it prefers there)
+        if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
         elif not eos:
-            s = CLOSE_0.pending(buf, pos, q)
+            s = CLOSE_0.pending(buf, pos, -1)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:
@@ -280,18 +273,13 @@ class ResponseParser(Machine):
         else:
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 1
-        q = CLOSE_1.find(memo, buf, pos)[0]
-        if q >= 0 and buf.startswith("<｜tool▁call▁end｜>", q):
-            e = q + 17
-        else:
-            e = -1
-        if e >= 0:
-            s = q
+        s, e = CLOSE_1.find(memo, buf, pos)  # (the literal it prefers there)
+        if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 0)
         elif not eos:
-            s = CLOSE_1.pending(buf, pos, q)
+            s = CLOSE_1.pending(buf, pos, -1)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:

@@ -174,11 +174,10 @@ class ResponseParser(Machine):
         q = LITERALS_SCAN_SINK.find(memo, buf, pos)[0]
         # open of field 0
         if q >= 0 and buf.startswith("<|channel>thought\n", q):
-            e = q + 18
+            s, e = q, q + 18
         else:
-            e = -1
-        if e >= 0:
-            s = q
+            s = e = -1
+        if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 0)
@@ -188,15 +187,14 @@ class ResponseParser(Machine):
                 hold = s
         # close of field 2
         if q >= 0 and buf.startswith("<|tool_response>", q):
-            e = q + 16
+            s, e = q, q + 16
         elif q >= 0 and buf.startswith("<turn|>", q):
-            e = q + 7
+            s, e = q, q + 7
         elif q >= 0 and buf.startswith("<eos>", q):
-            e = q + 5
+            s, e = q, q + 5
         else:
-            e = -1
-        if e >= 0:
-            s = q
+            s = e = -1
+        if s >= 0:
             if best is None or (s, s - e, 2) < best_key:
                 best = (s, e, 2, False, None)
                 best_key = (s, s - e, 2)
@@ -237,18 +235,13 @@ class ResponseParser(Machine):
         else:
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 0
-        q = CLOSE_0.find(memo, buf, pos)[0]
-        if q >= 0 and buf.startswith("<channel|>", q):
-            e = q + 10
-        else:
-            e = -1
-        if e >= 0:
-            s = q
+        s, e = CLOSE_0.find(memo, buf, pos)  # (the literal it prefers there)
+        if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
         elif not eos:
-            s = CLOSE_0.pending(buf, pos, q)
+            s = CLOSE_0.pending(buf, pos, -1)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:
@@ -269,18 +262,13 @@ class ResponseParser(Machine):
         else:
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 1
-        q = CLOSE_1.find(memo, buf, pos)[0]
-        if q >= 0 and buf.startswith("<tool_call|>", q):
-            e = q + 12
-        else:
-            e = -1
-        if e >= 0:
-            s = q
+        s, e = CLOSE_1.find(memo, buf, pos)  # (the literal it prefers there)
+        if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 0)
         elif not eos:
-            s = CLOSE_1.pending(buf, pos, q)
+            s = CLOSE_1.pending(buf, pos, -1)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:

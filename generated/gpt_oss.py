@@ -188,11 +188,10 @@ class ResponseParser(Machine):
         q = LITERALS_SCAN_SINK.find(memo, buf, pos)[0]
         # open of field 0
         if q >= 0 and buf.startswith("<|channel|>analysis<|message|>", q):
-            e = q + 30
+            s, e = q, q + 30
         else:
-            e = -1
-        if e >= 0:
-            s = q
+            s = e = -1
+        if s >= 0:
             if best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 1)
@@ -202,11 +201,10 @@ class ResponseParser(Machine):
                 hold = s
         # open of field 2
         if q >= 0 and buf.startswith("<|channel|>final<|message|>", q):
-            e = q + 27
+            s, e = q, q + 27
         else:
-            e = -1
-        if e >= 0:
-            s = q
+            s = e = -1
+        if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 2, True, None)
                 best_key = (s, s - e, 0)
@@ -245,22 +243,13 @@ class ResponseParser(Machine):
         else:
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 0
-        q = CLOSE_0.find(memo, buf, pos)[0]
-        if q >= 0 and buf.startswith("<|return|>", q):
-            e = q + 10
-        elif q >= 0 and buf.startswith("<|call|>", q):
-            e = q + 8
-        elif q >= 0 and buf.startswith("<|end|>", q):
-            e = q + 7
-        else:
-            e = -1
-        if e >= 0:
-            s = q
+        s, e = CLOSE_0.find(memo, buf, pos)  # (the literal it prefers there)
+        if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
         elif not eos:
-            s = CLOSE_0.pending(buf, pos, q)
+            s = CLOSE_0.pending(buf, pos, -1)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:
@@ -281,18 +270,13 @@ class ResponseParser(Machine):
         else:
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 1
-        q = CLOSE_1.find(memo, buf, pos)[0]
-        if q >= 0 and buf.startswith("<|call|>", q):
-            e = q + 8
-        else:
-            e = -1
-        if e >= 0:
-            s = q
+        s, e = CLOSE_1.find(memo, buf, pos)  # (the literal it prefers there)
+        if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 0)
         elif not eos:
-            s = CLOSE_1.pending(buf, pos, q)
+            s = CLOSE_1.pending(buf, pos, -1)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:
@@ -313,20 +297,13 @@ class ResponseParser(Machine):
         else:
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 2
-        q = CLOSE_2.find(memo, buf, pos)[0]
-        if q >= 0 and buf.startswith("<|return|>", q):
-            e = q + 10
-        elif q >= 0 and buf.startswith("<|end|>", q):
-            e = q + 7
-        else:
-            e = -1
-        if e >= 0:
-            s = q
+        s, e = CLOSE_2.find(memo, buf, pos)  # (the literal it prefers there)
+        if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 2, False, None)
                 best_key = (s, s - e, 0)
         elif not eos:
-            s = CLOSE_2.pending(buf, pos, q)
+            s = CLOSE_2.pending(buf, pos, -1)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:

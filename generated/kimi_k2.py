@@ -188,11 +188,10 @@ class ResponseParser(Machine):
         q = LITERALS_SCAN_SINK.find(memo, buf, pos)[0]
         # open of field 0
         if q >= 0 and buf.startswith("<think>", q):
-            e = q + 7
+            s, e = q, q + 7
         else:
-            e = -1
-        if e >= 0:
-            s = q
+            s = e = -1
+        if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 0)
@@ -202,15 +201,14 @@ class ResponseParser(Machine):
                 hold = s
         # close of field 2
         if q >= 0 and buf.startswith("<|tool_calls_section_begin|>", q):
-            e = q + 28
+            s, e = q, q + 28
         elif q >= 0 and buf.startswith("<|tool_calls_section_end|>", q):
-            e = q + 26
+            s, e = q, q + 26
         elif q >= 0 and buf.startswith("<|im_end|>", q):
-            e = q + 10
+            s, e = q, q + 10
         else:
-            e = -1
-        if e >= 0:
-            s = q
+            s = e = -1
+        if s >= 0:
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
             if not eos and e == n:
@@ -256,18 +254,13 @@ class ResponseParser(Machine):
         else:
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 0
-        q = CLOSE_0.find(memo, buf, pos)[0]
-        if q >= 0 and buf.startswith("</think>", q):
-            e = q + 8
-        else:
-            e = -1
-        if e >= 0:
-            s = q
+        s, e = CLOSE_0.find(memo, buf, pos)  # (the literal it prefers there)
+        if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
         elif not eos:
-            s = CLOSE_0.pending(buf, pos, q)
+            s = CLOSE_0.pending(buf, pos, -1)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:
@@ -288,18 +281,13 @@ class ResponseParser(Machine):
         else:
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 1
-        q = CLOSE_1.find(memo, buf, pos)[0]
-        if q >= 0 and buf.startswith("<|tool_call_end|>", q):
-            e = q + 17
-        else:
-            e = -1
-        if e >= 0:
-            s = q
+        s, e = CLOSE_1.find(memo, buf, pos)  # (the literal it prefers there)
+        if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 0)
         elif not eos:
-            s = CLOSE_1.pending(buf, pos, q)
+            s = CLOSE_1.pending(buf, pos, -1)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:

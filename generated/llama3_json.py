@@ -120,17 +120,8 @@ class ResponseParser(Machine):
         else:
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 1
-        q = CLOSE_1.find(memo, buf, pos)[0]
-        if q >= 0 and buf.startswith("<|eot_id|>", q):
-            e = q + 10
-        elif q >= 0 and buf.startswith("<|eom_id|>", q):
-            e = q + 10
-        elif q >= 0 and buf.startswith("<|end_of_text|>", q):
-            e = q + 15
-        else:
-            e = -1
-        if e >= 0:
-            s = q
+        s, e = CLOSE_1.find(memo, buf, pos)  # (the literal it prefers there)
+        if s >= 0:
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
             if not eos and e == n:
@@ -140,7 +131,7 @@ class ResponseParser(Machine):
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 1)
         elif not eos:
-            s = CLOSE_1.pending(buf, pos, q)
+            s = CLOSE_1.pending(buf, pos, -1)
             if s < hold:
                 hold = s
         # open of field 0
@@ -179,15 +170,8 @@ class ResponseParser(Machine):
         else:
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 0
-        q = CLOSE_0.find(memo, buf, pos)[0]
-        if q >= 0 and buf.startswith("<|eot_id|>", q):
-            e = q + 10
-        elif q >= 0 and buf.startswith("<|eom_id|>", q):
-            e = q + 10
-        else:
-            e = -1
-        if e >= 0:
-            s = q
+        s, e = CLOSE_0.find(memo, buf, pos)  # (the literal it prefers there)
+        if s >= 0:
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
             if not eos and e == n:
@@ -197,7 +181,7 @@ class ResponseParser(Machine):
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
         elif not eos:
-            s = CLOSE_0.pending(buf, pos, q)
+            s = CLOSE_0.pending(buf, pos, -1)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:

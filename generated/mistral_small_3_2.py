@@ -121,18 +121,13 @@ class ResponseParser(Machine):
         else:
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 1
-        q = CLOSE_1.find(memo, buf, pos)[0]
-        if q >= 0 and buf.startswith("</s>", q):
-            e = q + 4
-        else:
-            e = -1
-        if e >= 0:
-            s = q
+        s, e = CLOSE_1.find(memo, buf, pos)  # (the literal it prefers there)
+        if s >= 0:
             if best is None or (s, s - e, 1) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 1)
         elif not eos:
-            s = CLOSE_1.pending(buf, pos, q)
+            s = CLOSE_1.pending(buf, pos, -1)
             if s < hold:
                 hold = s
         # open of field 0

@@ -164,11 +164,10 @@ class ResponseParser(Machine):
         q = LITERALS_SCAN_SINK.find(memo, buf, pos)[0]
         # open of field 0
         if q >= 0 and buf.startswith("<think>", q):
-            e = q + 7
+            s, e = q, q + 7
         else:
-            e = -1
-        if e >= 0:
-            s = q
+            s = e = -1
+        if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, True, None)
                 best_key = (s, s - e, 0)
@@ -178,11 +177,10 @@ class ResponseParser(Machine):
                 hold = s
         # open of field 1
         if q >= 0 and buf.startswith("<tool_call>", q):
-            e = q + 11
+            s, e = q, q + 11
         else:
-            e = -1
-        if e >= 0:
-            s = q
+            s = e = -1
+        if s >= 0:
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
             if not eos and e == n:
@@ -197,13 +195,12 @@ class ResponseParser(Machine):
                 hold = s
         # close of field 2
         if q >= 0 and buf.startswith("<|im_end|>", q):
-            e = q + 10
+            s, e = q, q + 10
         elif q >= 0 and buf.startswith("<|endoftext|>", q):
-            e = q + 13
+            s, e = q, q + 13
         else:
-            e = -1
-        if e >= 0:
-            s = q
+            s = e = -1
+        if s >= 0:
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
             if not eos and e == n:
@@ -234,18 +231,13 @@ class ResponseParser(Machine):
         else:
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 0
-        q = CLOSE_0.find(memo, buf, pos)[0]
-        if q >= 0 and buf.startswith("</think>", q):
-            e = q + 8
-        else:
-            e = -1
-        if e >= 0:
-            s = q
+        s, e = CLOSE_0.find(memo, buf, pos)  # (the literal it prefers there)
+        if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 0, False, None)
                 best_key = (s, s - e, 0)
         elif not eos:
-            s = CLOSE_0.pending(buf, pos, q)
+            s = CLOSE_0.pending(buf, pos, -1)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:
@@ -266,18 +258,13 @@ class ResponseParser(Machine):
         else:
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 1
-        q = CLOSE_1.find(memo, buf, pos)[0]
-        if q >= 0 and buf.startswith("</tool_call>", q):
-            e = q + 12
-        else:
-            e = -1
-        if e >= 0:
-            s = q
+        s, e = CLOSE_1.find(memo, buf, pos)  # (the literal it prefers there)
+        if s >= 0:
             if best is None or (s, s - e, 0) < best_key:
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 0)
         elif not eos:
-            s = CLOSE_1.pending(buf, pos, q)
+            s = CLOSE_1.pending(buf, pos, -1)
             if s < hold:
                 hold = s
         if best is not None and best[0] >= hold:

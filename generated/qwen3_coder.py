@@ -166,15 +166,8 @@ class ResponseParser(Machine):
         else:
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 1
-        q = CLOSE_1.find(memo, buf, pos)[0]
-        if q >= 0 and buf.startswith("<|im_end|>", q):
-            e = q + 10
-        elif q >= 0 and buf.startswith("<|endoftext|>", q):
-            e = q + 13
-        else:
-            e = -1
-        if e >= 0:
-            s = q
+        s, e = CLOSE_1.find(memo, buf, pos)  # (the literal it prefers there)
+        if s >= 0:
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
             if not eos and e == n:
@@ -184,7 +177,7 @@ class ResponseParser(Machine):
                 best = (s, e, 1, False, None)
                 best_key = (s, s - e, 1)
         elif not eos:
-            s = CLOSE_1.pending(buf, pos, q)
+            s = CLOSE_1.pending(buf, pos, -1)
             if s < hold:
                 hold = s
         # open of field 0

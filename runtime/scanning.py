@@ -41,12 +41,17 @@ def literal_partial_start(buf: str, pos: int, literals: tuple[str, ...], longest
     return best
 
 
+def run_start(buf: str, floor: int, end: int, chars: str) -> int:
+    """Where the run of `chars` that ends at `end` starts, not before `floor` (the run of lead
+    characters a match may start with, before its first character)."""
+    while end > floor and buf[end - 1] in chars:
+        end -= 1
+    return end
+
+
 def trailing_run(buf: str, pos: int, chars: str) -> int:
     """Where the run of `chars` at the end of buf[pos:] starts."""
-    p = len(buf)
-    while p > pos and buf[p - 1] in chars:
-        p -= 1
-    return p
+    return run_start(buf, pos, len(buf), chars)
 
 
 class LazyRegex:
@@ -171,12 +176,7 @@ class LiteralSearch:
         """Where a match that runs into the end of `buf` starts (len(buf) if none): a proper
         prefix of a literal at the very end, or a run of lead characters reaching the end, with
         the run of lead characters before it."""
-        start = literal_partial_start(buf, pos, self.literals, self.longest)
-        lead = self.lead
-        if lead:
-            while start > pos and buf[start - 1] in lead:
-                start -= 1
-        return start
+        return run_start(buf, pos, literal_partial_start(buf, pos, self.literals, self.longest), self.lead)
 
     def _search(self, buf: str, pos: int, stop: int) -> tuple[int, int] | None:
         """The leftmost occurrence within buf[pos:stop]."""
@@ -267,9 +267,7 @@ class PatternWindow:
                 if hit is None:
                     return None, -1
                 q = hit.start()
-            start = q
-            while start > tried and buf[start - 1] in lead:
-                start -= 1
+            start = run_start(buf, tried, q, lead)
             if start > bound:
                 return None, start
             for p in range(start, q + 1):
@@ -300,9 +298,7 @@ class PatternWindow:
             else:
                 hit = self._first.search(buf, tried)
                 q = n if hit is None else hit.start()
-            start = q
-            while start > tried and buf[start - 1] in lead:
-                start -= 1
+            start = run_start(buf, tried, q, lead)
             for p in range(start, min(q + 1, n, bound + 1)):
                 m = pattern.match(buf, p, partial=True, timeout=timeout)
                 if m is not None and m.partial:
@@ -326,10 +322,7 @@ def _partial_floor(buf: str, pos: int, n: int, tail: int | None, run_chars: str)
     """The earliest place a partial match (one that reaches the end) can start."""
     if tail is None:
         return pos
-    floor = max(pos, n - tail)
-    while floor > pos and buf[floor - 1] in run_chars:
-        floor -= 1
-    return floor
+    return run_start(buf, pos, max(pos, n - tail), run_chars)
 
 
 def truncate_after_last(prefix: str, anchor: Any, border_free_literal: str | None = None) -> str:
