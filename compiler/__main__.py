@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -25,17 +26,26 @@ from .version import __version__
 
 SUBCOMMANDS = ("list", "regenerate", "cache")
 EXIT_ERROR = 2
+EXIT_BROKEN_PIPE = 1  # (the Python docs' choice for a reader that closed the pipe early)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] in SUBCOMMANDS:
-            return {"list": _list, "regenerate": _regenerate, "cache": _cache}[argv[0]](argv[1:])
-        return _compile(argv)
+            status = {"list": _list, "regenerate": _regenerate, "cache": _cache}[argv[0]](argv[1:])
+        else:
+            status = _compile(argv)
+        sys.stdout.flush()  # (inside the try: a closed pipe shows up here at the latest)
+        return status
     except CliError as e:
         print(f"rtcompile: error: {e}", file=sys.stderr)
         return EXIT_ERROR
+    except BrokenPipeError:
+        # The reader went away (`... | head`): stop quietly, as the Python docs advise, pointing
+        # stdout at devnull so the interpreter's own flush at exit does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 class CliError(Exception):
@@ -96,10 +106,10 @@ def _read(spec: str) -> tuple[str, object]:
 
 
 def _write(path: Path, text: str) -> None:
-    from .cache import FileSystem
+    from .cache import FileSystem, user_file_mode
 
-    try:
-        FileSystem().write_atomic(path, text)
+    try:  # (the mode of any new file of the user: another user or a container may import it)
+        FileSystem().write_atomic(path, text, mode=user_file_mode())
     except OSError as e:
         raise CliError(f"{path}: cannot write: {e}") from None
 

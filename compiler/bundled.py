@@ -31,7 +31,7 @@ def expected_sources() -> dict[str, str]:
 
 def regenerate(write: bool = True) -> list[str]:
     """Names of the modules that differed (and were rewritten, if `write`)."""
-    from .cache import FileSystem
+    from .cache import FileSystem, user_file_mode
 
     directory = generated_dir()
     stale = []
@@ -41,5 +41,5 @@ def regenerate(write: bool = True) -> list[str]:
         if current != source:
             stale.append(name)
             if write:
-                FileSystem().write_atomic(path, source)
+                FileSystem().write_atomic(path, source, mode=user_file_mode())
     return stale

@@ -98,6 +98,20 @@ def default_directory() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rtcompile"
 
 
+def user_file_mode(directory: bool = False) -> int:
+    """The mode a new file (or directory) of this user gets: 0666 (0777) less the umask."""
+    umask = None
+    try:  # Linux reports it without changing it (os.umask can only read it by setting it)
+        with open("/proc/self/status", encoding="ascii") as f:
+            umask = next((int(line.split()[1], 8) for line in f if line.startswith("Umask:")), None)
+    except OSError:
+        pass
+    if umask is None:
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return (0o777 if directory else 0o666) & ~umask
+
+
 class FileSystem:
     """The cache's only access to the disk."""
 
@@ -125,11 +139,15 @@ class FileSystem:
         except FileNotFoundError:
             return None
 
-    def write_atomic(self, path: Path, text: str | bytes) -> None:
+    def write_atomic(self, path: Path, text: str | bytes, mode: int | None = None) -> None:
+        """Write through a temporary file in the same directory. The file keeps the temporary
+        file's private 0600 unless `mode` is given (the CLI's outputs: `user_file_mode()`)."""
         import tempfile  # (here, not at the top: a cache hit never writes)
 
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".tmp")
         try:
+            if mode is not None:
+                os.chmod(tmp, mode)
             with os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
                 f.flush()

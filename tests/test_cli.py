@@ -429,3 +429,108 @@ def test_console_script_entry_point_is_main():
 
     (script,) = [ep for ep in entry_points(group="console_scripts") if ep.name == "rtcompile"]
     assert script.value == "rtcompile.__main__:main"
+
+
+# ---- a closed pipe and the mode of written files ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("list",),
+        ("qwen3",),
+        ("qwen3", "--check"),
+        ("cache",),
+        ("--help",),
+        ("list", "--help"),
+        ("--version",),
+    ],
+    ids=lambda args: " ".join(args),
+)
+def test_a_reader_that_closed_the_pipe_ends_the_command_quietly(tmp_path, args):
+    """`python -m rtcompile list | head`: the reader is gone before the command writes."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "rtcompile", *args],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env={**os.environ, "RTCOMPILE_CACHE_DIR": str(tmp_path / "cache")},
+        )
+    finally:
+        os.close(write_end)
+    assert result.stderr == ""  # no BrokenPipeError traceback, not even "Exception ignored"
+    # argparse's --help and --version swallow the write error themselves and exit 0.
+    assert result.returncode == (0 if "--help" in args or "--version" in args else 1)
+
+
+def test_head_of_list_in_a_shell_pipeline(tmp_path):
+    result = subprocess.run(
+        f"{sys.executable} -m rtcompile list | head -n 1; exit ${{PIPESTATUS[0]}}",
+        shell=True,
+        executable="/bin/bash",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert result.stderr == ""
+    assert result.stdout.split()[0] == list_templates()[0]["name"]
+    assert result.returncode in (0, 1)  # 0 when all of the list fit in the pipe before head left
+
+
+def run_with_umask(umask: int, command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command, preexec_fn=lambda: os.umask(umask), capture_output=True, text=True, timeout=300, **kwargs
+    )
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640), (0o002, 0o664)])
+def test_an_output_file_gets_the_mode_of_any_new_file_of_the_user(tmp_path, umask, mode):
+    output = tmp_path / "parser.py"
+    result = run_with_umask(
+        umask,
+        [sys.executable, "-m", "rtcompile", "qwen3", "-o", str(output)],
+        env={**os.environ, "RTCOMPILE_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    assert result.returncode == 0, result.stderr
+    assert output.stat().st_mode & 0o777 == mode
+    # The cache stays private under the same umask: it holds Python that gets executed.
+    loaded = run_with_umask(
+        umask,
+        [sys.executable, "-c", "import rtcompile; rtcompile.load('qwen3')"],
+        env={**os.environ, "RTCOMPILE_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    assert loaded.returncode == 0, loaded.stderr
+    cache_files = list((tmp_path / "cache").iterdir())
+    assert cache_files and all(p.stat().st_mode & 0o777 == 0o600 for p in cache_files)
+    assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
+
+
+def test_regenerate_writes_modules_with_the_users_mode(tmp_path, monkeypatch):
+    from rtcompile import bundled
+
+    monkeypatch.setattr(bundled, "generated_dir", lambda: tmp_path)
+    monkeypatch.setattr(bundled, "expected_sources", lambda: {"one": "X = 1\n", "two": "Y = 2\n"})
+    (tmp_path / "two.py").write_text("Y = 2\n")
+    old = os.umask(0o027)
+    try:
+        assert bundled.regenerate() == ["one"]
+    finally:
+        os.umask(old)
+    assert (tmp_path / "one.py").stat().st_mode & 0o777 == 0o640
+
+
+def test_user_file_mode_reads_the_umask_without_changing_it():
+    from rtcompile.cache import user_file_mode
+
+    old = os.umask(0o037)
+    try:
+        assert (user_file_mode(), user_file_mode(directory=True)) == (0o640, 0o740)
+        assert os.umask(0o037) == 0o037
+    finally:
+        os.umask(old)
