@@ -9,8 +9,9 @@ text and once streamed one character at a time.
 
 Hand-written outputs in `template_cases/<template>.json` cover what no chat template renders:
 prefills that open a reasoning block, generations cut off inside a region, and formats whose
-template drops reasoning or tool calls from the history (SmolLM3, DeepSeek) or that have no
-chat template here at all (ERNIE).
+template drops reasoning or tool calls from the history (SmolLM3, DeepSeek), writes calls in a
+form the model does not (vLLM's pythonic example templates for Llama and Gemma 3: bare strings,
+missing brackets or commas), or that have no chat template here at all (ERNIE).
 
 Every check runs against two parser implementations: transformers' interpreter (the reference)
 and rtcompile's compiled parsers (`rtcompile.parse_response` / `rtcompile.ResponseParser`).
@@ -172,6 +173,11 @@ GENERIC_LOOKALIKES = (
     "<|eot_id|",
     "[e~",
     "[THINK",
+    "<|tool_call_start|",
+    "<|tool_call|",
+    "<|python_start|",
+    "<|end|",
+    "<|eot|",
 )
 
 
@@ -204,10 +210,14 @@ def tricky_text(template_name: str, unrenderable: tuple[str, ...] = ()) -> str:
     )
 
 
-def tricky_call(template_name: str, unrenderable: tuple[str, ...] = ()) -> dict:
-    body = 'He said "hi" \\ {not: json} [x]\nsecond line\ttab, ' + lookalike_text(
+def tricky_body(template_name: str, unrenderable: tuple[str, ...] = ()) -> str:
+    return 'He said "hi" \\ {not: json} [x]\nsecond line\ttab, ' + lookalike_text(
         template_name, unrenderable
     )
+
+
+def tricky_call(template_name: str, unrenderable: tuple[str, ...] = ()) -> dict:
+    body = tricky_body(template_name, unrenderable)
     return function_call(
         "write_note", {"title": "Ünïcödé ✓ 日本語 🚀", "body": body, "ref": "0042"}
     )
@@ -237,6 +247,22 @@ def canonical_message(case: str, template_name: str, family: "Family") -> dict:
         "nested_arguments": {"tool_calls": [function_call("search_docs", nested)]},
         "tricky_answer": {"content": tricky_text(template_name, family.unrenderable)},
         "tricky_call": {"tool_calls": [tricky_call(template_name, family.unrenderable)]},
+        # Calls of one argument each, for a chat template that drops the commas between
+        # arguments (Gemma 3 pythonic); the values are as hard as those of the cases above.
+        "one_argument_call": {"tool_calls": [function_call("get_weather", {"city": "Paris"})]},
+        "one_argument_parallel_calls": {
+            "tool_calls": [
+                function_call("get_weather", {"city": "Tokyo"}),
+                function_call("search_docs", {"query": NESTED_ARGUMENTS["query"]}),
+            ]
+        },
+        "one_argument_tricky_call": {
+            "tool_calls": [
+                function_call(
+                    "write_note", {"body": tricky_body(template_name, family.unrenderable)}
+                )
+            ]
+        },
     }
     return {"role": "assistant", **copy.deepcopy(messages[case])}
 
@@ -253,6 +279,11 @@ ALL_CASES = (
     "tricky_call",
 )
 NO_REASONING = tuple(c for c in ALL_CASES if "reasoning" not in c)
+ONE_ARGUMENT_CALLS = (
+    "one_argument_call",
+    "one_argument_parallel_calls",
+    "one_argument_tricky_call",
+)
 ALL_SHAPES = ("single_turn", "multi_turn", "after_tool_result")
 
 
@@ -359,6 +390,21 @@ def _cohere_plan(message: dict, index: int) -> dict:
     if message.get("tool_calls"):
         message["tool_plan"] = reasoning or ""
         message = _with_call_ids(message, lambda i, call: f"call_{index}_{i}")
+    return message
+
+
+def _quoted_string_arguments(message: dict, index: int) -> dict:
+    """The Llama pythonic example templates print each argument with `"%s"|format`: a string
+    comes out bare (`city=Paris`), which is not what the model writes. Handing them the string
+    already written as a literal (`"Paris"`) renders the calls the way the model writes them;
+    other values print as Python's repr (`True`, `None`, `{'k': 'v'}`), which the model writes too.
+    """
+    message = _with_content(message, "")
+    for call in message.get("tool_calls", []):
+        arguments = call["function"]["arguments"]
+        for key, value in arguments.items():
+            if isinstance(value, str):
+                arguments[key] = json.dumps(value, ensure_ascii=False)
     return message
 
 
@@ -594,6 +640,63 @@ FAMILIES: dict[str, Family] = {
         stop_tokens=("<|im_end|>",),
         # After a tool result the history drops a newline the prompt had.
         turn_markers=("<|im_start|>assistant\n",),
+    ),
+    "lfm2_5": Family(
+        template="lfm2_5",
+        chat_template="lfm2_5.jinja",
+        # The chat template wraps string arguments in single quotes without escaping them, so
+        # the tricky call's quotes, backslash and line break cannot be written back; the
+        # escaped form the grammar needs is a hand-written case.
+        cases=tuple(c for c in ALL_CASES if c != "tricky_call"),
+        stop_tokens=("<|im_end|>",),
+        prepare=lambda m, i: _with_content(m, "absent"),  # a None content raises
+    ),
+    "llama3_2_pythonic": Family(
+        template="llama3_2_pythonic",
+        chat_template="llama3_2_pythonic.jinja",
+        # A call turn drops its content; a call list is only a call at the start of the turn.
+        cases=(
+            "answer",
+            "one_call",
+            "parallel_calls",
+            "nested_arguments",
+            "tricky_answer",
+            "tricky_call",
+        ),
+        stop_tokens=("<|eot_id|>",),
+        render_kwargs={"bos_token": "<|begin_of_text|>", "date_string": "26 Jul 2024"},
+        prepare=_quoted_string_arguments,
+    ),
+    "llama4_pythonic": Family(
+        template="llama4_pythonic",
+        chat_template="llama4_pythonic.jinja",
+        # The chat template writes calls without the list's brackets and with bare strings
+        # (`get_weather(city=Paris)`), which no model writes: calls are hand-written cases.
+        cases=("answer", "tricky_answer"),
+        stop_tokens=("<|eot|>", "<|eom|>"),
+        render_kwargs={"bos_token": "<|begin_of_text|>"},
+        prepare=lambda m, i: _with_content(m, ""),  # a None content raises
+    ),
+    "gemma3_pythonic": Family(
+        template="gemma3_pythonic",
+        chat_template="gemma3_pythonic.jinja",
+        # Content on a call turn is written after the list, where the format (a reply that is
+        # a call list) does not allow text: hand-written cases show it fails. The chat template
+        # writes a call's arguments without commas between them (its `first` flag is set inside
+        # the loop, which Jinja scopes to one iteration), so calls are rendered with one
+        # argument each; calls of several arguments are hand-written cases.
+        cases=("answer", "tricky_answer") + ONE_ARGUMENT_CALLS,
+        stop_tokens=("<end_of_turn>",),
+        render_kwargs={"bos_token": "<bos>"},
+        prepare=lambda m, i: _with_content(m, ""),  # a None content raises
+    ),
+    "phi4_mini": Family(
+        template="phi4_mini",
+        chat_template="phi4_mini.jinja",
+        cases=NO_REASONING,
+        # Every render passes TOOLS: with tools=None this template iterates None and raises.
+        stop_tokens=("<|end|>",),
+        render_kwargs={"eos_token": "<|endoftext|>"},
     ),
 }
 
