@@ -24,7 +24,7 @@ from pathlib import Path
 from . import api, frontend, lint
 from .version import __version__
 
-SUBCOMMANDS = ("list", "regenerate", "cache")
+SUBCOMMANDS = ("list", "regenerate", "cache", "verify", "infer")
 EXIT_ERROR = 2
 EXIT_BROKEN_PIPE = 1  # (the Python docs' choice for a reader that closed the pipe early)
 
@@ -32,7 +32,9 @@ EXIT_BROKEN_PIPE = 1  # (the Python docs' choice for a reader that closed the pi
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv and argv[0] in SUBCOMMANDS:
+        if argv and argv[0] in ("verify", "infer"):
+            status = _round_trip_command(argv[0], argv[1:])
+        elif argv and argv[0] in SUBCOMMANDS:
             status = {"list": _list, "regenerate": _regenerate, "cache": _cache}[argv[0]](argv[1:])
         else:
             status = _compile(argv)
@@ -112,6 +114,19 @@ def _write(path: Path, text: str) -> None:
         FileSystem().write_atomic(path, text, mode=user_file_mode())
     except OSError as e:
         raise CliError(f"{path}: cannot write: {e}") from None
+
+
+def _round_trip_command(name: str, argv: list[str]) -> int:
+    """verify / infer (compiler/verify.py, compiler/infer.py): they render chat templates, so they
+    need transformers, imported only here."""
+    from . import infer, verify
+
+    try:
+        return (verify.cli if name == "verify" else infer.cli)(argv)
+    except verify.UsageError as e:
+        raise CliError(str(e)) from None
+    except ImportError as e:
+        raise CliError(f"{name} needs transformers (pip install 'rtcompile[verify]'): {e}") from None
 
 
 def _list(argv: list[str]) -> int:

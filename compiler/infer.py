@@ -1,0 +1,691 @@
+"""Derive a response template from a chat template, by rendering probes and comparing the renders.
+
+Nothing here knows a model family. The chat template renders probe conversations whose values are
+sentinels (texts and names that occur nowhere else), and each part of the response template is
+read off where the sentinels land:
+
+- the generation prompt (what `add_generation_prompt` adds) and, after a tool result, the prompt's
+  last token: the start anchors; a reasoning block the prompt opens (or opens and closes) stays
+  after the anchor so the parser reads it from the prefix;
+- the text before and after the reasoning sentinel: the reasoning delimiters;
+- the text before the answer sentinel (a content opener, when there is one) and after it: where
+  an assistant turn ends (the same rule `verify` uses to cut a rendered turn);
+- one call and two calls: where each call sits (by its name and its argument values), so the
+  text around a call, the text between two calls and the text around all of them are the call's
+  own delimiters, the separator and the section delimiters;
+- the argument syntax, by trying each content parser on the text of the call and keeping the one
+  that gives the arguments back: a JSON list of calls, a Python-style call list, a JSON object
+  holding name and arguments, a JSON object of arguments (also with unquoted keys and custom
+  string delimiters, as Gemma writes them), or repeated key/value markup (XML-style tags,
+  key/value lines).
+
+What cannot be derived is reported part by part, and the template is written without it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import regex as re
+
+from . import verify as v
+from .chat_render import ChatRenderer, ChatTemplate, RenderError
+
+PROBE_CALL = v.function_call("probe_lookup", {"probe_city": "Zanzibarville", "probe_days": 7})
+PROBE_CALL_2 = v.function_call("probe_search", {"probe_query": "Quuxfield", "probe_flag": True})
+PROBE_REASONING = "Pondering the probe question carefully."
+PROBE_ANSWER = "Probe answer sentinel."
+CALL_TRANSFORM = {"type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}}
+
+
+@dataclass
+class Part:
+    name: str
+    status: str  # "derived", "guessed", "not derived"
+    detail: str
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Inference:
+    template: dict
+    parts: list[Part] = field(default_factory=list)
+
+    def note(self, name: str, status: str, detail: str) -> None:
+        self.parts.append(Part(name, status, detail))
+
+    def format_text(self) -> str:
+        lines = ["inferred parts:"]
+        for part in self.parts:
+            lines.append(f"  {part.name:<16} {part.status:<12} {part.detail}")
+        return "\n".join(lines)
+
+
+# ---- regex building ------------------------------------------------------------------------------
+
+
+def literal_pattern(text: str) -> str:
+    """A literal with every whitespace run loosened to \\s* (models vary spacing; templates too)."""
+    out = []
+    for piece in re.split(r"(\s+)", text):
+        if not piece:
+            continue
+        out.append(r"\s*" if piece.isspace() else re.escape(piece))
+    pattern = "".join(out)
+    while r"\s*\s*" in pattern:
+        pattern = pattern.replace(r"\s*\s*", r"\s*")
+    return pattern
+
+
+def _stop_class(following: str, extra: str = "") -> str:
+    """A character class for a captured name: anything but what follows it, `<` and whitespace."""
+    stops = set(extra + "<")
+    if following:
+        stops.add(following[0])
+    body = "".join(re.escape(c) if c not in "\\]^-" else "\\" + c for c in sorted(stops))
+    return f"[^{body}\\s]+"
+
+
+def tokens_in(text: str) -> list[str]:
+    """The token-like pieces of `text` in order; text that has none is one piece (stripped)."""
+    found = [m.group() for m in v.TOKEN_RE.finditer(text)]
+    if found:
+        return found
+    return [text.strip()] if text.strip() else []
+
+
+def _unique(items: list[str]) -> list[str]:
+    return [item for item in dict.fromkeys(items) if item]
+
+
+def _literal_or_list(items: list[str]) -> str | list[str]:
+    return items[0] if len(items) == 1 else items
+
+
+# ---- probing -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Probe:
+    prompt: str
+    generation: str | None  # what the model writes, as verify cuts it
+    prefilled: str = ""  # what the prompt wrote that the finished turn lacks
+    error: str | None = None
+
+
+class Prober:
+    def __init__(self, renderer: ChatRenderer, conventions: v.Conventions):
+        self.renderer = renderer
+        self.conventions = conventions
+
+    def probe(self, message: dict, history: list[dict] | None = None) -> Probe:
+        history = history or [v._user("What is the weather in Paris?")]
+        case = v.Case("probe", "probe", history, message)
+        tools = v.tools_for(history + [message])
+        try:
+            prompt = self.renderer.render(
+                v.to_chat_conversation(history, None, self.conventions), tools=tools, add_generation_prompt=True
+            )
+        except RenderError as e:
+            return Probe("", None, error=str(e))
+        rendered = v.render_turn(self.renderer, case, self.conventions, tools)
+        if rendered.generation is not None:
+            return Probe(prompt, rendered.generation)
+        try:
+            full = self.renderer.render(
+                v.to_chat_conversation(history, message, self.conventions), tools=tools, add_generation_prompt=False
+            )
+        except RenderError as e:
+            return Probe(prompt, None, error=str(e))
+        at = v.common_prefix_length(prompt, full)
+        # The finished turn departs from the prompt: keep what it renders from there on.
+        return Probe(prompt, full[at:].rstrip() or None, prefilled=prompt[at:], error=rendered.unrenderable)
+
+    def generation_prompt(self, history: list[dict]) -> tuple[str, str]:
+        """(prompt, what add_generation_prompt adds); when it adds nothing, the prompt's last token."""
+        tools = v.tools_for(history)
+        conversation = v.to_chat_conversation(history, None, self.conventions)
+        prompt = self.renderer.render(conversation, tools=tools, add_generation_prompt=True)
+        base = self.renderer.render(conversation, tools=tools, add_generation_prompt=False)
+        added = prompt[len(base) :] if prompt.startswith(base) and prompt != base else ""
+        if not added:
+            stripped = prompt.rstrip()
+            ends = [m for m in v.TOKEN_RE.finditer(stripped) if m.end() == len(stripped)]
+            added = prompt[ends[-1].start() :] if ends else ""
+        return prompt, added
+
+
+# ---- the parts -----------------------------------------------------------------------------------
+
+
+def _strip_empty_block(text: str, reasoning: tuple[str, str] | None) -> str:
+    if reasoning:
+        pattern = r"\A\s*" + literal_pattern(reasoning[0]) + r"\s*" + literal_pattern(reasoning[1]) + r"\s*"
+        return re.sub(pattern, "", text)
+    return text
+
+
+def _json_values(text: str) -> list[tuple[int, int, Any]]:
+    """Every JSON value starting at a `{` or `[` of `text`: (start, end, value)."""
+    decoder = json.JSONDecoder()
+    out = []
+    for start, char in enumerate(text):
+        if char in "{[":
+            try:
+                value, end = decoder.raw_decode(text, start)
+            except ValueError:
+                continue
+            out.append((start, end, value))
+    return out
+
+
+def _value_texts(value: Any) -> list[str]:
+    """How a chat template may write an argument value: Python str(), JSON, lower-case booleans."""
+    texts = [json.dumps(value, ensure_ascii=False), str(value)]
+    if isinstance(value, bool):
+        texts.append(str(value).lower())
+    if isinstance(value, str):
+        texts.insert(0, value)
+    return _unique(texts)
+
+
+@dataclass
+class CallShape:
+    """One call's rendering split around its name and arguments."""
+
+    start: int  # where the call's own text starts (its name, or the JSON object holding it)
+    end: int  # where its arguments end
+    open_pattern: str  # from `start` up to the arguments, with name/id groups
+    content: str
+    content_args: dict
+    transform: dict
+    content_span: tuple[int, int]
+
+
+def _find_id_pattern(text: str, given_ids: list[str], name: str, following: str) -> tuple[str | None, str]:
+    """If a given call id is rendered in `text`, a pattern for it (digits loosened, the name inside it
+    captured) and the id found."""
+    for given in given_ids:
+        if given and given in text:
+            pieces = []
+            for piece in re.split(r"(\d+)", given):
+                if not piece:
+                    continue
+                if piece.isdigit():
+                    pieces.append(r"\d+")
+                elif name in piece:
+                    before, _, after = piece.partition(name)
+                    pieces.append(re.escape(before) + f"(?P<name>{_stop_class(after or following, ':')})" + re.escape(after))
+                else:
+                    pieces.append(re.escape(piece))
+            return "(?P<id>" + "".join(pieces) + ")", given
+    return None, ""
+
+
+def _call_shape(text: str, call: dict, given_ids: list[str], parsers) -> CallShape | None:
+    name = call["function"]["name"]
+    arguments = call["function"]["arguments"]
+    at = text.find(name)
+    if at < 0:
+        return None
+    # A JSON object holding the name and the arguments (Hermes / Qwen3 / Llama 3).
+    for start, end, value in _json_values(text):
+        if isinstance(value, dict) and start <= at < end:
+            name_keys = [k for k, item in value.items() if item == name]
+            argument_keys = [k for k, item in value.items() if item == arguments or _loads(item) == arguments]
+            if name_keys and argument_keys:
+                if set(value) == {"name", "arguments"} and value["arguments"] == arguments:
+                    transform = {"type": "function", "function": "{content}"}
+                else:
+                    transform = {
+                        "type": "function",
+                        "function": {"name": f"{{content.{name_keys[0]}}}", "arguments": f"{{content.{argument_keys[0]}}}"},
+                    }
+                return CallShape(start, end, "", "json", {}, transform, (start, end))
+    # The arguments after the name, in some syntax; the text between is the rest of the opener.
+    after_name = at + len(name)
+    candidates = []
+    for start, end, value in _json_values(text):
+        if start >= after_name and value == arguments:
+            candidates.append((start, end, {}))
+            break
+    if not candidates:
+        candidates.extend(_dialect_candidates(text, after_name, arguments, parsers))
+    if candidates:
+        start, end, content_args = candidates[0]
+        between = text[after_name:start]
+        return _named_shape(text, at, name, between, given_ids, start, end, "json", content_args)
+    return _markup_shape(text, at, name, arguments, given_ids, parsers)
+
+
+def _loads(item: Any) -> Any:
+    if isinstance(item, str):
+        try:
+            return json.loads(item)
+        except ValueError:
+            return None
+    return None
+
+
+def _named_shape(text, at, name, between, given_ids, start, end, content, content_args) -> CallShape:
+    id_pattern, given = _find_id_pattern(text[max(0, at - 40) : start], given_ids, name, between)
+    if id_pattern and given and name in given:
+        # The name is inside the id (functions.NAME:0): the opener is built around the id.
+        id_at = text.rfind(given, 0, start)
+        prefix_start = id_at
+        opener = id_pattern + literal_pattern(text[id_at + len(given) : start])
+        return CallShape(prefix_start, end, opener, content, content_args,
+                         {"id": "{id}", **CALL_TRANSFORM_CONTENT}, (start, end))
+    opener = f"(?P<name>{_stop_class(between)})"
+    transform = dict(CALL_TRANSFORM_CONTENT)
+    if id_pattern and given:
+        id_at = between.find(given)
+        opener += literal_pattern(between[:id_at]) + id_pattern + literal_pattern(between[id_at + len(given) :])
+        transform = {"id": "{id}", **transform}
+    else:
+        opener += literal_pattern(between)
+    return CallShape(at, end, opener, content, content_args, transform, (start, end))
+
+
+CALL_TRANSFORM_CONTENT = {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}}
+
+
+def _dialect_candidates(text: str, after_name: int, arguments: dict, parsers) -> list:
+    """Arguments as a JSON-like object with unquoted keys and strings between custom markers."""
+    brace = text.find("{", after_name)
+    if brace < 0 or not arguments:
+        return []
+    string_values = [value for value in arguments.values() if isinstance(value, str)]
+    delims = []
+    for value in string_values:
+        at = text.find(value, brace)
+        if at < 0:
+            continue
+        colon = text.rfind(":", brace, at)
+        left = text[colon + 1 : at] if colon >= 0 else ""
+        right = ""
+        for stop in range(at + len(value), min(len(text), at + len(value) + 20)):
+            if text[stop] in ",}":
+                right = text[at + len(value) : stop]
+                break
+        if left and right:
+            delims = [[left, right]]
+        break
+    for args in ({"unquoted_keys": True, **({"string_delims": delims} if delims else {})},):
+        for close in [m.start() for m in re.finditer(r"\}", text[brace:])]:
+            body = text[brace : brace + close + 1]
+            try:
+                if parsers["json"](body, args) == arguments:
+                    return [(brace, brace + close + 1, args)]
+            except ValueError:
+                continue
+    return []
+
+
+def _markup_shape(text: str, at: int, name: str, arguments: dict, given_ids, parsers) -> CallShape | None:
+    """Arguments as repeated key/value markup: <parameter=K>V</parameter>, <arg_key>K</arg_key>
+    <arg_value>V</arg_value>, K: V lines. Needs two arguments to tell a unit's two ends apart."""
+    keys = list(arguments)
+    if len(keys) < 2:
+        return None
+    spans = []
+    position = at + len(name)
+    for key in keys:
+        key_at = text.find(key, position)
+        if key_at < 0:
+            return None
+        for candidate in _value_texts(arguments[key]):
+            value_at = text.find(candidate, key_at + len(key))
+            if value_at >= 0:
+                break
+        else:
+            return None
+        spans.append((key_at, key_at + len(key), value_at, value_at + len(candidate)))
+        position = value_at + len(candidate)
+    middle = text[spans[0][1] : spans[0][2]]
+    inter = text[spans[0][3] : spans[1][0]]
+    close_tag = inter.find(">")
+    right, left = (inter[: close_tag + 1], inter[close_tag + 1 :]) if close_tag >= 0 else ("", inter)
+    if not left.strip() and not right.strip():
+        # key/value lines: no markup around a unit, a separator between key and value.
+        separator = middle.strip() or middle
+        if not separator or "\n" not in inter:
+            return None
+        content, content_args = "kv-lines", {"kv_sep": separator}
+        units_start, units_end = spans[0][0], spans[-1][3]
+    else:
+        key_class = _stop_class(middle)
+        tag_pattern = (
+            literal_pattern(left.lstrip()) + f"(?P<key>{key_class})" + literal_pattern(middle)
+            + "(?P<value>.*?)" + literal_pattern(right)
+        )
+        content, content_args = "xml-inline", {"tag_pattern": tag_pattern}
+        units_start = spans[0][0] - len(left.lstrip())
+        units_end = spans[-1][3] + len(right)
+        if text[units_start : spans[0][0]] != left.lstrip() or text[spans[-1][3] : units_end] != right:
+            return None
+    try:
+        parsed = parsers[content](text[units_start:units_end], content_args)
+    except ValueError:
+        return None
+    if set(parsed) != set(keys):
+        return None
+    between = text[at + len(name) : units_start]
+    return _named_shape(text, at, name, between, given_ids, units_start, units_end, content, content_args)
+
+
+def _call_list(text: str, calls: list[dict], parsers) -> tuple[int, int, str, dict] | None:
+    """All calls in one JSON list of objects, or in one Python-style call list."""
+    names = [call["function"]["name"] for call in calls]
+    arguments = [call["function"]["arguments"] for call in calls]
+    for start, end, value in _json_values(text):
+        if isinstance(value, list) and len(value) == len(calls) and all(isinstance(item, dict) for item in value):
+            first = value[0]
+            name_keys = [k for k, item in first.items() if item == names[0]]
+            argument_keys = [k for k, item in first.items() if item == arguments[0] or _loads(item) == arguments[0]]
+            if name_keys and argument_keys:
+                transform = {
+                    "type": "function",
+                    "function": {"name": f"{{{name_keys[0]}}}", "arguments": f"{{{argument_keys[0]}}}"},
+                }
+                return start, end, "json", transform
+    for start in [m.start() for m in re.finditer(r"\[", text)]:
+        for end in [start + m.end() for m in re.finditer(r"\]", text[start:])]:
+            try:
+                parsed = parsers["python-call-list"](text[start:end], {})
+            except (ValueError, KeyError):
+                continue
+            if [p["name"] for p in parsed] == names and [p["arguments"] for p in parsed] == arguments:
+                return start, end, "python-call-list", dict(CALL_TRANSFORM)
+    return None
+
+
+def _common_suffix(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
+        n += 1
+    return n
+
+
+def _content_parsers() -> dict:
+    from transformers.utils.chat_parsing.content_parsers import CONTENT_PARSERS
+
+    return CONTENT_PARSERS
+
+
+def infer(renderer: ChatRenderer) -> Inference:
+    parsers = _content_parsers()
+    conventions, notes = v.discover_conventions(renderer)
+    prober = Prober(renderer, conventions)
+    fields: dict[str, dict] = {}
+    result = Inference(template={})
+    for note in notes:
+        result.note("conventions", "note", note)
+
+    # Generation prompts: single turn and after a tool result.
+    question = [v._user("What is the weather in Paris?")]
+    after_tool = question + [
+        {"role": "assistant", "tool_calls": [PROBE_CALL]},
+        {"role": "tool", "name": "probe_lookup", "content": "Probe result."},
+    ]
+    prompt, added = prober.generation_prompt(question)
+    anchors = [added]
+    try:
+        _, added_after_tool = prober.generation_prompt(after_tool)
+        anchors.append(added_after_tool)
+    except RenderError:
+        added_after_tool = ""
+
+    # Reasoning.
+    answer = prober.probe({"role": "assistant", "content": PROBE_ANSWER})
+    reasoning = None
+    for message in (
+        {"role": "assistant", "reasoning_content": PROBE_REASONING, "content": PROBE_ANSWER},
+        {"role": "assistant", "reasoning_content": PROBE_REASONING, "tool_calls": [PROBE_CALL]},
+    ):
+        probe = prober.probe(message)
+        text = probe.generation or ""
+        if PROBE_REASONING not in text:
+            continue
+        turn = probe.prefilled + text if probe.prefilled and not text.startswith(probe.prefilled) else text
+        at = turn.find(PROBE_REASONING)
+        opener = tokens_in(turn[:at])
+        tail = turn[at + len(PROBE_REASONING) :]
+        closer = tokens_in(tail.split(PROBE_ANSWER)[0] if PROBE_ANSWER in tail else tail)
+        if opener and closer:
+            reasoning = (opener[-1], closer[0])
+            result.note("reasoning", "derived", f"{reasoning[0]!r} ... {reasoning[1]!r}")
+            break
+    if reasoning is None:
+        prefill = answer.prefilled or added
+        tag = re.search(r"<([A-Za-z_][\w\-]*)>\s*\Z", prefill) or re.search(
+            r"<([A-Za-z_][\w\-]*)>\s*</\1>\s*\Z", prefill
+        )
+        if tag:
+            reasoning = (f"<{tag.group(1)}>", f"</{tag.group(1)}>")
+            result.note(
+                "reasoning", "guessed",
+                f"the chat template never renders reasoning, but the prompt opens {reasoning[0]!r}; "
+                f"closing it with {reasoning[1]!r} by the XML convention",
+            )
+        else:
+            result.note("reasoning", "not derived", "the chat template renders no reasoning in any probe")
+    if reasoning:
+        fields["reasoning_content"] = {"open": reasoning[0], "close": reasoning[1], "content": "text"}
+
+    # Start anchors: the generation prompts, less a reasoning block they open (the parser reads it).
+    cleaned = []
+    for text in anchors:
+        if reasoning:
+            at = text.find(reasoning[0])
+            if at > 0:
+                text = text[:at]
+        if text.strip():
+            cleaned.append(text)
+    cleaned = _unique(cleaned)
+    if cleaned:
+        result.template["start_anchor"] = _literal_or_list(cleaned)
+        result.note("start_anchor", "derived", ", ".join(repr(a) for a in cleaned))
+    else:
+        result.template["start_anchor"] = prompt[-1:] or "\n"
+        result.note("start_anchor", "not derived", "the prompt ends with nothing token-like; using its last character")
+    result.template["defaults"] = {"role": "assistant"}
+
+    # Content: its opener (text before the answer, less an empty reasoning block) and its end.
+    content_field: dict[str, Any] = {"content": "text"}
+    content_closes: list[str] = []
+    text = answer.generation or ""
+    if PROBE_ANSWER in text:
+        at = text.find(PROBE_ANSWER)
+        opener = _strip_empty_block(text[:at], reasoning).strip()
+        if opener:
+            content_field["open"] = tokens_in(opener)[-1]
+        end = tokens_in(text[at + len(PROBE_ANSWER) :])
+        if end:
+            content_closes.append(end[0])
+        result.note(
+            "content", "derived",
+            (f"opens with {content_field['open']!r}, " if "open" in content_field else "implicit, ")
+            + (f"ends at {end[0]!r}" if end else "ends with the generation (no end marker rendered)"),
+        )
+    else:
+        result.note("content", "not derived", f"the answer probe did not render ({answer.error})")
+
+    # Tool calls.
+    calls_field, section_tokens = _infer_calls(prober, reasoning, content_field, parsers, result)
+    content_closes.extend(section_tokens)
+    content_closes = _unique(content_closes)
+    if content_closes:
+        content_field["close"] = _literal_or_list(content_closes)
+    if calls_field:
+        fields["tool_calls"] = calls_field
+    fields["content"] = content_field
+    result.template["fields"] = fields
+    return result
+
+
+def _infer_calls(prober: Prober, reasoning, content_field, parsers, result: Inference) -> tuple[dict | None, list[str]]:
+    one = prober.probe({"role": "assistant", "tool_calls": [PROBE_CALL]})
+    two = prober.probe({"role": "assistant", "tool_calls": [PROBE_CALL, PROBE_CALL_2]})
+    g1 = _strip_empty_block(one.generation or "", reasoning)
+    if "probe_lookup" not in g1:
+        result.note("tool_calls", "not derived", "the chat template renders no tool call" + (f" ({one.error})" if one.error else ""))
+        return None, []
+    g2 = _strip_empty_block(two.generation or "", reasoning)
+    parallel = "probe_lookup" in g2 and "probe_search" in g2
+    if not parallel:
+        result.note("parallel calls", "not derived", "the chat template renders only one call per turn" + (f" ({two.error})" if two.error else ""))
+    given = [v.call_id(prober.conventions, 9, i, c["function"]["name"]) for i, c in enumerate([PROBE_CALL, PROBE_CALL_2])]
+
+    # One region holding every call: a JSON list or a Python-style call list.
+    listed = _call_list(g2, [PROBE_CALL, PROBE_CALL_2], parsers) if parallel else None
+    listed = listed or _call_list(g1, [PROBE_CALL], parsers)
+    if listed:
+        text = g2 if parallel and _call_list(g2, [PROBE_CALL, PROBE_CALL_2], parsers) else g1
+        start, end, content, transform = listed
+        lead = text[:start]
+        after = tokens_in(text[end:])
+        field: dict[str, Any] = {"content": content, "transform": transform, "transform_each": True}
+        if lead.strip():
+            field["open_pattern"] = r"\s*" + literal_pattern(lead.strip())
+        else:
+            field["open_pattern"] = r"^\s*(?=" + (r"\[\s*\{" if content == "json" else r"\[[A-Za-z_][\w.\-]*\(") + ")"
+        if after:
+            field["close"] = after[0]
+        result.note("tool_calls", "derived", f"all calls in one {content} list after {lead.strip()!r}, closed by {after[:1]}")
+        return field, after[:1] + after[1:2]
+
+    # One region per call.
+    shape1 = _call_shape(g1, PROBE_CALL, given, parsers)
+    if shape1 is None:
+        result.note("tool_calls", "not derived", f"no argument syntax reproduces the probe's arguments from {g1[:120]!r}")
+        return None, []
+    shape2a = shape2b = None
+    if parallel:
+        shape2a = _call_shape(g2, PROBE_CALL, given, parsers)
+        if shape2a:
+            rest = g2[shape2a.end :]
+            shape2b = _call_shape(rest, PROBE_CALL_2, given[1:] + given, parsers)
+    lead1, trail1 = g1[: shape1.start], g1[shape1.end :]
+    if shape2a and shape2b:
+        inter = g2[shape2a.end : shape2a.end + shape2b.start]
+        trail = g2[shape2a.end + shape2b.end :]
+        per_open = inter[len(inter) - _common_suffix(inter, lead1) :]
+        per_close = inter[: v.common_prefix_length(inter, trail)]
+        if len(per_open) + len(per_close) > len(inter):
+            per_open = inter[len(per_close) :]
+        separator = inter[len(per_close) : len(inter) - len(per_open)]
+    else:
+        per_open, separator = lead1, ""
+        per_close = trail1[: len(tokens_in(trail1)[0]) if tokens_in(trail1) else 0]
+        closing = tokens_in(trail1)
+        per_close = trail1[: trail1.find(closing[0]) + len(closing[0])] if closing else ""
+    section_open = lead1[: len(lead1) - len(per_open)] if lead1.endswith(per_open) else ""
+    section_rest = trail1[len(per_close) :] if trail1.startswith(per_close) else trail1
+    section_tokens = tokens_in(section_rest)
+    if content_field.get("open") and per_open.strip().startswith(content_field["open"]):
+        per_open = per_open.strip()[len(content_field["open"]) :]
+    open_pattern = r"\s*"
+    if separator.strip():
+        open_pattern += "(?:" + literal_pattern(separator.strip()) + r")?\s*"
+    if section_open.strip():
+        open_pattern += "(?:" + literal_pattern(section_open.strip()) + r")?\s*"
+    if per_open.strip():
+        open_pattern += literal_pattern(per_open.strip())
+    elif shape1.open_pattern == "":
+        # No opener at all (Llama 3 writes the JSON bare): a call only where the turn starts.
+        start_text = g1[shape1.start : g1.find('"', shape1.start) + 1 or shape1.start + 1]
+        open_pattern = r"^\s*(?=" + literal_pattern(start_text) + ")"
+    open_pattern += shape1.open_pattern
+    field = {"open_pattern": open_pattern}
+    if per_close.strip():
+        field["close_pattern"] = r"\s*" + literal_pattern(per_close.strip())
+    elif per_open.strip():
+        ends = "|".join(re.escape(t) for t in section_tokens[:1])
+        field["close_pattern"] = "(?=" + literal_pattern(per_open.strip()) + ")" + (f"|{ends}" if ends else "")
+    elif section_tokens:
+        field["close"] = section_tokens[0]
+    field.update({"repeats": True, "content": shape1.content})
+    if shape1.content_args:
+        field["content_args"] = shape1.content_args
+    field["transform"] = shape1.transform
+    result.note(
+        "tool_calls", "derived",
+        f"each call {per_open.strip()!r}...{per_close.strip()!r}, arguments as {shape1.content}"
+        + (f" {shape1.content_args}" if shape1.content_args else "")
+        + (f", all calls inside {section_open.strip()!r}" if section_open.strip() else ""),
+    )
+    if parallel:
+        result.note("parallel calls", "derived", f"separated by {separator!r}" if shape2b else "rendered, but not split")
+    return field, section_tokens
+
+
+# ---- validation and the command line ----------------------------------------------------------------
+
+
+def validate(template: dict) -> None:
+    """The interpreter's own validator, then rtcompile's (both must accept what infer writes)."""
+    from transformers.utils.chat_parsing.response_templates import load_response_template
+
+    from . import frontend
+
+    load_response_template(template)
+    frontend.lower(template)
+
+
+def cli(argv: list[str]) -> int:
+    """python -m rtcompile infer CHAT_TEMPLATE|TOKENIZER_DIR [-o template.json] [--var NAME=VALUE]..."""
+    import argparse
+
+    from .chat_render import ChatTemplateError, load_chat_template
+
+    parser = argparse.ArgumentParser(
+        prog="python -m rtcompile infer",
+        description="Derive a response template from a chat template by rendering probes, then verify it.",
+    )
+    parser.add_argument("chat_template", metavar="CHAT_TEMPLATE|TOKENIZER_DIR")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the template here (default: stdout)")
+    v.add_chat_template_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        variables = v.read_variables(args.var)
+        chat_template = load_chat_template(args.chat_template, args.template_name)
+    except (ChatTemplateError, ValueError, OSError) as e:
+        raise v.UsageError(str(e)) from None
+    renderer = ChatRenderer(chat_template, variables, **({"timeout": args.timeout} if args.timeout else {}))
+    try:
+        inference = infer(renderer)
+        try:
+            validate(inference.template)
+        except (ValueError, TypeError) as e:
+            inference.note("template", "invalid", f"the validator rejects the inferred template: {e}")
+            print(inference.format_text(), file=sys.stderr)
+            return 2
+        text = json.dumps(inference.template, indent=2, ensure_ascii=False) + "\n"
+        if args.output:
+            from .cache import FileSystem
+
+            FileSystem().write_atomic(Path(args.output), text)
+        report = v.verify(
+            inference.template, renderer, variables=variables, examples=args.examples,
+            template_label=args.output or "<inferred>",
+        )
+    finally:
+        renderer.close()
+    if args.json:
+        print(json.dumps({"template": inference.template, "parts": [p.to_json() for p in inference.parts],
+                          "verify": report.to_json()}, indent=2, ensure_ascii=False))
+    else:
+        if not args.output:
+            print(text, end="")
+        print(inference.format_text(), file=sys.stderr if not args.output else sys.stdout)
+        print(report.format_text(), file=sys.stderr if not args.output else sys.stdout)
+    return 0 if report.ok else 1
+
+
+import sys  # noqa: E402  (used by cli only)
+from pathlib import Path  # noqa: E402
