@@ -38,7 +38,7 @@ from pathlib import Path
 
 from . import api
 from .runtime import RUNTIME_ABI
-from .version import __version__
+from .version import INTERPRETER_RELEASE, __version__
 
 HEADER_PREFIX = "# rtcompile-cache "
 # Cache.path_for's names, and the temporary names write_atomic gives them while writing.
@@ -55,7 +55,14 @@ class CacheWarning(UserWarning):
 
 def cache_key(template_sha256: str) -> str:
     material = "\n".join(
-        [template_sha256, __version__, str(RUNTIME_ABI), "%d.%d" % sys.version_info[:2], generator_fingerprint()]
+        [
+            template_sha256,
+            __version__,
+            INTERPRETER_RELEASE,
+            str(RUNTIME_ABI),
+            "%d.%d" % sys.version_info[:2],
+            generator_fingerprint(),
+        ]
     )
     return hashlib.sha256(material.encode("ascii")).hexdigest()
 
@@ -75,14 +82,20 @@ def generator_fingerprint() -> str:
     return digest.hexdigest()
 
 
-CONTENT_FACTS = re.compile(r'^(TEMPLATE_SHA256|__rtcompile_version__) = "([^"\\]*)"$', re.MULTILINE)
+CONTENT_FACTS = re.compile(
+    r'^(TEMPLATE_SHA256|__rtcompile_version__|IMPLEMENTS_TRANSFORMERS) = "([^"\\]*)"$', re.MULTILINE
+)
 
 
 def describes(source: str, template_sha256: str) -> bool:
-    """Whether generated source declares this template's hash and this compiler's version (read
-    from its text, before anything in it runs)."""
+    """Whether generated source declares this template's hash, this compiler's version and the
+    interpreter release it implements (read from its text, before anything in it runs)."""
     facts = dict(CONTENT_FACTS.findall(source))
-    return facts.get("TEMPLATE_SHA256") == template_sha256 and facts.get("__rtcompile_version__") == __version__
+    return (
+        facts.get("TEMPLATE_SHA256") == template_sha256
+        and facts.get("__rtcompile_version__") == __version__
+        and facts.get("IMPLEMENTS_TRANSFORMERS") == INTERPRETER_RELEASE
+    )
 
 
 def default_directory() -> Path:

@@ -21,9 +21,9 @@ import jinja2
 
 from . import canonical, ir
 from .patterns import WHITESPACE
-from .version import __version__
+from .version import INTERPRETER_RELEASE, __version__
 
-RUNTIME_ABI = 2  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
+RUNTIME_ABI = 3  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
 # Sets of first characters up to this size are checked with chained str.find; larger ones with
 # one character-class search.
 MAX_FIND_CHAIN = 2
@@ -93,8 +93,14 @@ class Watch:
 
     @property
     def wants_match(self) -> bool:
-        """Only an open's named groups are read (they become the region's captures)."""
-        return self.is_open and bool(self.delimiter.group_names)
+        """Named groups are read: an open's become the region's captures, and a close's join them
+        (winning over the open's, as in transformers 5.24.0)."""
+        return bool(self.delimiter.group_names)
+
+    @property
+    def rechecks_before_edge(self) -> bool:
+        """A complete match ending before the buffer's end is re-checked (may it still change?)."""
+        return self.delimiter.reads_past_match
 
     @property
     def searched_as_literals(self) -> bool:
@@ -357,6 +363,7 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
             lead_names[name] = Code(leads.name(chars))
     return _ENV.get_template("module.py.jinja").render(
         version=__version__,
+        interpreter_release=INTERPRETER_RELEASE,
         abi=RUNTIME_ABI,
         origin=origin,
         template=template,

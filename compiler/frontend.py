@@ -1,6 +1,6 @@
 """Front end: validate a response template and lower it to the IR.
 
-The rules, their order and the exception classes are those of the transformers 5.23.0 interpreter
+The rules, their order and the exception classes are those of the transformers 5.24.0 interpreter
 (`transformers.utils.chat_parsing.response_templates`), so a template is accepted here exactly when
 the interpreter accepts it, and the first problem found is the one the interpreter reports. Messages
 start with the JSON path of the problem (`fields.tool_calls.open_pattern: invalid regex: ...`).
@@ -19,10 +19,10 @@ import regex
 
 from . import ir
 from .canonical import TemplateError, TemplateTypeError, canonical_text, sha256_of
-from .patterns import analyse_pattern, literal_charsets, literal_run, uses_search_anchor
+from .patterns import analyse_pattern, literal_charsets, literal_run, reads_past_match, uses_search_anchor
 
 # A set, like the interpreter's dict: an unhashable `content` value raises TypeError there too.
-CONTENT_PARSERS = frozenset({"text", "int", "float", "bool", "json", "xml-inline", "kv-lines"})
+CONTENT_PARSERS = frozenset({"text", "int", "float", "bool", "json", "xml-inline", "kv-lines", "python-call-list"})
 TEMPLATE_KEYS = {"version", "defaults", "fields", "start_anchor", "start_anchor_pattern"}
 FIELD_KEYS = {
     "open",
@@ -207,6 +207,7 @@ def _lower_delimiter(path: tuple, spec: dict, literal_key: str, pattern_key: str
             # (captures need the regex's match object)
             literal_run=None if group_names else literal_run(source),
             search_anchored=uses_search_anchor(source),
+            reads_past_match=reads_past_match(source),
         )
     return None
 

@@ -77,6 +77,10 @@ class Delimiter:
     literal_run: LiteralRun | None = None
     # Pattern form only: whether matches depend on where the search starts (`\G`).
     search_anchored: bool = False
+    # Pattern form only: whether a complete match ending before the buffer's end may still change
+    # as text arrives (it tests the end, or can match the "\x00" the interpreter extends the buffer
+    # with): then such a match is re-checked before it commits (transformers 5.24.0).
+    reads_past_match: bool = False
 
     @property
     def alternation(self) -> str:

@@ -22,6 +22,7 @@ CONTENT_ARG_KEYS = {
     "json": {"unquoted_keys", "string_delims", "allow_non_json", "strip"},
     "xml-inline": {"tag_pattern", "value_parser", "merge_duplicates"},
     "kv-lines": {"line_sep", "kv_sep", "strip", "value_parser"},
+    "python-call-list": set(),  # (takes no arguments)
 }
 # A group with an unbounded quantifier that is itself repeated without bound, for patterns the
 # analysis cannot read (regex-only syntax): (a+)+, (?:x*y?)*, ...
@@ -106,7 +107,8 @@ def _lint_value_parser(where: str, value_parser) -> list[Warning_]:
 def _lint_transform(field: ir.Field) -> list[Warning_]:
     if field.transform is None or field.transform_each:
         return []  # transform_each scopes hold each element's keys: not known before parsing
-    available = {"content"} | set(field.open.group_names if field.open is not None else ())
+    # (a close pattern's named groups join the scope too, since transformers 5.24.0)
+    available = {"content"} | {g for d in (field.open, field.close) if d is not None for g in d.group_names}
     out = []
     for node, path in _placeholders(field.transform, ("fields", field.name, "transform")):
         if node.root not in available:

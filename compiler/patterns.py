@@ -55,6 +55,62 @@ def analyse_pattern(source: str) -> tuple[int | None, CharSets | None]:
     return _context(parsed), charsets
 
 
+def reads_past_match(source: str) -> bool:
+    """Whether a complete match that ends before the buffer's end may change once more text comes
+    (transformers 5.24.0 then holds it: see Machine's scan contract). False only when provably
+    not: the interpreter re-runs the match on the buffer extended by "\\x00", and the result can
+    differ only if some item can match "\\x00" or an assertion tests the end (`$`, `\\Z`, `\\b`).
+    Then, on the extended buffer, every step of the engine fails or succeeds as before."""
+    parsed = _parse(source)
+    return parsed is None or _may_see_the_end(parsed)
+
+
+# Assertions that read nothing after the position they test.
+_START_ASSERTIONS = {sre.AT_BEGINNING, sre.AT_BEGINNING_STRING}
+
+
+def _may_see_the_end(items) -> bool:
+    for op, av in items:
+        if op is sre.AT:
+            if av not in _START_ASSERTIONS:
+                return True
+        elif op in (sre.ASSERT, sre.ASSERT_NOT):
+            if _may_see_the_end(av[1]):
+                return True
+        elif op in REPEATS or op is sre.SUBPATTERN or op is sre.BRANCH or op is sre.GROUPREF_EXISTS or op is ATOMIC:
+            if op is sre.GROUPREF_EXISTS:
+                return True  # (a condition on a group: not worth proving)
+            if any(_may_see_the_end(sub) for sub in _children(op, av)):
+                return True
+        elif op is sre.LITERAL:
+            if av == 0:
+                return True
+        elif op is sre.IN:
+            if _set_has_nul(av):
+                return True
+        else:  # ANY (DOTALL: every character), NOT_LITERAL, group references, anything else
+            return True
+    return False
+
+
+def _set_has_nul(items) -> bool:
+    """Whether a [...] set (sre's IN argument) matches "\\x00"."""
+    negated = bool(items) and items[0][0] is sre.NEGATE
+    found = False
+    for op, av in items[1:] if negated else items:
+        if op is sre.LITERAL:
+            found = found or av == 0
+        elif op is sre.RANGE:
+            found = found or av[0] == 0
+        elif op is sre.CATEGORY:
+            # "\x00" is not a digit, a word character or whitespace: only the negated ones match it.
+            if av not in (sre.CATEGORY_DIGIT, sre.CATEGORY_WORD, sre.CATEGORY_SPACE):
+                found = True
+        else:
+            return True  # anything else: assume it may
+    return found != negated
+
+
 def uses_search_anchor(source: str) -> bool:
     """Whether the pattern contains `\\G` (`regex`: "where this search started"), so that its matches
     depend on where a scan starts, not only on the text (see Machine.ONE_PASS)."""

@@ -12,12 +12,21 @@ import regex
 
 from .content_parsers import make_parser
 from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError, RegionError, RegionKeyError, RegionParseError
-from .scanning import MEMO_BUFFER, SHORT_BUFFER, LazyRegex, LiteralSearch, PatternWindow, trailing_run, truncate_after_last
+from .scanning import (
+    MEMO_BUFFER,
+    SHORT_BUFFER,
+    LazyRegex,
+    LiteralSearch,
+    PatternWindow,
+    moved_by_more,
+    trailing_run,
+    truncate_after_last,
+)
 from .machine import ERRORS_KEY, Machine, parse_whole
 from .transforms import each_scope, resolve
 
 # Bump when anything in __all__ changes meaning or signature; generated modules pin it.
-RUNTIME_ABI = 2
+RUNTIME_ABI = 3
 
 
 class RuntimeMismatchError(ImportError):
@@ -50,6 +59,7 @@ __all__ = [
     "check_abi",
     "each_scope",
     "make_parser",
+    "moved_by_more",
     "parse_whole",
     "regex",
     "resolve",

@@ -1,7 +1,7 @@
 """Content parsers with their arguments bound once, at import of a generated module.
 
 `make_parser(name, args)` returns a function of the region's text. The behaviour, including every
-error class and message, is that of the transformers 5.23.0 interpreter, which reads `args` on each
+error class and message, is that of the transformers 5.24.0 interpreter, which reads `args` on each
 call; here what can be prepared (compiled patterns, flags) is prepared once. Arguments the
 interpreter would only choke on while parsing (a non-dict `args`, a malformed `string_delims`, an
 invalid `tag_pattern`) are not prepared: such parsers run the per-call path and fail as the
@@ -29,8 +29,16 @@ SENTINEL_OPEN, SENTINEL_CLOSE = "\x01", "\x02"
 
 @functools.lru_cache(maxsize=None)
 def unquoted_key() -> Any:
-    """The bare-identifier key pattern of `unquoted_keys` (compiled on first use, not at import)."""
-    return regex.compile(r"(?<=[{,])(\w+):")
+    """The pattern `unquoted_keys` rewrites with (compiled on first use, not at import): a whole
+    double-quoted string, kept as it is (so key-like text inside a string value is left alone),
+    or a bare identifier key after `{` or `,`, with the whitespace around it (group 2 is the key)."""
+    return regex.compile(r'"(?:\\.|[^"\\])*"|(?<=[{,])(\s*)(\w+)(\s*):')
+
+
+def _quote_key(match: Any) -> str:
+    if match.group(2) is None:
+        return match.group(0)  # a string: unchanged
+    return f'{match.group(1)}"{match.group(2)}"{match.group(3)}:'
 
 
 def make_parser(name: Any, args: Any) -> Callable[[str], Any]:
@@ -114,7 +122,7 @@ def _run_json(text: str, args: dict, patterns: list, unquoted_keys: Any, check_s
 
         working = pattern.sub(stash, working)
     if unquoted_keys:
-        working = unquoted_key().sub(r'"\1":', working)
+        working = unquoted_key().sub(_quote_key, working)
     for i, value in enumerate(captured):
         working = working.replace(f"{SENTINEL_OPEN}{i}{SENTINEL_CLOSE}", json.dumps(value))
     try:
@@ -184,6 +192,7 @@ def _xml_inline(text: str, args: Any) -> dict:
 
 def _run_xml_inline(text: str, matches: Any, tag_pattern: Any, value_parser: Any, merge: Any) -> dict:
     out: dict[str, Any] = {}
+    merged: set = set()  # keys already turned into a list of their values (see below)
     for match in matches:
         groups = match.groupdict()
         key = groups.get("key")
@@ -191,8 +200,11 @@ def _run_xml_inline(text: str, matches: Any, tag_pattern: Any, value_parser: Any
             raise ValueError(f"xml-inline: tag_pattern must have a named group 'key'. Pattern: {tag_pattern}")
         value = _sub_parse(groups.get("value", ""), value_parser)
         if key in out and merge:
-            if not isinstance(out[key], list):
+            # The first repeat wraps the first value in a list even when that value is itself a
+            # list (a value_parser's JSON array, say): 5.24.0 tracks merged keys, not value types.
+            if key not in merged:
                 out[key] = [out[key]]
+                merged.add(key)
             out[key].append(value)
         else:
             out[key] = value
@@ -226,6 +238,209 @@ def _kv_lines(text: str, args: Any) -> dict:
     return out
 
 
+# ---- python-call-list -----------------------------------------------------------------------------
+# Python-style tool calls, `[get_weather(city="Paris"), ...]` -> [{"name", "arguments"}, ...]: the
+# grammar of transformers 5.24.0 (its docs specify it for other implementations), deliberately
+# strict. Keyword arguments only; values are strings (single or double quotes, a fixed escape set,
+# no raw newline, no lone surrogate), numbers (JSON's syntax, integers within +-(2^53 - 1), floats
+# that stay finite), True/False/None (or true/false/null), lists and dicts with string keys, nested
+# at most 100 deep; whitespace ([ \t\n\r]) around every token and nowhere inside one; nothing after
+# the closing `]`. Every error is a ValueError naming the position the reader stood at.
+
+CALL_LIST_MAX_INTEGER = 2**53 - 1
+CALL_LIST_MAX_DEPTH = 100
+_CALL_LIST_ESCAPES = {"\\": "\\", "'": "'", '"': '"', "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_CALL_LIST_CONSTANTS = {"True": True, "true": True, "False": False, "false": False, "None": None, "null": None}
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+@functools.lru_cache(maxsize=None)
+def _call_list_patterns() -> tuple[Any, Any, Any, Any, Any]:
+    """(whitespace, name, number, string, surrogate) patterns, compiled on first use.
+
+    Plain `re` is enough: every class here is ASCII or a code-point range, read alike by both."""
+    import re
+
+    return (
+        re.compile(r"[ \t\n\r]*"),
+        # A function or keyword name: identifiers joined by single dots or dashes (`ns.get-weather`).
+        re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[-.][A-Za-z0-9_]+)*"),
+        re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?"),
+        # A quoted string on one line; a backslash takes the next character, whatever it is.
+        re.compile(r"""'((?:[^'\\\n\r]|\\.)*)'|"((?:[^"\\\n\r]|\\.)*)\"""", re.DOTALL),
+        re.compile("[\ud800-\udfff]"),
+    )
+
+
+class _CallListReader:
+    """One pass of recursive descent over a python-call-list region, `pos` its reading position."""
+
+    __slots__ = ("text", "pos", "_space", "_name", "_number", "_string", "_surrogate")
+
+    def __init__(self, text: str):
+        self.text = text
+        self.pos = 0
+        self._space, self._name, self._number, self._string, self._surrogate = _call_list_patterns()
+
+    def fail(self, message: str) -> ValueError:
+        return ValueError(f"python-call-list: {message} at position {self.pos}.\nContent: {self.text!r}")
+
+    def next_is(self, char: str) -> bool:
+        """Skip whitespace; whether the next token starts with `char`."""
+        self.pos = self._space.match(self.text, self.pos).end()
+        return self.text.startswith(char, self.pos)
+
+    def take(self, char: str) -> None:
+        if not self.next_is(char):
+            raise self.fail(f"expected {char!r}")
+        self.pos += 1
+
+    def read_calls(self) -> list[dict]:
+        self.take("[")
+        calls = self.read_sequence("]", self.read_call, None)
+        self.pos = self._space.match(self.text, self.pos).end()
+        if self.pos != len(self.text):
+            raise self.fail("unexpected content after the closing ']'")
+        return calls
+
+    def read_sequence(self, close: str, read_item: Callable[[Any], Any], argument: Any) -> list:
+        """Items separated by commas up to `close` (no trailing comma: the item reader rejects it)."""
+        items: list = []
+        if self.next_is(close):
+            self.pos += 1
+            return items
+        while True:
+            items.append(read_item(argument))
+            if self.next_is(close):
+                self.pos += 1
+                return items
+            self.take(",")
+
+    def read_call(self, _unused: Any) -> dict:
+        name = self.read_name("a function name")
+        self.take("(")
+        arguments = self.read_sequence(")", self.read_keyword_argument, None)
+        return {"name": name, "arguments": self.without_repeats(arguments)}
+
+    def read_keyword_argument(self, _unused: Any) -> tuple[str, Any]:
+        key = self.read_name("a keyword argument (positional arguments and trailing commas are not supported)")
+        if not self.next_is("="):
+            raise self.fail("expected '=' (positional arguments are not supported)")
+        self.pos += 1
+        return key, self.read_value(0)
+
+    def read_name(self, what: str) -> str:
+        self.pos = self._space.match(self.text, self.pos).end()
+        match = self._name.match(self.text, self.pos)
+        if match is None:
+            raise self.fail(f"expected {what}")
+        self.pos = match.end()
+        return match.group()
+
+    def without_repeats(self, pairs: list[tuple[str, Any]]) -> dict:
+        out: dict = {}
+        for key, value in pairs:
+            if key in out:
+                raise self.fail(f"repeated name {key!r}")
+            out[key] = value
+        return out
+
+    def read_value(self, depth: int) -> Any:
+        """A value inside `depth` enclosing lists and dicts."""
+        self.pos = self._space.match(self.text, self.pos).end()
+        text, pos = self.text, self.pos
+        first = text[pos : pos + 1]
+        if first == "'" or first == '"':
+            return self.read_string()
+        if first == "[" or first == "{":
+            if depth >= CALL_LIST_MAX_DEPTH:
+                raise self.fail(f"lists and dicts nested more than {CALL_LIST_MAX_DEPTH} levels deep")
+            self.pos += 1
+            if first == "[":
+                return self.read_sequence("]", self.read_value, depth + 1)
+            return self.without_repeats(self.read_sequence("}", self.read_pair, depth + 1))
+        number = self._number.match(text, pos)
+        if number is not None:
+            literal = number.group()
+            if number.group(1) is None and number.group(2) is None:
+                # (the length test first: a huge literal never reaches int())
+                if len(literal) > 17 or abs(int(literal)) > CALL_LIST_MAX_INTEGER:
+                    raise self.fail("integer outside the range of -(2^53 - 1) to 2^53 - 1")
+                value: Any = int(literal)
+            else:
+                value = float(literal)
+                if value in (float("inf"), float("-inf")):
+                    raise self.fail("number too large")
+            self.pos = number.end()
+            return value
+        name = self._name.match(text, pos)
+        if name is not None and name.group() in _CALL_LIST_CONSTANTS:
+            self.pos = name.end()
+            return _CALL_LIST_CONSTANTS[name.group()]
+        raise self.fail("expected a string, number, list, dict, True, False or None")
+
+    def read_pair(self, depth: int) -> tuple[str, Any]:
+        if not (self.next_is("'") or self.next_is('"')):
+            raise self.fail("dict keys must be strings")
+        key = self.read_string()
+        self.take(":")
+        return key, self.read_value(depth)
+
+    def read_string(self) -> str:
+        """The string at `pos` (errors name where it starts), decoded."""
+        match = self._string.match(self.text, self.pos)
+        if match is None:
+            raise self.fail("invalid string")
+        body = match.group(1)
+        if body is None:
+            body = match.group(2)
+        if self._surrogate.search(body) is not None:
+            raise self.fail("lone surrogate in the string starting")
+        if "\\" in body:
+            body = self.decode_escapes(body)
+        self.pos = match.end()
+        return body
+
+    def decode_escapes(self, body: str) -> str:
+        out: list[str] = []
+        done = 0  # body[:done] is decoded
+        while (backslash := body.find("\\", done)) >= 0:
+            out.append(body[done:backslash])
+            escaped = body[backslash + 1]  # (the pattern guarantees a character after a backslash)
+            simple = _CALL_LIST_ESCAPES.get(escaped)
+            if simple is not None:
+                out.append(simple)
+                done = backslash + 2
+                continue
+            code = _hex4(body, backslash + 2) if escaped == "u" else None
+            if code is None:
+                raise self.fail(f"unsupported escape {body[backslash : backslash + 2]!r} in the string starting")
+            done = backslash + 6
+            if 0xD800 <= code <= 0xDBFF and body.startswith("\\u", done):
+                # A high surrogate escape followed by a low one is one character.
+                low = _hex4(body, done + 2)
+                if low is not None and 0xDC00 <= low <= 0xDFFF:
+                    code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                    done += 6
+            if 0xD800 <= code <= 0xDFFF:
+                raise self.fail("lone surrogate escape in the string starting")
+            out.append(chr(code))
+        out.append(body[done:])
+        return "".join(out)
+
+
+def _hex4(text: str, start: int) -> int | None:
+    """The four ASCII hex digits at text[start:], as a number; None if they are not there."""
+    digits = text[start : start + 4]
+    if len(digits) != 4 or not all(c in _HEX_DIGITS for c in digits):
+        return None
+    return int(digits, 16)
+
+
+def _python_call_list(text: str, args: Any) -> list[dict]:
+    return _CallListReader(text).read_calls()
+
+
 PER_CALL: dict[str, Callable[[str, Any], Any]] = {
     "text": _text,
     "int": _int,
@@ -234,6 +449,7 @@ PER_CALL: dict[str, Callable[[str, Any], Any]] = {
     "json": _json,
     "xml-inline": _xml_inline,
     "kv-lines": _kv_lines,
+    "python-call-list": _python_call_list,
 }
 
 FACTORIES: dict[str, Callable[[dict], Callable[[str], Any]]] = {
@@ -244,4 +460,5 @@ FACTORIES: dict[str, Callable[[dict], Callable[[str], Any]]] = {
     "json": _json_factory,
     "xml-inline": _xml_inline_factory,
     "kv-lines": lambda args: lambda text: _kv_lines(text, args),
+    "python-call-list": lambda args: lambda text: _CallListReader(text).read_calls(),  # (no arguments)
 }

@@ -5,7 +5,7 @@ method per parser state (which delimiters are watched there and how they are mat
 function per field (content parser and transform), and a few tables. This class owns what is the
 same for every template, written once: the event protocol, chunk boundaries, holding back possibly
 partial delimiters, region bookkeeping, `repeats`/`join`, defaults, and finalization. It follows the
-transformers 5.23.0 interpreter step for step; comments mark where it must stay so.
+transformers 5.24.0 interpreter step for step; comments mark where it must stay so.
 
 Streaming is linear in the output's length: the buffer holds only unread text (plus the few
 consumed characters a lookbehind may need, `CONTEXT`), and region text is collected in a list.
@@ -306,8 +306,14 @@ class Machine:
                 if is_open:
                     self._close_current(events)
                     self._open(events, index, match)
-                else:  # the implicit region's close (explicit regions only watch their own close)
+                else:  # the close of the open explicit region, or of the implicit region
                     had_content = self._opened
+                    if match is not None and had_content:
+                        # A close's named groups join the open's captures, and win (5.24.0). (A
+                        # region that never opened is closed with no value: nothing reads them.)
+                        for key, value in match.groupdict().items():
+                            if value is not None:
+                                self._captures[key] = value
                     self._close_current(events)
                     # A zero-width close of an empty region would fire again at once: stop here,
                     # as the interpreter does (even at the end of the stream).

@@ -325,6 +325,20 @@ def _partial_floor(buf: str, pos: int, n: int, tail: int | None, run_chars: str)
     return run_start(buf, pos, max(pos, n - tail), run_chars)
 
 
+def moved_by_more(pattern: Any, buf: str, m: Any, timeout: float | None = None) -> bool:
+    """Whether a complete match `m` of `pattern` (a LazyRegex) that ends before the end of `buf`
+    may still change as text arrives, so that it must be held rather than committed.
+
+    transformers 5.24.0's rule for regex delimiters (literals keep the old one: final once their
+    last character is in): a `$` also matches before a trailing newline and a `\\Z` can sit in a
+    lookahead, so the match is tried again on the buffer extended by one character that is neither
+    a newline nor the end ("\\x00"); if it moves, vanishes or captures otherwise, it was leaning on
+    the buffer's end. The code generator calls this only for patterns where that is possible
+    (patterns.reads_past_match)."""
+    extended = pattern.match(buf + "\x00", m.start(), timeout=timeout)
+    return extended is None or extended.span() != m.span() or extended.groupdict() != m.groupdict()
+
+
 def truncate_after_last(prefix: str, anchor: Any, border_free_literal: str | None = None) -> str:
     """The prefix after the end of the last start-anchor match (non-overlapping, left to right).
 

@@ -222,6 +222,9 @@ def pattern_delimiters(draw, *, allow_captures: bool = True) -> Delimiter:
         # that trims consumed text must still give them the interpreter's view of the buffer.
         "lookbehind_then", "negative_lookbehind", "word_boundary", "multiline_start",
         "search_start", "leading_ws_alternation",
+        # Matches that end before the buffer's end yet may change with more text (transformers
+        # 5.24.0 re-checks them on the buffer extended by one character before committing).
+        "anchored_end", "negated_class", "optional_lookahead",
     ]
     # fmt: on
     if allow_captures:
@@ -265,6 +268,14 @@ def pattern_delimiters(draw, *, allow_captures: bool = True) -> Delimiter:
     if form == "greedy_any":
         # A partial match can always grow to the end of the buffer: holds everything after `left`.
         return Delimiter(f"{e_left}.*{e_right}", True, (left + right, left + "x" + right))
+    if form == "anchored_end":
+        # `$` also matches before a trailing newline: a match there ends before the edge.
+        return Delimiter(f"{e_left}$", True, (left, left + "\n"))
+    if form == "negated_class":
+        # A class that matches anything but `right` (including what the interpreter extends with).
+        return Delimiter(f"{e_left}[^{regex.escape(right[0])}]*{e_right}", True, (left + right, left + "x" + right))
+    if form == "optional_lookahead":
+        return Delimiter(f"{e_left}(?:(?=\\n)|(?!\\n))(?:{e_right}(?=.))?", True, (left, left + right + "x"))
     if form == "lookbehind_then":
         return Delimiter(f"(?<={e_left}){e_right}", True, (left + right, right))
     if form == "negative_lookbehind":
@@ -354,8 +365,21 @@ tool_call_objects = st.fixed_dictionaries(
 
 
 def _render_unquoted(obj: dict) -> str:
-    # `unquoted_keys` quotes bare keys only right after "{" or ",", so no space after the comma.
     return "{" + ",".join(f"{key}:{json.dumps(value)}" for key, value in obj.items()) + "}"
+
+
+@st.composite
+def unquoted_payloads(draw) -> str:
+    """JSON with bare keys for `unquoted_keys`: whitespace around keys now and then (kept since
+    5.24.0), and string values holding key-like text (`"x,b:1"`, which 5.24.0 leaves alone)."""
+    obj = draw(argument_dicts)
+    space = st.sampled_from(["", "", " ", "\n", "  "])
+    items = []
+    for key, value in obj.items():
+        if isinstance(value, str) and draw(one_in(3)):
+            value = value + draw(st.sampled_from([",b:1", "{a:2}", '\\",n:', ", flag :"]))
+        items.append(f"{draw(space)}{key}{draw(space)}:{draw(space)}{json.dumps(value)}")
+    return "{" + ",".join(items) + draw(space) + "}"
 
 
 @st.composite
@@ -372,7 +396,7 @@ def json_payloads(draw, args: dict) -> str:
     if kind == "tool_call_list":
         return json.dumps(draw(st.lists(tool_call_objects, max_size=3)))
     if kind == "unquoted":
-        return _render_unquoted(draw(argument_dicts))
+        return draw(unquoted_payloads())
     if kind == "delimited":
         delims = args.get("string_delims") if isinstance(args, dict) else None
         pairs = [p for p in (delims or []) if isinstance(p, (list, tuple)) and len(p) == 2]
@@ -384,6 +408,104 @@ def json_payloads(draw, args: dict) -> str:
         full = json.dumps(draw(tool_call_objects))
         return full[: draw(st.integers(0, len(full) - 1))]
     return draw(noise)
+
+
+# python-call-list: `[name(key=value, ...), ...]`, rendered from JSON-like values with every
+# spelling the grammar allows (both quotes, escapes, surrogate pairs, True/true, whitespace between
+# tokens), and now and then with what it refuses (see CALL_LIST_BREAKAGES).
+CALL_NAMES = TOOL_NAMES + ("ns.get-weather", "a.b", "x-y", "_f9")
+CALL_SPACE = ("", "", "", " ", "\n", "\t", "\r\n", "  ")
+# Whitespace the grammar does not allow (only [ \t\n\r] is).
+FOREIGN_SPACE = ("\xa0", "\u2028", "\x0c", "\x0b", "\u3000")
+# Values at and past the limits, odd numbers and strings, as source text.
+CALL_LIST_ATOMS = (
+    "9007199254740991", "-9007199254740991", "9007199254740992", "-9007199254740992",
+    "12345678901234567", "123456789012345678901234567890", "1e308", "1e309", "-1e400", "1e-400",
+    "0", "-0", "-0.0", "01", "1.", ".5", "+1", "1.5e", "1E+2", "0.1e-2", "-", "nan", "inf",
+    "'\\u00e9'", "'\\ud83d\\ude00'", "'\\uD83D\\uDE00'", "'\\ud83d'", "'\\udc00x'", "'\\ud83d\\u0041'",
+    "'\\u12'", "'\\uzzzz'", "'\\x41'", "'\\q'", "'\\/\\b\\f\\n\\r\\t'", "'a\"b'", '"a\'b"', "'\\''",
+    '"\\""', "'line\nbreak'", "'\\\n'", "'\ud800'", "'unterminated", "x", "True", "true", "None",
+    "null", "False", "false", "Truex", "True.x", "{1: 2}", "{'k': 1, 'k': 2}", "[1, 2,]", "{}", "[]",
+)
+
+
+def _call_list_string(draw, text: str) -> str:
+    quote = draw(st.sampled_from(["'", '"']))
+    out = [quote]
+    for char in text:
+        if char == quote or char == "\\":
+            out.append("\\" + char)
+        elif char in "\n\r\t\b\f":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}[char])
+        elif ord(char) > 0xFFFF and draw(st.booleans()):  # as a surrogate pair of escapes
+            code = ord(char) - 0x10000
+            out.append("\\u%04x\\u%04x" % (0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF)))
+        elif draw(one_in(6)):
+            out.append(draw(st.sampled_from(["\\u%04x", "\\u%04X"])) % ord(char) if ord(char) <= 0xFFFF else char)
+        else:
+            out.append(char)
+    out.append(quote)
+    return "".join(out)
+
+
+def _call_list_value(draw, value: Any) -> str:
+    space = st.sampled_from(CALL_SPACE)
+    if value is None:
+        return draw(st.sampled_from(["None", "null"]))
+    if value is True or value is False:
+        return draw(st.sampled_from(["True", "true"] if value else ["False", "false"]))
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return _call_list_string(draw, value)
+    if isinstance(value, list):
+        items = [draw(space) + _call_list_value(draw, v) + draw(space) for v in value]
+        return "[" + ",".join(items) + "]"
+    items = [
+        draw(space) + _call_list_string(draw, k) + draw(space) + ":" + draw(space) + _call_list_value(draw, v)
+        for k, v in value.items()
+    ]
+    return "{" + ",".join(items) + draw(space) + "}"
+
+
+@st.composite
+def call_list_payloads(draw) -> str:
+    """The text of a python-call-list region: mostly valid, sometimes broken in one place."""
+    space = st.sampled_from(CALL_SPACE)
+    calls = []
+    for _ in range(draw(st.integers(0, 3))):
+        arguments = []
+        for key, value in draw(argument_dicts).items():
+            if draw(one_in(5)):
+                rendered = draw(st.sampled_from(CALL_LIST_ATOMS))
+            elif isinstance(value, str) and value in ARGUMENT_TEXTS and draw(st.booleans()):
+                rendered = value if value not in ("", " 7 ") else repr(value)  # bare, as in `n=3`
+            else:
+                rendered = _call_list_value(draw, value)
+            arguments.append(f"{draw(space)}{key}{draw(space)}={draw(space)}{rendered}{draw(space)}")
+        name = draw(st.sampled_from(CALL_NAMES))
+        calls.append(f"{draw(space)}{name}{draw(space)}({','.join(arguments)}){draw(space)}")
+    text = f"{draw(space)}[{','.join(calls)}]{draw(space)}"
+    breakage = draw(st.sampled_from(["none"] * 6 + list(CALL_LIST_BREAKAGES)))
+    return CALL_LIST_BREAKAGES[breakage](draw, text) if breakage != "none" else text
+
+
+def _insert_somewhere(draw, text: str, piece: str) -> str:
+    at = draw(st.integers(0, len(text)))
+    return text[:at] + piece + text[at:]
+
+
+CALL_LIST_BREAKAGES: dict = {
+    "trailing_text": lambda draw, text: text + draw(st.sampled_from(["x", ";", "]", "\n<|eot|>", ","])),
+    "foreign_space": lambda draw, text: _insert_somewhere(draw, text, draw(st.sampled_from(FOREIGN_SPACE))),
+    "trailing_comma": lambda draw, text: text.replace(")", ",)", 1).replace("]", ",]", 1) if draw(st.booleans()) else text.replace(")", ",)", 1),
+    "positional": lambda draw, text: text.replace("(", "(1, ", 1),
+    "cut": lambda draw, text: text[: draw(st.integers(0, max(0, len(text) - 1)))],
+    "repeated_keyword": lambda draw, text: text.replace("(", "(a=1, a=2, ", 1),
+    "deep": lambda draw, text: "[f(a=" + "[" * (n := draw(st.sampled_from([99, 100, 101]))) + "]" * n + ")]",
+    "deep_dict": lambda draw, text: "[f(a=" + "{'k':" * (n := draw(st.sampled_from([99, 100, 101]))) + "1" + "}" * n + ")]",
+    "bare_object": lambda draw, text: text.strip().lstrip("[").rstrip("]"),
+}
 
 
 # xml-inline tag patterns, each with a renderer for (key, value) pairs that match it.
@@ -526,7 +648,8 @@ def content_configs(
     """(content parser name, content_args or None when absent, payload strategy)."""
     parser = parser or draw(
         st.sampled_from(
-            ["text"] * 5 + ["int", "float", "bool", "json", "json", "xml-inline", "kv-lines"]
+            ["text"] * 5
+            + ["int", "float", "bool", "json", "json", "xml-inline", "kv-lines", "python-call-list"]
         )
     )
     if parser in ("text", "int", "float", "bool"):
@@ -556,6 +679,9 @@ def content_configs(
     if parser == "xml-inline":
         args, style = draw(xml_inline_args())
         return parser, args, xml_inline_payloads(style)
+    if parser == "python-call-list":  # (it takes no arguments, and ignores any)
+        args = draw(st.sampled_from([None, None, {}, {"unused": 1}]))
+        return parser, args, call_list_payloads()
     args = draw(kv_lines_args())
     return parser, args, kv_lines_payloads(args)
 
@@ -685,9 +811,9 @@ def field_plans(
     else:
         wants_transform = draw(one_in(4))
     if wants_transform:
-        each = parser == "json" and draw(one_in(3))
+        each = (parser == "json" and draw(one_in(3))) or (parser == "python-call-list" and not draw(one_in(4)))
         spec["transform"] = draw(
-            transforms(captures, each, structured=parser in ("json", "xml-inline", "kv-lines"))
+            transforms(captures, each, structured=parser in ("json", "xml-inline", "kv-lines", "python-call-list"))
         )
         if spec["transform"] is None and captures and valid_only:
             # A transform tree can collapse to the literal None, which counts as no transform:
@@ -704,7 +830,7 @@ def _tool_call_field(
 ) -> FieldPlan:
     """A field shaped like the tool-call fields of real templates, so tool-schema coercion runs."""
     recipe = draw(
-        st.sampled_from(["named_xml", "named_kv", "json_object", "json_list", "named_json"])
+        st.sampled_from(["named_xml", "named_kv", "json_object", "json_list", "named_json", "python_calls"])
     )
     named_open = Delimiter(
         r"<call=(?P<name>\w+)>", True, tuple(f"<call={t}>" for t in TOOL_NAMES), ("name",)
@@ -727,6 +853,13 @@ def _tool_call_field(
             "type": "function",
             "function": {"name": "{name}", "arguments": "{content}"},
         }
+    elif recipe == "python_calls":
+        parser, args, payloads = draw(content_configs(parser="python-call-list"))
+        spec["transform"] = {
+            "type": "function",
+            "function": {"name": "{name}", "arguments": "{arguments}"},
+        }
+        spec["transform_each"] = True
     elif recipe == "json_object":
         parser, args, payloads = draw(content_configs(parser="json"))
         payloads = _padded(tool_call_objects.map(json.dumps))
@@ -1170,7 +1303,7 @@ def _known_format_plans() -> list[TemplatePlan]:
                 payloads = _padded(
                     st.one_of(
                         tool_call_objects.map(json.dumps),
-                        argument_dicts.map(_render_unquoted),
+                        unquoted_payloads(),
                         argument_dicts.map(
                             lambda d: _render_unquoted(
                                 {k: '<|"|>' + str(v) + '<|"|>' for k, v in d.items()}

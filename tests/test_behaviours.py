@@ -334,5 +334,10 @@ def test_slow_pattern_times_out_with_a_clear_error():
 def test_interpreter_reference_is_the_one_installed():
     import transformers
 
-    assert transformers.__version__ == "5.23.0"
+    from rtcompile.version import INTERPRETER_RELEASE
+
+    # The differential tests prove parity with the installed interpreter: it must be the release
+    # the generated parsers declare they implement.
+    assert transformers.__version__ == INTERPRETER_RELEASE == "5.24.0"
+    assert rtcompile.load({"start_anchor": "@", "fields": {"content": {}}}).IMPLEMENTS_TRANSFORMERS == INTERPRETER_RELEASE
     assert interpreter.parse_response is not rtcompile.parse_response

@@ -22,6 +22,7 @@ import pytest
 import rtcompile
 from rtcompile import api, cache, frontend
 from rtcompile.cache import Cache, CacheWarning, FileSystem
+from rtcompile.version import INTERPRETER_RELEASE
 
 # Small templates keep each compilation short; each test compiles a few at most.
 ANGLE = {
@@ -354,7 +355,10 @@ def test_a_verified_entry_that_fails_to_run_is_rebuilt(isolated, tmp_path):
     sentinel = tmp_path / "sentinel"
     key = cache.cache_key(frontend.lower(ANGLE).sha256)
     isolated.mkdir(mode=0o700)
-    facts = f'TEMPLATE_SHA256 = "{frontend.lower(ANGLE).sha256}"\n__rtcompile_version__ = "{rtcompile.__version__}"\n'
+    facts = (
+        f'TEMPLATE_SHA256 = "{frontend.lower(ANGLE).sha256}"\n__rtcompile_version__ = "{rtcompile.__version__}"\n'
+        f'IMPLEMENTS_TRANSFORMERS = "{INTERPRETER_RELEASE}"\n'
+    )
     entry_path(isolated, ANGLE).write_text(
         cache.with_header(
             key, f"{facts}{sentinel_code(sentinel)}raise ImportError('built for another runtime')\n"
