@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,12 @@ from rtcompile.library import (
     template_path,
 )
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+# The bundled templates as installed: the source tree's templates/ under an editable install,
+# site-packages/rtcompile/templates/ under a regular one, where the tests may run from a copy
+# outside the source tree (as packagers run them).
+TEMPLATES_DIR = Path(str(resources.files("rtcompile.templates")))
+# The source tree's templates/, when these tests run from a checkout.
+SOURCE_TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 CHAT_TEMPLATES_DIR = Path(__file__).resolve().parent / "template_cases" / "chat_templates"
 INDEX_KEYS = {
     "name",
@@ -141,6 +148,17 @@ def test_template_file_is_exactly_what_template_for_returns(name):
     on_disk = json.loads(Path(template_path(name)).read_text(encoding="utf-8"))
     assert on_disk == template_for(name)
     assert Path(template_path(name)) == TEMPLATES_DIR / f"{name}.json"
+
+
+def test_installed_templates_are_the_source_trees():
+    """An install (editable or not) ships every template file, index.json included, unchanged."""
+    if not (SOURCE_TEMPLATES_DIR / "index.json").is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the tests from a checkout, but {SOURCE_TEMPLATES_DIR} is missing")
+        pytest.skip("the tests run outside a source checkout: there is no templates/ to compare")
+    source = {path.name: path.read_bytes() for path in SOURCE_TEMPLATES_DIR.glob("*.json")}
+    installed = {path.name: path.read_bytes() for path in TEMPLATES_DIR.glob("*.json")}
+    assert installed == source
 
 
 @pytest.mark.parametrize("name", template_names())
