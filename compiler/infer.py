@@ -25,13 +25,15 @@ What cannot be derived is reported part by part, and the template is written wit
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import regex as re
 
 from . import verify as v
-from .chat_render import ChatRenderer, ChatTemplate, RenderError
+from .chat_render import ChatRenderer, RenderError
 
 PROBE_CALL = v.function_call("probe_lookup", {"probe_city": "Zanzibarville", "probe_days": 7})
 PROBE_CALL_2 = v.function_call("probe_search", {"probe_query": "Quuxfield", "probe_flag": True})
@@ -113,7 +115,7 @@ def _literal_or_list(items: list[str]) -> str | list[str]:
 class Probe:
     prompt: str
     generation: str | None  # what the model writes, as verify cuts it
-    prefilled: str = ""  # what the prompt wrote that the finished turn lacks
+    turn: str = ""  # the finished assistant turn as rendered, generation prompt included
     error: str | None = None
 
 
@@ -126,24 +128,22 @@ class Prober:
         history = history or [v._user("What is the weather in Paris?")]
         case = v.Case("probe", "probe", history, message)
         tools = v.tools_for(history + [message])
+        conversation = v.to_chat_conversation(history, None, self.conventions)
         try:
-            prompt = self.renderer.render(
-                v.to_chat_conversation(history, None, self.conventions), tools=tools, add_generation_prompt=True
-            )
-        except RenderError as e:
-            return Probe("", None, error=str(e))
-        rendered = v.render_turn(self.renderer, case, self.conventions, tools)
-        if rendered.generation is not None:
-            return Probe(prompt, rendered.generation)
-        try:
+            prompt = self.renderer.render(conversation, tools=tools, add_generation_prompt=True)
+            base = self.renderer.render(conversation, tools=tools, add_generation_prompt=False)
             full = self.renderer.render(
                 v.to_chat_conversation(history, message, self.conventions), tools=tools, add_generation_prompt=False
             )
         except RenderError as e:
-            return Probe(prompt, None, error=str(e))
-        at = v.common_prefix_length(prompt, full)
+            return Probe("", None, error=str(e))
+        turn = full[v.common_prefix_length(base, full) :]
+        rendered = v.render_turn(self.renderer, case, self.conventions, tools)
+        if rendered.generation is not None:
+            return Probe(prompt, rendered.generation, turn)
         # The finished turn departs from the prompt: keep what it renders from there on.
-        return Probe(prompt, full[at:].rstrip() or None, prefilled=prompt[at:], error=rendered.unrenderable)
+        at = _split_at_tokens(full, v.common_prefix_length(prompt, full))
+        return Probe(prompt, full[at:].rstrip() or None, turn, error=rendered.unrenderable)
 
     def generation_prompt(self, history: list[dict]) -> tuple[str, str]:
         """(prompt, what add_generation_prompt adds); when it adds nothing, the prompt's last token."""
@@ -162,9 +162,41 @@ class Prober:
 # ---- the parts -----------------------------------------------------------------------------------
 
 
+_OPENER_PIECE = re.compile(r"(?:" + v.TOKEN_RE.pattern + r"|[^\s<>\[\]|]+)\Z")
+
+
+def opener_before(text: str, at: int, anchors: list[str]) -> str:
+    """The markup right before position `at`: tokens and the words glued to them, back to the
+    previous whitespace, less a generation prompt it starts with."""
+    end = at
+    while end > 0 and text[end - 1].isspace():
+        end -= 1
+    start = end
+    while start > 0:
+        match = _OPENER_PIECE.search(text, 0, start)
+        if not match or match.start() == start:
+            break
+        start = match.start()
+    opener = text[start:end]
+    for anchor in sorted(anchors, key=len, reverse=True):
+        if anchor and opener.startswith(anchor.strip()) and opener != anchor.strip():
+            opener = opener[len(anchor.strip()) :]
+            break
+    return opener.strip()
+
+
+def _split_at_tokens(text: str, boundary: int) -> int:
+    """Move `boundary` back to the start of a token of `text` that it would cut in two."""
+    for match in v.TOKEN_RE.finditer(text):
+        if match.start() < boundary < match.end():
+            return match.start()
+    return boundary
+
+
 def _strip_empty_block(text: str, reasoning: tuple[str, str] | None) -> str:
     if reasoning:
-        pattern = r"\A\s*" + literal_pattern(reasoning[0]) + r"\s*" + literal_pattern(reasoning[1]) + r"\s*"
+        # An empty block, or a bare close (a finished turn that closes what the prompt opened).
+        pattern = r"\A\s*(?:" + literal_pattern(reasoning[0]) + r")?\s*" + literal_pattern(reasoning[1]) + r"\s*"
         return re.sub(pattern, "", text)
     return text
 
@@ -280,7 +312,7 @@ def _named_shape(text, at, name, between, given_ids, start, end, content, conten
         opener = id_pattern + literal_pattern(text[id_at + len(given) : start])
         return CallShape(prefix_start, end, opener, content, content_args,
                          {"id": "{id}", **CALL_TRANSFORM_CONTENT}, (start, end))
-    opener = f"(?P<name>{_stop_class(between)})"
+    opener = f"(?P<name>{_stop_class(between or text[start : start + 1])})"
     transform = dict(CALL_TRANSFORM_CONTENT)
     if id_pattern and given:
         id_at = between.find(given)
@@ -448,20 +480,19 @@ def infer(renderer: ChatRenderer) -> Inference:
         {"role": "assistant", "reasoning_content": PROBE_REASONING, "tool_calls": [PROBE_CALL]},
     ):
         probe = prober.probe(message)
-        text = probe.generation or ""
-        if PROBE_REASONING not in text:
+        turn = probe.turn
+        if PROBE_REASONING not in turn:
             continue
-        turn = probe.prefilled + text if probe.prefilled and not text.startswith(probe.prefilled) else text
         at = turn.find(PROBE_REASONING)
-        opener = tokens_in(turn[:at])
+        opener = opener_before(turn, at, anchors)
         tail = turn[at + len(PROBE_REASONING) :]
         closer = tokens_in(tail.split(PROBE_ANSWER)[0] if PROBE_ANSWER in tail else tail)
         if opener and closer:
-            reasoning = (opener[-1], closer[0])
+            reasoning = (opener, closer[0])
             result.note("reasoning", "derived", f"{reasoning[0]!r} ... {reasoning[1]!r}")
             break
     if reasoning is None:
-        prefill = answer.prefilled or added
+        prefill = added
         tag = re.search(r"<([A-Za-z_][\w\-]*)>\s*\Z", prefill) or re.search(
             r"<([A-Za-z_][\w\-]*)>\s*</\1>\s*\Z", prefill
         )
@@ -498,13 +529,22 @@ def infer(renderer: ChatRenderer) -> Inference:
     # Content: its opener (text before the answer, less an empty reasoning block) and its end.
     content_field: dict[str, Any] = {"content": "text"}
     content_closes: list[str] = []
-    text = answer.generation or ""
+    text = answer.turn
+    for anchor in sorted(cleaned, key=len, reverse=True):
+        if text.startswith(anchor):
+            text = text[len(anchor) :]
+            break
     if PROBE_ANSWER in text:
         at = text.find(PROBE_ANSWER)
-        opener = _strip_empty_block(text[:at], reasoning).strip()
+        before = _strip_empty_block(text[:at], reasoning)
+        if reasoning and before != text[:at] and reasoning[1] in text[:at]:
+            # The answer follows a closed (empty) reasoning block: its close must not become content.
+            content_closes.append(reasoning[1])
+        opener = opener_before(before, len(before), cleaned) if before.strip() else ""
         if opener:
-            content_field["open"] = tokens_in(opener)[-1]
-        end = tokens_in(text[at + len(PROBE_ANSWER) :])
+            content_field["open"] = opener
+        generation = answer.generation or text
+        end = tokens_in(generation[generation.rfind(PROBE_ANSWER) + len(PROBE_ANSWER) :])
         if end:
             content_closes.append(end[0])
         result.note(
@@ -575,13 +615,18 @@ def _infer_calls(prober: Prober, reasoning, content_field, parsers, result: Infe
         inter = g2[shape2a.end : shape2a.end + shape2b.start]
         trail = g2[shape2a.end + shape2b.end :]
         per_open = inter[len(inter) - _common_suffix(inter, lead1) :]
-        per_close = inter[: v.common_prefix_length(inter, trail)]
+        close_end = _split_at_tokens(inter, v.common_prefix_length(inter, trail))
+        per_close = inter[:close_end]
+        open_start = len(inter) - len(per_open)
+        for match in v.TOKEN_RE.finditer(inter):
+            if match.start() < open_start < match.end():
+                open_start = match.end()  # the shared text starts inside a token: keep it whole
+        per_open = inter[max(open_start, close_end) :] if per_open else per_open
         if len(per_open) + len(per_close) > len(inter):
             per_open = inter[len(per_close) :]
         separator = inter[len(per_close) : len(inter) - len(per_open)]
     else:
         per_open, separator = lead1, ""
-        per_close = trail1[: len(tokens_in(trail1)[0]) if tokens_in(trail1) else 0]
         closing = tokens_in(trail1)
         per_close = trail1[: trail1.find(closing[0]) + len(closing[0])] if closing else ""
     section_open = lead1[: len(lead1) - len(per_open)] if lead1.endswith(per_open) else ""
@@ -685,7 +730,3 @@ def cli(argv: list[str]) -> int:
         print(inference.format_text(), file=sys.stderr if not args.output else sys.stdout)
         print(report.format_text(), file=sys.stderr if not args.output else sys.stdout)
     return 0 if report.ok else 1
-
-
-import sys  # noqa: E402  (used by cli only)
-from pathlib import Path  # noqa: E402
