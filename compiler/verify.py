@@ -282,7 +282,9 @@ def discover_conventions(renderer: ChatRenderer) -> tuple[Conventions, list[str]
             turn = _turn_text(renderer, question, call_message, conventions, tools)
         except RenderError:
             continue
-        if "probe_lookup" in turn and "Zanzibarville" in turn and "None" not in turn:
+        # A dict printed as its Python repr shows the values too, but no model writes that.
+        repr_of_arguments = str(probe_call["function"]["arguments"])
+        if "probe_lookup" in turn and "Zanzibarville" in turn and "None" not in turn and repr_of_arguments not in turn:
             chosen = conventions
             break
     if chosen is None:
