@@ -1,0 +1,158 @@
+"""infer: response templates derived from chat templates' renders, then proven by verify."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("transformers", reason="infer renders with transformers (the `test` extra installs it)")
+
+from rtcompile import infer as infer_module  # noqa: E402
+from rtcompile import verify as v  # noqa: E402
+from rtcompile.__main__ import main  # noqa: E402
+from rtcompile.chat_render import ChatRenderer, ChatTemplate, load_chat_template  # noqa: E402
+from rtcompile.library import template_for, template_names  # noqa: E402
+from test_verify import CHATML  # noqa: E402
+from test_verify_bundled import CHAT_TEMPLATES, TABLE  # noqa: E402
+
+# Calls as XML-style parameter tags inside a wrapper, reasoning in [THINK]..[/THINK], a role line.
+XML_PARAMS = """
+{%- for m in messages -%}
+[{{ m.role }}]
+{%- if m.role == 'assistant' -%}
+{% if m.reasoning_content %}[THINK]{{ m.reasoning_content }}[/THINK]{% endif %}{{ m.content or '' }}
+{%- for c in m.tool_calls or [] %}<call name="{{ c.function.name }}">
+{%- for k, val in c.function.arguments.items() %}<arg key="{{ k }}">{{ val if val is string else val|tojson }}</arg>{% endfor -%}
+</call>{% endfor %}[END]
+{% else %}{{ m.content }}[END]
+{% endif -%}
+{% endfor -%}
+{%- if add_generation_prompt %}[assistant]{% endif -%}
+""".strip()
+
+# A Python-style call list between wrapper tokens; no reasoning.
+PYTHON_CALLS = """
+{%- for m in messages -%}
+<|{{ m.role }}|>{{ m.content or '' }}
+{%- if m.tool_calls %}<|calls|>[
+{%- for c in m.tool_calls %}{{ c.function.name }}(
+{%- for k, val in c.function.arguments.items() %}{{ k }}={{ val|tojson }}{{ ", " if not loop.last }}{% endfor %})
+{{- ", " if not loop.last }}{% endfor %}]<|/calls|>{% endif %}<|end|>
+{% endfor -%}
+{%- if add_generation_prompt %}<|assistant|>{% endif -%}
+""".strip()
+
+# No tool calls and no reasoning at all.
+PLAIN = """
+{%- for m in messages %}<s>{{ m.role }}: {{ m.content }}</s>{% endfor -%}
+{%- if add_generation_prompt %}<s>assistant: {% endif -%}
+""".strip()
+
+
+def infer_and_verify(source: str, examples: int = 4):
+    with ChatRenderer(ChatTemplate(source, "test.jinja")) as renderer:
+        inference = infer_module.infer(renderer)
+        infer_module.validate(inference.template)
+        report = v.verify(inference.template, renderer, examples=examples)
+    return inference, report
+
+
+def parts(inference) -> dict:
+    return {part.name: part for part in inference.parts}
+
+
+def test_chatml_with_json_calls():
+    inference, report = infer_and_verify(CHATML)
+    fields = inference.template["fields"]
+    assert inference.template["start_anchor"] == "<|im_start|>assistant\n"
+    assert fields["reasoning_content"] == {"open": "<think>", "close": "</think>", "content": "text"}
+    assert fields["tool_calls"]["content"] == "json"
+    assert fields["tool_calls"]["transform"] == {"type": "function", "function": "{content}"}
+    assert fields["content"]["close"] == "<|im_end|>"
+    assert report.count(v.FAILED) == 0 and report.count(v.UNRENDERABLE) == 0, report.format_text()
+
+
+def test_xml_parameter_tags():
+    inference, report = infer_and_verify(XML_PARAMS)
+    fields = inference.template["fields"]
+    assert fields["reasoning_content"]["open"] == "[THINK]" and fields["reasoning_content"]["close"] == "[/THINK]"
+    assert fields["tool_calls"]["content"] == "xml-inline"
+    assert "(?P<key>" in fields["tool_calls"]["content_args"]["tag_pattern"]
+    assert fields["content"]["close"] == "[END]"
+    assert report.count(v.FAILED) == 0, report.format_text()
+    assert report.count(v.PASSED) == len(v.fixed_cases()) + 4, report.format_text()
+
+
+def test_python_style_call_list():
+    inference, report = infer_and_verify(PYTHON_CALLS)
+    calls = inference.template["fields"]["tool_calls"]
+    assert calls["content"] == "python-call-list" and calls["transform_each"] is True
+    assert calls["close"] == "<|/calls|>"
+    assert "reasoning_content" not in inference.template["fields"]
+    assert parts(inference)["reasoning"].status == "not derived"
+    # Python-style lists parse once rtcompile's python-call-list parser is in; until then they fail.
+    call_cases = [r for r in report.results if r.id in ("one_call", "parallel_calls")]
+    assert call_cases and all(r.status in (v.PASSED, v.FAILED) for r in call_cases)
+    assert all(r.status == v.PASSED for r in report.results if r.id in ("answer", "answer_multi_turn"))
+
+
+def test_what_cannot_be_derived_is_said_and_the_rest_is_written():
+    inference, report = infer_and_verify(PLAIN)
+    found = parts(inference)
+    assert found["tool_calls"].status == "not derived"
+    assert found["reasoning"].status == "not derived"
+    assert set(inference.template["fields"]) == {"content"}
+    assert inference.template["fields"]["content"]["close"] == "</s>"
+    assert report.count(v.FAILED) == 0
+    assert {r.id for r in report.results if r.status == v.PASSED} >= {"answer", "answer_multi_turn"}
+    assert "tool_calls       not derived" in inference.format_text()
+
+
+def test_infer_never_reads_a_family_table():
+    """The same format with every marker renamed is inferred just as well."""
+    renamed = CHATML.replace("<|im_start|>", "<|begin_turn|>").replace("<|im_end|>", "<|finish_turn|>")
+    renamed = renamed.replace("<think>", "<ponder>").replace("</think>", "</ponder>")
+    renamed = renamed.replace("<tool_call>", "<invoke_fn>").replace("</tool_call>", "</invoke_fn>")
+    inference, report = infer_and_verify(renamed, examples=0)
+    assert inference.template["fields"]["reasoning_content"]["open"] == "<ponder>"
+    assert report.count(v.FAILED) == 0 and report.count(v.PASSED) == len(v.fixed_cases()), report.format_text()
+
+
+REAL_ROWS = [
+    pytest.param(label, file_name, bundled, variables, id=label)
+    for label, file_name, bundled, variables in TABLE.ROWS
+    if (CHAT_TEMPLATES / file_name).is_file()
+]
+
+
+@pytest.mark.parametrize(("label", "file_name", "bundled", "variables"), REAL_ROWS)
+def test_inferred_passes_at_least_as_many_cases_as_the_bundled_template(label, file_name, bundled, variables):
+    with ChatRenderer(load_chat_template(CHAT_TEMPLATES / file_name), variables) as renderer:
+        inference = infer_module.infer(renderer)
+        infer_module.validate(inference.template)
+        inferred = v.verify(inference.template, renderer, variables=variables, examples=2)
+        if bundled in template_names():
+            reference = v.verify(template_for(bundled), renderer, variables=variables, examples=2)
+            assert inferred.count(v.PASSED) >= reference.count(v.PASSED), inferred.format_text()
+    assert inferred.count(v.PASSED) >= 1, inferred.format_text()
+
+
+def test_cli_writes_the_template_and_prints_the_report(tmp_path, capsys):
+    (tmp_path / "chat.jinja").write_text(CHATML, encoding="utf-8")
+    out = tmp_path / "template.json"
+    assert main(["infer", str(tmp_path / "chat.jinja"), "-o", str(out), "--examples", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "inferred parts:" in printed and "0 failed" in printed
+    template = json.loads(out.read_text(encoding="utf-8"))
+    assert template["start_anchor"] == "<|im_start|>assistant\n"
+    assert main(["verify", str(out), "--chat-template", str(tmp_path / "chat.jinja"), "--examples", "0"]) == 0
+
+
+def test_cli_json_and_a_missing_chat_template(tmp_path, capsys):
+    (tmp_path / "chat.jinja").write_text(PLAIN, encoding="utf-8")
+    assert main(["infer", str(tmp_path / "chat.jinja"), "--json", "--examples", "0"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result) == {"template", "parts", "verify"} and result["verify"]["failed"] == 0
+    assert main(["infer", str(tmp_path / "nope.jinja")]) == 2
+    assert "no such chat template" in capsys.readouterr().err
