@@ -88,7 +88,18 @@ def error_record(kind: str, detail: str, column: str | None = None, exception: s
     return {"kind": kind, "column": column, "exception": exception, "detail": detail}
 
 
-_MISSING = object()  # a row without the column at all (a JSONL object, a table without it)
+class _Missing:
+    """A row without the column at all (a JSONL object, a table without it): one object in every
+    process, since it pickles by name."""
+
+    def __reduce__(self) -> str:
+        return "_MISSING"
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING = _Missing()
 
 
 # ---- one row -----------------------------------------------------------------------------------
