@@ -560,12 +560,25 @@ def infer(renderer: ChatRenderer) -> Inference:
     content_closes.extend(section_tokens)
     content_closes = _unique(content_closes)
     if content_closes:
-        content_field["close"] = _literal_or_list(content_closes)
+        if "open" in content_field:
+            content_field["close"] = _literal_or_list(content_closes)
+        else:
+            # Whitespace before the end belongs to no field: an implicit region must not reopen
+            # for it (a second, empty content would replace the first).
+            content_field["close_pattern"] = r"\s*(?:" + "|".join(re.escape(c) for c in content_closes) + ")"
     if calls_field:
         fields["tool_calls"] = calls_field
     fields["content"] = content_field
     result.template["fields"] = fields
     return result
+
+
+def _turn_start(reasoning: tuple[str, str] | None) -> str:
+    """Where a call with no opener of its own can start: the start of the turn, or right after
+    the reasoning (anywhere else it could not be told from content)."""
+    if reasoning:
+        return r"(?:^|(?<=" + re.escape(reasoning[1]) + "))"
+    return "^"
 
 
 def _infer_calls(prober: Prober, reasoning, content_field, parsers, result: Inference) -> tuple[dict | None, list[str]]:
@@ -593,7 +606,8 @@ def _infer_calls(prober: Prober, reasoning, content_field, parsers, result: Infe
         if lead.strip():
             field["open_pattern"] = r"\s*" + literal_pattern(lead.strip())
         else:
-            field["open_pattern"] = r"^\s*(?=" + (r"\[\s*\{" if content == "json" else r"\[[A-Za-z_][\w.\-]*\(") + ")"
+            lookahead = r"\[\s*\{" if content == "json" else r"\[\s*[A-Za-z_][\w.\-]*\s*\(\s*(?:\)|[A-Za-z_]\w*\s*=)"
+            field["open_pattern"] = _turn_start(reasoning) + r"\s*(?=" + lookahead + ")"
         if after:
             field["close"] = after[0]
         result.note("tool_calls", "derived", f"all calls in one {content} list after {lead.strip()!r}, closed by {after[:1]}")
@@ -644,7 +658,7 @@ def _infer_calls(prober: Prober, reasoning, content_field, parsers, result: Infe
     elif shape1.open_pattern == "":
         # No opener at all (Llama 3 writes the JSON bare): a call only where the turn starts.
         start_text = g1[shape1.start : g1.find('"', shape1.start) + 1 or shape1.start + 1]
-        open_pattern = r"^\s*(?=" + literal_pattern(start_text) + ")"
+        open_pattern = _turn_start(reasoning) + r"\s*(?=" + literal_pattern(start_text) + ")"
     open_pattern += shape1.open_pattern
     field = {"open_pattern": open_pattern}
     if per_close.strip():

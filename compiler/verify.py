@@ -380,7 +380,7 @@ def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, to
         cut = _trim_to_token(rest[:shared], diverged=shared < len(rest))
         if _parts_missing(message, cut) is None:
             generation = cut
-            if shared == len(rest) and not _TOKEN_AT_END.search(cut) and not _ends_like_turns(renderer, tools):
+            if shared == len(rest) and not _ends_like_turns(renderer, tools):
                 # No end-of-turn marker at all (GLM): the model stops at the next turn's opener.
                 opener = _TOKEN_AT_START.match(longer_rest, len(rest))
                 if opener:
@@ -407,13 +407,15 @@ def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, to
 
 
 def _ends_like_turns(renderer: ChatRenderer, tools) -> bool:
-    """Whether a user turn ends with a marker (text after the user's words) at all."""
-    words = "Marker probe question."
+    """Whether a finished answer is followed by an end marker at all (GLM's is not: the model
+    stops at the next turn's opener)."""
+    words = "Marker probe answer."
+    conversation = [_user("Marker probe question."), {"role": "assistant", "content": words}]
     try:
-        text = renderer.render([_user(words)], tools=tools, add_generation_prompt=False)
+        text = renderer.render(conversation, tools=tools, add_generation_prompt=False)
     except RenderError:
         return True
-    return bool(text[text.rfind(words) + len(words) :].strip())
+    return words not in text or bool(text[text.rfind(words) + len(words) :].strip())
 
 
 def _parts_missing(message: dict, generation: str) -> str | None:

@@ -69,7 +69,7 @@ def test_chatml_with_json_calls():
     assert fields["reasoning_content"] == {"open": "<think>", "close": "</think>", "content": "text"}
     assert fields["tool_calls"]["content"] == "json"
     assert fields["tool_calls"]["transform"] == {"type": "function", "function": "{content}"}
-    assert fields["content"]["close"] == "<|im_end|>"
+    assert fields["content"]["close_pattern"] == r"\s*(?:<\|im_end\|>)"
     assert report.count(v.FAILED) == 0 and report.count(v.UNRENDERABLE) == 0, report.format_text()
 
 
@@ -79,7 +79,7 @@ def test_xml_parameter_tags():
     assert fields["reasoning_content"]["open"] == "[THINK]" and fields["reasoning_content"]["close"] == "[/THINK]"
     assert fields["tool_calls"]["content"] == "xml-inline"
     assert "(?P<key>" in fields["tool_calls"]["content_args"]["tag_pattern"]
-    assert fields["content"]["close"] == "[END]"
+    assert fields["content"]["close_pattern"] == r"\s*(?:\[END\])"
     assert report.count(v.FAILED) == 0, report.format_text()
     assert report.count(v.PASSED) == len(v.fixed_cases()) + 4, report.format_text()
 
@@ -103,7 +103,7 @@ def test_what_cannot_be_derived_is_said_and_the_rest_is_written():
     assert found["tool_calls"].status == "not derived"
     assert found["reasoning"].status == "not derived"
     assert set(inference.template["fields"]) == {"content"}
-    assert inference.template["fields"]["content"]["close"] == "</s>"
+    assert inference.template["fields"]["content"]["close_pattern"] == r"\s*(?:</s>)"
     assert report.count(v.FAILED) == 0
     assert {r.id for r in report.results if r.status == v.PASSED} >= {"answer", "answer_multi_turn"}
     assert "tool_calls       not derived" in inference.format_text()
@@ -156,3 +156,58 @@ def test_cli_json_and_a_missing_chat_template(tmp_path, capsys):
     assert set(result) == {"template", "parts", "verify"} and result["verify"]["failed"] == 0
     assert main(["infer", str(tmp_path / "nope.jinja")]) == 2
     assert "no such chat template" in capsys.readouterr().err
+
+
+# Formats no bundled template has, each in a ChatML-like frame with its own reasoning markers:
+# infer must derive them from the renders alone.
+FRAME = """{%- for m in messages -%}
+<|start|>{{ m.role }}<|sep|>
+{%- if m.role == 'assistant' -%}
+{% if m.reasoning_content %}[REASON]{{ m.reasoning_content }}[/REASON]{% endif %}{{ m.content or '' }}CALLS<|stop|>
+{%- else %}{{ m.content }}<|stop|>{% endif %}
+{% endfor -%}
+{%- if add_generation_prompt %}<|start|>assistant<|sep|>{% endif -%}"""
+UNSEEN_CALLS = {
+    "kv_lines": "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }}\n{% for k, val in c.function.arguments.items() %}{{ k }}: {{ val if val is string else val|tojson }}\n{% endfor %}</tool_call>{% endfor %}",
+    "name_in_tag": "{% for c in m.tool_calls or [] %}<function={{ c.function.name }}>{{ c.function.arguments|tojson }}</function>{% endfor %}",
+    "plugin_object": "{% for c in m.tool_calls or [] %}<|action_start|><|plugin|>\n{{ {'name': c.function.name, 'parameters': c.function.arguments}|tojson }}<|action_end|>\n{% endfor %}",
+    "json_list": "{% if m.tool_calls %}<|tool_call|>{{ m.tool_calls|map(attribute='function')|list|tojson }}{% endif %}",
+    "fenced_section": "{% if m.tool_calls %}<calls_begin>{% for c in m.tool_calls %}<call_begin>function<sep>{{ c.function.name }}\n```json\n{{ c.function.arguments|tojson }}\n```<call_end>{% if not loop.last %}\n{% endif %}{% endfor %}<calls_end>{% endif %}",
+    "namespaced_tags": "{% for c in m.tool_calls or [] %}<seed:tool_call>\n<function={{ c.function.name }}>\n{% for k, val in c.function.arguments.items() %}<parameter={{ k }}>{{ val if val is string else val|tojson }}</parameter>\n{% endfor %}</function>\n</seed:tool_call>{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNSEEN_CALLS))
+def test_unseen_call_formats(name):
+    inference, report = infer_and_verify(FRAME.replace("CALLS", UNSEEN_CALLS[name]), examples=3)
+    assert inference.template["fields"]["reasoning_content"]["open"] == "[REASON]"
+    assert report.count(v.FAILED) == 0, report.format_text()
+    assert report.count(v.PASSED) == len(v.fixed_cases()) + 3, report.format_text()
+
+
+def test_a_bare_call_list_after_reasoning():
+    bare = FRAME.replace(
+        "CALLS",
+        "{% if m.tool_calls %}[{% for c in m.tool_calls %}{{ c.function.name }}({% for k, val in c.function.arguments.items() %}"
+        "{{ k }}={{ val|tojson }}{{ ', ' if not loop.last }}{% endfor %}){{ ', ' if not loop.last }}{% endfor %}]{% endif %}",
+    )
+    inference, report = infer_and_verify(bare, examples=0)
+    by_id = {r.id: r for r in report.results}
+    assert by_id["reasoning_call"].status == v.PASSED, report.format_text()
+    assert by_id["parallel_calls"].status == v.PASSED, report.format_text()
+    # Content right before a bare list cannot be told from the list: that case is lost.
+    assert by_id["content_call"].status == v.FAILED
+
+
+def test_turns_without_an_end_marker_end_at_the_next_opener():
+    glm_like = """{%- for m in messages -%}
+{% if m.role == 'user' %}<|user|>
+{{ m.content }}{% elif m.role == 'tool' %}<|observation|>
+{{ m.content }}{% else %}<|assistant|>
+{{ m.content or '' }}{% for c in m.tool_calls or [] %}<call>{{ c.function.name }}{{ c.function.arguments|tojson }}</call>{% endfor %}{% endif %}
+{%- endfor -%}
+{%- if add_generation_prompt %}<|assistant|>{% endif -%}"""
+    inference, report = infer_and_verify(glm_like, examples=2)
+    content = inference.template["fields"]["content"]
+    assert "<\\|user\\|>" in content["close_pattern"] and "<\\|observation\\|>" in content["close_pattern"]
+    assert report.count(v.FAILED) == 0, report.format_text()
