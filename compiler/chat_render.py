@@ -33,8 +33,10 @@ class RenderError(Exception):
     """The chat template raised while rendering (its own `raise_exception`, an undefined name...)."""
 
 
-class RenderTimeout(RenderError):
-    """The render did not finish within its time bound; the worker was killed."""
+class RenderTimeout(Exception):
+    """The render did not finish within its time bound; the worker was killed. Not a RenderError:
+    a template that hangs is not one that refuses a conversation, and callers stop at once
+    instead of waiting out the bound again for every probe."""
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from typing import Any
 import regex as re
 
 from . import verify as v
-from .chat_render import ChatRenderer, RenderError
+from .chat_render import ChatRenderer, RenderError, RenderTimeout
 
 PROBE_CALL = v.function_call("probe_lookup", {"probe_city": "Zanzibarville", "probe_days": 7})
 PROBE_CALL_2 = v.function_call("probe_search", {"probe_query": "Quuxfield", "probe_flag": True})
@@ -58,7 +58,9 @@ class Inference:
     parts: list[Part] = field(default_factory=list)
 
     def note(self, name: str, status: str, detail: str) -> None:
-        self.parts.append(Part(name, status, detail))
+        part = Part(name, status, detail)
+        if part not in self.parts:
+            self.parts.append(part)
 
     def format_text(self) -> str:
         lines = ["inferred parts:"]
@@ -456,7 +458,7 @@ def infer(renderer: ChatRenderer) -> Inference:
     fields: dict[str, dict] = {}
     result = Inference(template={})
     for note in notes:
-        result.note("conventions", "note", note)
+        result.note("chat template", "note", note)
 
     # Generation prompts: single turn and after a tool result.
     question = [v._user("What is the weather in Paris?")]
@@ -464,7 +466,10 @@ def infer(renderer: ChatRenderer) -> Inference:
         {"role": "assistant", "tool_calls": [PROBE_CALL]},
         {"role": "tool", "name": "probe_lookup", "content": "Probe result."},
     ]
-    prompt, added = prober.generation_prompt(question)
+    try:
+        prompt, added = prober.generation_prompt(question)
+    except RenderError as e:
+        raise RenderError(f"the chat template cannot render a conversation of one user message: {e}") from None
     anchors = [added]
     try:
         _, added_after_tool = prober.generation_prompt(after_tool)
@@ -514,6 +519,9 @@ def infer(renderer: ChatRenderer) -> Inference:
         if reasoning:
             at = text.find(reasoning[0])
             if at > 0:
+                block = text[at:]
+                opened = "opens and closes an empty reasoning block" if reasoning[1] in block else "opens the reasoning"
+                result.note("prefilled", "derived", f"the generation prompt {opened} ({block!r}); the parser reads it from the prefix")
                 text = text[:at]
         if text.strip():
             cleaned.append(text)
@@ -717,7 +725,12 @@ def cli(argv: list[str]) -> int:
         raise v.UsageError(str(e)) from None
     renderer = ChatRenderer(chat_template, variables, **({"timeout": args.timeout} if args.timeout else {}))
     try:
-        inference = infer(renderer)
+        try:
+            inference = infer(renderer)
+        except RenderTimeout as e:
+            raise v.UsageError(f"{args.chat_template}: {e}: the chat template does not finish (it may loop forever)") from None
+        except RenderError as e:
+            raise v.UsageError(f"{args.chat_template}: {e}") from None
         try:
             validate(inference.template)
         except (ValueError, TypeError) as e:
@@ -729,10 +742,13 @@ def cli(argv: list[str]) -> int:
             from .cache import FileSystem
 
             FileSystem().write_atomic(Path(args.output), text)
-        report = v.verify(
-            inference.template, renderer, variables=variables, examples=args.examples,
-            template_label=args.output or "<inferred>",
-        )
+        try:
+            report = v.verify(
+                inference.template, renderer, variables=variables, examples=args.examples,
+                template_label=args.output or "<inferred>",
+            )
+        except RenderTimeout as e:
+            raise v.UsageError(f"{args.chat_template}: {e}: the chat template does not finish (it may loop forever)") from None
     finally:
         renderer.close()
     if args.json:

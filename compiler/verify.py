@@ -33,7 +33,7 @@ from typing import Any
 
 import regex as re
 
-from .chat_render import ChatRenderer, ChatTemplate, RenderError
+from .chat_render import ChatRenderer, ChatTemplate, RenderError, RenderTimeout
 
 PASSED, FAILED, UNRENDERABLE = "passed", "failed", "not round-trippable"
 DEFAULT_EXAMPLES = 12
@@ -167,7 +167,7 @@ def fixed_cases() -> list[Case]:
 
 # ---- how the chat template wants messages spelled ------------------------------------------------
 
-REASONING_SPELLINGS = ("reasoning_content", "reasoning", "thinking_chunk", "tool_plan")
+REASONING_SPELLINGS = ("reasoning_content", "reasoning", "thinking", "thinking_chunk", "tool_plan")
 
 
 @dataclass(frozen=True)
@@ -315,7 +315,19 @@ def discover_conventions(renderer: ChatRenderer) -> tuple[Conventions, list[str]
         chosen.arguments_as, chosen.empty_content, chosen.id_style, found["answer"], found["call"]
     )
     if found["answer"] is None and found["call"] is None:
-        notes.append("no spelling of reasoning is rendered in the finished turn")
+        notes.append("the chat template never renders reasoning in a finished turn")
+    elif found["answer"] is not None:
+        earlier = [
+            question[0],
+            {"role": "assistant", "reasoning_content": reasoning, "content": "Probe answer."},
+            _user("And tomorrow?"),
+        ]
+        try:
+            history = renderer.render(to_chat_conversation(earlier, None, conventions), add_generation_prompt=True)
+            if reasoning not in history:
+                notes.append("the chat template drops the reasoning of earlier turns from the history")
+        except RenderError:
+            pass
     return conventions, notes
 
 
@@ -385,7 +397,7 @@ def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, to
                 opener = _TOKEN_AT_START.match(longer_rest, len(rest))
                 if opener:
                     generation = cut + opener.group(1)
-    missing = _parts_missing(message, generation)
+    missing = _parts_missing(message, generation, conventions)
     if missing:
         return RenderedTurn(unrenderable=missing)
     if message.get("content") and message.get("tool_calls") and not message.get("reasoning_content"):
@@ -418,10 +430,12 @@ def _ends_like_turns(renderer: ChatRenderer, tools) -> bool:
     return words not in text or bool(text[text.rfind(words) + len(words) :].strip())
 
 
-def _parts_missing(message: dict, generation: str) -> str | None:
+def _parts_missing(message: dict, generation: str, conventions: Conventions | None = None) -> str | None:
     reasoning = message.get("reasoning_content")
     if reasoning and reasoning not in generation:
-        return "the chat template does not render this turn's reasoning (it drops it, or reads it from elsewhere)"
+        if conventions and (conventions.reasoning_answer or conventions.reasoning_call):
+            return "the chat template drops this turn's reasoning (it renders reasoning only for some turns)"
+        return "the chat template never renders reasoning"
     content = message.get("content")
     calls = message.get("tool_calls") or []
     if content and content not in generation:
@@ -812,13 +826,17 @@ def cli(argv: list[str]) -> int:
         frontend.lower(template)  # a clear error for an invalid template before any render
     except (ChatTemplateError, ValueError, KeyError, OSError, TypeError) as e:
         raise UsageError(f"{e}") from None
-    report = verify(
-        template, chat_template, variables=variables, examples=args.examples,
-        template_label=args.template, timeout=args.timeout,
-    )
+    try:
+        report = verify(
+            template, chat_template, variables=variables, examples=args.examples,
+            template_label=args.template, timeout=args.timeout,
+        )
+    except RenderTimeout as e:
+        raise UsageError(f"{args.chat_template}: {e}: the chat template does not finish (it may loop forever)") from None
     print(json.dumps(report.to_json(), indent=2, ensure_ascii=False) if args.json else report.format_text())
     return 0 if report.ok else 1
 
 
 class UsageError(Exception):
-    """Bad input on the command line (reported as one line, exit status 2)."""
+    """Bad input: a missing or invalid file, or a chat template that cannot be rendered at all
+    (reported as one line, exit status 2)."""

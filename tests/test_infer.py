@@ -211,3 +211,40 @@ def test_turns_without_an_end_marker_end_at_the_next_opener():
     content = inference.template["fields"]["content"]
     assert "<\\|user\\|>" in content["close_pattern"] and "<\\|observation\\|>" in content["close_pattern"]
     assert report.count(v.FAILED) == 0, report.format_text()
+
+
+def test_infer_reports_what_the_prompt_prefills():
+    prefilled = CHATML.replace("<|im_start|>assistant\n{% endif -%}", "<|im_start|>assistant\n<think>\n{% endif -%}")
+    inference, report = infer_and_verify(prefilled, examples=0)
+    assert inference.template["start_anchor"] == "<|im_start|>assistant\n"
+    assert any(p.name == "prefilled" and "opens the reasoning" in p.detail for p in inference.parts)
+    assert report.count(v.FAILED) == 0, report.format_text()
+
+
+def test_a_chat_template_that_cannot_render_or_never_finishes_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "raises.jinja").write_text("{{ raise_exception('a system message is required') }}", encoding="utf-8")
+    assert main(["infer", str(tmp_path / "raises.jinja")]) == 2
+    assert "a system message is required" in capsys.readouterr().err
+    looping = "{% for i in range(100000) %}{% for j in range(100000) %}{{ '' }}{% endfor %}{% endfor %}"
+    (tmp_path / "loops.jinja").write_text(looping, encoding="utf-8")
+    assert main(["infer", str(tmp_path / "loops.jinja"), "--timeout", "1"]) == 2
+    assert "render timed out after 1 s" in capsys.readouterr().err
+    assert main(["verify", "qwen3", "--chat-template", str(tmp_path / "loops.jinja"), "--timeout", "1"]) == 2
+    assert "render timed out" in capsys.readouterr().err
+
+
+def test_infer_from_a_saved_tokenizer_directory(tmp_path, capsys):
+    """A tokenizer built and saved locally (no hub): infer reads its chat template and tokens."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocabulary = {"[UNK]": 0, "<|im_start|>": 1, "<|im_end|>": 2, "hello": 3}
+    backend = Tokenizer(models.WordLevel(vocabulary, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", eos_token="<|im_end|>")
+    tokenizer.chat_template = CHATML
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    out = tmp_path / "template.json"
+    assert main(["infer", str(tmp_path / "tokenizer"), "-o", str(out), "--examples", "1"]) == 0
+    assert "0 failed" in capsys.readouterr().out
+    assert json.loads(out.read_text(encoding="utf-8"))["start_anchor"] == "<|im_start|>assistant\n"
