@@ -272,7 +272,7 @@ def _call_list_patterns() -> tuple[Any, Any, Any, Any, Any]:
     )
 
 
-class _CallListReader:
+class CallListReader:
     """One pass of recursive descent over a python-call-list region, `pos` its reading position."""
 
     __slots__ = ("text", "pos", "_space", "_name", "_number", "_string", "_surrogate")
@@ -294,6 +294,11 @@ class _CallListReader:
         if not self.next_is(char):
             raise self.fail(f"expected {char!r}")
         self.pos += 1
+
+    def at_end(self) -> bool:
+        """Whether only whitespace is left."""
+        self.pos = self._space.match(self.text, self.pos).end()
+        return self.pos == len(self.text)
 
     def read_calls(self) -> list[dict]:
         self.take("[")
@@ -438,7 +443,7 @@ def _hex4(text: str, start: int) -> int | None:
 
 
 def _python_call_list(text: str, args: Any) -> list[dict]:
-    return _CallListReader(text).read_calls()
+    return CallListReader(text).read_calls()
 
 
 PER_CALL: dict[str, Callable[[str, Any], Any]] = {
@@ -460,5 +465,5 @@ FACTORIES: dict[str, Callable[[dict], Callable[[str], Any]]] = {
     "json": _json_factory,
     "xml-inline": _xml_inline_factory,
     "kv-lines": lambda args: lambda text: _kv_lines(text, args),
-    "python-call-list": lambda args: lambda text: _CallListReader(text).read_calls(),  # (no arguments)
+    "python-call-list": lambda args: lambda text: CallListReader(text).read_calls(),  # (no arguments)
 }

@@ -83,7 +83,7 @@ from typing import Any, Callable
 import regex
 
 from .coerce import coerce_value, schema_types, tool_parameters
-from .content_parsers import make_parser, parse_content
+from .content_parsers import CallListReader, make_parser, parse_content
 
 try:  # the stdlib regex parser, to read an xml tag_pattern's literal suffix
     import re._parser as _sre_parse  # Python 3.11+
@@ -791,6 +791,7 @@ class _TagArgs:
         self.parts: list[str] = []
         self.edge = ""  # the last len(suffix) - 1 characters seen
         self.values: dict = {}
+        self.merged: set = set()  # keys whose values merge_duplicates turned into a list
 
     def feed(self, text: str) -> None:
         if self.dead:
@@ -838,8 +839,9 @@ class _TagArgs:
             return False
         values = self.values
         if key in values and self.merge:
-            if not isinstance(values[key], list):
+            if key not in self.merged:  # (the first repeat makes the list, as in the final parse)
                 values[key] = [values[key]]
+                self.merged.add(key)
             values[key].append(value)
         else:
             values[key] = value
@@ -904,6 +906,140 @@ class _LineArgs:
             return False
         self.region.pair(0, key, value)
         return True
+
+
+# python-call-list: where the scanner stands in `[name(key=value, ...), ...]`.
+_CL_BEFORE, _CL_BETWEEN, _CL_NAME, _CL_ARGUMENTS, _CL_DONE = range(5)
+_CL_SPACE = " \t\n\r"
+_CL_NAME_START = frozenset(string.ascii_letters + "_")
+_CL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[-.][A-Za-z0-9_]+)*")
+# What can end or nest an argument's value, outside strings.
+_CL_ARGUMENT_STOP = re.compile(r"[\[\]{}()'\",]")
+_CL_STRING_STOP = {"'": re.compile(r"['\\]"), '"': re.compile(r'["\\]')}
+
+
+class _CallListArgs:
+    """python-call-list: each call is announced once its name is complete (at its "("), and each
+    keyword argument is sent once its value is (at the "," or ")" after it), read by the content
+    parser's own reader, so that it is exactly the value the region's final parse gives.
+
+    The region is scanned once: outside strings a regex jumps to the next bracket, quote or comma;
+    inside one, to its quote or a backslash (an escape split across chunks is remembered). Only the
+    current name or argument is kept. Text the grammar refuses stops the scan: the final parse then
+    fails too, and the region's close reports it."""
+
+    def __init__(self, region: "_ToolRegion"):
+        self.region = weakref.proxy(region)  # (a back reference: no cycle to wait for the collector)
+        self.state = _CL_BEFORE
+        self.slot = 0  # the call being read
+        self.piece: list[str] = []  # its name, or its current argument, so far
+        self.depth = 0  # lists and dicts open in the current argument
+        self.quote = ""  # the quote of the string the scan is in, if any
+        self.escaped = False  # the last chunk ended in a string's backslash
+
+    def feed(self, text: str) -> None:
+        i, n = 0, len(text)
+        while i < n:
+            state = self.state
+            if state == _CL_ARGUMENTS:
+                i = self._arguments(text, i, n)
+            elif state == _CL_NAME:
+                j = text.find("(", i)
+                if j < 0:
+                    self.piece.append(text[i:])
+                    return
+                self.piece.append(text[i:j])
+                self._name()
+                i = j + 1
+            elif state == _CL_DONE:
+                return
+            else:  # before the list, or between calls
+                c = text[i]
+                if c in _CL_SPACE:
+                    i += 1
+                elif state == _CL_BEFORE:
+                    self.state = _CL_BETWEEN if c == "[" else _CL_DONE
+                    i += 1
+                elif c == ",":
+                    i += 1
+                elif c in _CL_NAME_START:
+                    self.state = _CL_NAME
+                    self.piece = []
+                else:  # "]" ends the list; anything else fails the final parse
+                    self.state = _CL_DONE
+
+    def _name(self) -> None:
+        name = "".join(self.piece).rstrip(_CL_SPACE)
+        self.piece = []
+        if _CL_NAME.fullmatch(name) is None:
+            self.state = _CL_DONE
+            return
+        self.region.element(self.slot)
+        self.region.named(self.slot, name)
+        self.state = _CL_ARGUMENTS
+        self.depth = 0
+
+    def _arguments(self, text: str, i: int, n: int) -> int:
+        """Scan arguments from text[i:]; return where the scan stopped (n: the chunk is used up)."""
+        piece = self.piece
+        while i < n:
+            if self.quote:
+                if self.escaped:  # the character after a backslash at the last chunk's end
+                    self.escaped = False
+                    piece.append(text[i])
+                    i += 1
+                    continue
+                m = _CL_STRING_STOP[self.quote].search(text, i)
+                if m is None:
+                    piece.append(text[i:])
+                    return n
+                j = m.start()
+                if text[j] == "\\":
+                    if j + 1 == n:
+                        self.escaped = True
+                        piece.append(text[i:])
+                        return n
+                    piece.append(text[i : j + 2])
+                    i = j + 2
+                else:
+                    self.quote = ""
+                    piece.append(text[i : j + 1])
+                    i = j + 1
+                continue
+            m = _CL_ARGUMENT_STOP.search(text, i)
+            if m is None:
+                piece.append(text[i:])
+                return n
+            j = m.start()
+            c = text[j]
+            if c == "'" or c == '"':
+                self.quote = c
+            elif c == "[" or c == "{" or c == "(":
+                self.depth += 1
+            elif self.depth and (c == "]" or c == "}" or c == ")"):
+                self.depth -= 1
+            elif c == "," or c == ")":
+                if self.depth == 0:
+                    piece.append(text[i:j])
+                    self._argument(last=c == ")")
+                    return j + 1
+            else:  # a "]" or "}" closing nothing: the final parse fails
+                self.state = _CL_DONE
+                return n
+            piece.append(text[i : j + 1])
+            i = j + 1
+        return n
+
+    def _argument(self, last: bool) -> None:
+        raw = "".join(self.piece)
+        self.piece = []
+        slot = self.slot
+        if last:  # the call's ")": the next call comes
+            self.state = _CL_BETWEEN
+            self.slot += 1
+            if not raw.strip(_CL_SPACE):
+                return  # `f()`, or the end after a trailing comma (which the final parse refuses)
+        self.region.keyword_argument(slot, raw)
 
 
 # ---- tool calls -----------------------------------------------------------------------------------
@@ -972,6 +1108,16 @@ class _ToolRegion:
                 self.parse_json = field.json_parser
                 self.extractor = _JsonScanner(self, plan, delims, bool(args.get("unquoted_keys")))
         elif (
+            plan.content == "python-call-list"
+            and plan.each
+            and plan.name.kind == "path"
+            and plan.name.value == ("name",)
+            and plan.arguments.kind == "path"
+            and plan.arguments.value == ("arguments",)
+            and plan.id.kind != "path"
+        ):
+            self.extractor = _CallListArgs(self)
+        elif (
             plan.content in ("xml-inline", "kv-lines")
             and isinstance(args, dict)
             and not plan.each
@@ -1033,6 +1179,28 @@ class _ToolRegion:
             return
         for key, value in members.items():
             self.pair(slot, key, value)
+
+    def named(self, slot: int, name: str) -> None:
+        """A call's name, complete (python-call-list)."""
+        call = self.calls[slot]
+        if not call.header and call.name is None:
+            call.name = name
+            self.flush()
+
+    def keyword_argument(self, slot: int, raw: str) -> None:
+        """`key=value` of a python-call-list call, complete: read as the final parse reads it."""
+        call = self.calls.get(slot)
+        if call is None or call.broken:
+            return
+        reader = CallListReader(raw)
+        try:
+            key, value = reader.read_keyword_argument(None)
+            if not reader.at_end():
+                raise ValueError("more after the value")
+        except ValueError:
+            call.broken = True  # the final parse fails on it too: the region's close says so
+            return
+        self.pair(slot, key, value)
 
     def pair(self, slot: int, key: str, value: Any) -> None:
         call = self.calls[slot]

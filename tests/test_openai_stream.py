@@ -459,10 +459,45 @@ def render_cohere(turn: Turn) -> tuple[str, str]:
     return "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>", text + "<|END_OF_TURN_TOKEN|>"
 
 
+def _python_calls(turn: Turn) -> str:
+    """Python-style calls (python-call-list): JSON values are valid call-list values."""
+    calls = [
+        f"{name}("
+        + ", ".join(f"{key}={_json(value, turn)}" for key, value in arguments.items())
+        + ")"
+        for name, arguments in turn.calls
+    ]
+    return "[" + ", ".join(calls) + "]"
+
+
+def render_lfm2(turn: Turn) -> tuple[str, str]:
+    text = _think(turn) + turn.content
+    if turn.calls:
+        text += "<|tool_call_start|>" + _python_calls(turn) + "<|tool_call_end|>"
+    return "<|im_start|>assistant\n", text + "<|im_end|>"
+
+
+def _render_pythonic(anchor: str, end: str) -> Callable[[Turn], tuple[str, str]]:
+    """Llama 3.2 / Llama 4 / Gemma 3 pythonic: the whole turn is the call list, or the answer."""
+
+    def render(turn: Turn) -> tuple[str, str]:
+        return anchor, (_python_calls(turn) if turn.calls else turn.content) + end
+
+    return render
+
+
+def render_phi4_mini(turn: Turn) -> tuple[str, str]:
+    text = turn.content
+    for name, arguments in turn.calls:
+        text += "<|tool_call|>" + _json({"name": name, "arguments": arguments}, turn) + "<|/tool_call|>"
+    return "<|assistant|>", text + "<|end|>"
+
+
 @dataclass(frozen=True)
 class Format:
     render: Callable[[Turn], tuple[str, str]]
-    arguments: str = "json"  # "json", "xml" (values are text) or "gemma" (the JSON dialect)
+    # "json", "xml" (values are text), "gemma" (the JSON dialect) or "python" (python-call-list)
+    arguments: str = "json"
     reasoning: bool = True
     prefill: bool = False  # the prompt may open the reasoning block
     content_with_calls: bool = True
@@ -489,6 +524,26 @@ FORMATS = {
     "mistral_small_3_2": Format(render_mistral_small, reasoning=False),
     "mistral_nemo": Format(render_mistral_nemo, reasoning=False),
     "cohere_command_r7b": Format(render_cohere),
+    "lfm2_5": Format(render_lfm2, "python"),
+    "llama3_2_pythonic": Format(
+        _render_pythonic("<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
+        "python",
+        reasoning=False,
+        content_with_calls=False,
+    ),
+    "llama4_pythonic": Format(
+        _render_pythonic("<|header_start|>assistant<|header_end|>\n\n", "<|eot|>"),
+        "python",
+        reasoning=False,
+        content_with_calls=False,
+    ),
+    "gemma3_pythonic": Format(
+        _render_pythonic("<start_of_turn>model\n", "<end_of_turn>"),
+        "python",
+        reasoning=False,
+        content_with_calls=False,
+    ),
+    "phi4_mini": Format(render_phi4_mini, reasoning=False),
 }
 
 
@@ -532,8 +587,8 @@ def turns(draw, name: str) -> Turn:
             lambda s: s.replace("|", "/")
         )  # a string cannot hold its own delimiter
         keys = IDENTIFIERS
-    if fmt.arguments == "xml":
-        keys = IDENTIFIERS
+    if fmt.arguments in ("xml", "python"):
+        keys = IDENTIFIERS  # (python: keyword arguments are names)
     arguments = st.dictionaries(keys, json_values(strings, keys), max_size=4)
     calls = draw(st.lists(st.tuples(NAMES, arguments), max_size=1 if name == "llama3_json" else 3))
     reasoning = draw(st.none() | text) if fmt.reasoning else None
@@ -603,6 +658,11 @@ def _cut_before_call_end(name: str, text: str) -> int:
         "mistral_small_3_2": "</s>",
         "mistral_nemo": "]</s>",
         "cohere_command_r7b": "]<|END_ACTION|>",
+        "lfm2_5": "]<|tool_call_end|>",
+        "llama3_2_pythonic": "]<|eot_id|>",
+        "llama4_pythonic": "]<|eot|>",
+        "gemma3_pythonic": "]<end_of_turn>",
+        "phi4_mini": "<|/tool_call|>",
     }
     return text.rindex(markers[name])
 
@@ -689,6 +749,7 @@ def _shapes(open_tag: str, close_tag: str, draw) -> Shape:
                 "with_id",
                 "dialect",
                 "nested_path",
+                "python_calls",
             ]
         )
     )
@@ -821,6 +882,22 @@ def _shapes(open_tag: str, close_tag: str, draw) -> Shape:
                 f"{open_tag}{n}:{i or 'x1'}>{json.dumps(a)}{close_tag}" for n, a, i in calls
             ),
         )
+    if kind == "python_calls":
+        layout = draw(st.randoms(use_true_random=False))
+        return Shape(
+            {
+                "open": open_tag,
+                "close": close_tag,
+                "content": "python-call-list",
+                "transform_each": True,
+                "transform": {
+                    "type": "function",
+                    "function": {"name": "{name}", "arguments": "{arguments}"},
+                },
+            },
+            lambda calls: (open_tag + _python_list(calls, layout) + close_tag) if calls else "",
+            "python",
+        )
     if kind == "nested_path":
         return Shape(
             {
@@ -856,6 +933,52 @@ def _shapes(open_tag: str, close_tag: str, draw) -> Shape:
         lambda calls: "".join(f"{open_tag}{n}>{_dialect(a)}{close_tag}" for n, a, _ in calls),
         "dialect",
     )
+
+
+def _python_list(calls: list[tuple[str, dict, str]], layout) -> str:
+    """A python-call-list text in every spelling the grammar allows, laid out by `layout` (a
+    Random): whitespace between tokens, both quotes, escapes and surrogate-pair escapes,
+    True/true and None/null."""
+
+    def space() -> str:
+        return layout.choice(["", "", " ", "\n", "\t ", "\r\n"])
+
+    def string(text: str) -> str:
+        quote = layout.choice("'\"")
+        out = []
+        for char in text:
+            if char in (quote, "\\"):
+                out.append("\\" + char)
+            elif char in "\n\r":
+                out.append({"\n": "\\n", "\r": "\\r"}[char])
+            elif ord(char) > 0xFFFF and layout.random() < 0.5:
+                code = ord(char) - 0x10000
+                out.append("\\u%04x\\u%04X" % (0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF)))
+            elif ord(char) <= 0xFFFF and layout.random() < 0.1:
+                out.append("\\u%04x" % ord(char))
+            else:
+                out.append(char)
+        return quote + "".join(out) + quote
+
+    def value(item: Any) -> str:
+        if item is None:
+            return layout.choice(["None", "null"])
+        if item is True or item is False:
+            return layout.choice(["True", "true"] if item else ["False", "false"])
+        if isinstance(item, str):
+            return string(item)
+        if isinstance(item, list):
+            return "[" + ",".join(space() + value(v) + space() for v in item) + "]"
+        if isinstance(item, dict):
+            pairs = (space() + string(k) + space() + ":" + space() + value(v) for k, v in item.items())
+            return "{" + ",".join(pairs) + space() + "}"
+        return json.dumps(item)
+
+    rendered = []
+    for name, arguments, _ in calls:
+        members = ",".join(f"{space()}{k}{space()}={space()}{value(v)}{space()}" for k, v in arguments.items())
+        rendered.append(f"{space()}{name}{space()}({members}){space()}")
+    return space() + "[" + ",".join(rendered) + "]" + space()
 
 
 def _dialect(value: Any) -> str:
@@ -898,10 +1021,13 @@ def generated_cases(draw):
         strings = st.text("abcxyz 0123é😀", max_size=8).map(str.strip)  # one line, no tag text
     keys = IDENTIFIERS
     values = json_values(strings, keys)
+    names = NAMES.filter(str.isidentifier)
+    if shape.arguments == "python":  # call names may have dots and dashes there
+        names = names | st.sampled_from(["ns.get-weather", "a.b.c", "x-y_z"])
     calls = draw(
         st.lists(
             st.tuples(
-                NAMES.filter(str.isidentifier),
+                names,
                 st.dictionaries(keys, values, max_size=4),
                 st.sampled_from(["", "c1", "zz9"]),
             ),
