@@ -240,23 +240,22 @@ class CallShape:
     content_span: tuple[int, int]
 
 
-def _find_id_pattern(text: str, given_ids: list[str], name: str, following: str) -> tuple[str | None, str]:
-    """If a given call id is rendered in `text`, a pattern for it (digits loosened, the name inside it
-    captured) and the id found."""
+def _find_id_pattern(
+    text: str, given_ids: list[str], name: str, following: str, capture_name: bool = True
+) -> tuple[str | None, str]:
+    """If a given call id is rendered in `text`: a pattern for ids like it, and the id found. An id
+    holding the name (Kimi's functions.NAME:0) keeps its shape, its other parts optional; any
+    other id is whatever runs up to the markup that follows it (models write their own ids)."""
     for given in given_ids:
         if given and given in text:
-            pieces = []
-            for piece in re.split(r"(\d+)", given):
-                if not piece:
-                    continue
-                if piece.isdigit():
-                    pieces.append(r"\d+")
-                elif name in piece:
-                    before, _, after = piece.partition(name)
-                    pieces.append(re.escape(before) + f"(?P<name>{_stop_class(after or following, ':')})" + re.escape(after))
-                else:
-                    pieces.append(re.escape(piece))
-            return "(?P<id>" + "".join(pieces) + ")", given
+            if capture_name and name in given:
+                before, _, after = given.partition(name)
+                name_class = _stop_class(after or following, ":")
+                loosened = "".join(r"\d+" if piece.isdigit() else re.escape(piece) for piece in re.split(r"(\d+)", after) if piece)
+                pattern = (f"(?:{re.escape(before)})?" if before else "") + f"(?P<name>{name_class})"
+                pattern += f"(?:{loosened})?" if after else ""
+                return f"(?P<id>{pattern})", given
+            return f"(?P<id>{_stop_class(following)})", given
     return None, ""
 
 
@@ -307,18 +306,20 @@ def _loads(item: Any) -> Any:
 
 def _named_shape(text, at, name, between, given_ids, start, end, content, content_args) -> CallShape:
     id_pattern, given = _find_id_pattern(text[max(0, at - 40) : start], given_ids, name, between)
-    if id_pattern and given and name in given:
-        # The name is inside the id (functions.NAME:0): the opener is built around the id.
-        id_at = text.rfind(given, 0, start)
+    id_at = text.rfind(given, 0, start) if given else -1
+    if id_pattern and given and name in given and id_at <= at < id_at + len(given):
+        # The name is written only inside the id (functions.NAME:0): the opener is built around it.
         prefix_start = id_at
         opener = id_pattern + literal_pattern(text[id_at + len(given) : start])
         return CallShape(prefix_start, end, opener, content, content_args,
                          {"id": "{id}", **CALL_TRANSFORM_CONTENT}, (start, end))
     opener = f"(?P<name>{_stop_class(between or text[start : start + 1])})"
     transform = dict(CALL_TRANSFORM_CONTENT)
-    if id_pattern and given:
-        id_at = between.find(given)
-        opener += literal_pattern(between[:id_at]) + id_pattern + literal_pattern(between[id_at + len(given) :])
+    id_at = between.find(given) if given else -1
+    if id_at >= 0:
+        after_id = between[id_at + len(given) :]
+        id_pattern, _ = _find_id_pattern(between, [given], name, after_id or text[start : start + 1], capture_name=False)
+        opener += literal_pattern(between[:id_at]) + id_pattern + literal_pattern(after_id)
         transform = {"id": "{id}", **transform}
     else:
         opener += literal_pattern(between)

@@ -248,3 +248,19 @@ def test_infer_from_a_saved_tokenizer_directory(tmp_path, capsys):
     assert main(["infer", str(tmp_path / "tokenizer"), "-o", str(out), "--examples", "1"]) == 0
     assert "0 failed" in capsys.readouterr().out
     assert json.loads(out.read_text(encoding="utf-8"))["start_anchor"] == "<|im_start|>assistant\n"
+
+
+def test_call_ids_are_captured_whatever_the_model_writes():
+    with_ids = FRAME.replace(
+        "CALLS",
+        "{% for c in m.tool_calls or [] %}[CALL]{{ c.function.name }}[ID]{{ c.id }}[ARGS]{{ c.function.arguments|tojson }}{% endfor %}",
+    )
+    inference, report = infer_and_verify(with_ids, examples=0)
+    assert report.count(v.FAILED) == 0, report.format_text()
+    import rtcompile
+
+    generation = '[CALL]get_weather[ID]Zx81-q_Y[ARGS]{"city": "Oslo"}<|stop|>'
+    message = rtcompile.parse_response(generation, inference.template, prefix="<|start|>assistant<|sep|>")
+    assert message["tool_calls"] == [
+        {"id": "Zx81-q_Y", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
+    ]
