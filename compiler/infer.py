@@ -56,6 +56,7 @@ class Part:
 class Inference:
     template: dict
     parts: list[Part] = field(default_factory=list)
+    turn_ends: list[str] = field(default_factory=list)  # where an answer turn ends
 
     def note(self, name: str, status: str, detail: str) -> None:
         part = Part(name, status, detail)
@@ -556,10 +557,11 @@ def infer(renderer: ChatRenderer) -> Inference:
         end = tokens_in(generation[generation.rfind(PROBE_ANSWER) + len(PROBE_ANSWER) :])
         if end:
             content_closes.append(end[0])
+        result.turn_ends = end[:1]
         result.note(
             "content", "derived",
             (f"opens with {content_field['open']!r}, " if "open" in content_field else "implicit, ")
-            + (f"ends at {end[0]!r}" if end else "ends with the generation (no end marker rendered)"),
+            + (f"the turn ends at {end[0]!r}" if end else "the turn ends with the generation (no end marker rendered)"),
         )
     else:
         result.note("content", "not derived", f"the answer probe did not render ({answer.error})")
@@ -575,6 +577,9 @@ def infer(renderer: ChatRenderer) -> Inference:
             # Whitespace before the end belongs to no field: an implicit region must not reopen
             # for it (a second, empty content would replace the first).
             content_field["close_pattern"] = r"\s*(?:" + "|".join(re.escape(c) for c in content_closes) + ")"
+    also = [c for c in content_closes if c not in result.turn_ends]
+    if also:
+        result.note("content", "derived", "also closed by " + ", ".join(repr(c) for c in also) + " (call sections, closed reasoning)")
     if calls_field:
         fields["tool_calls"] = calls_field
     fields["content"] = content_field
