@@ -8,7 +8,7 @@
     rtcompile.deaccelerate(tokenizer)          # back to the interpreter (and the original template)
 
 `accelerate` patches the one tokenizer instance, never its class. The patched methods mirror
-transformers 5.23.0's `PreTrainedTokenizerBase.parse_response` / `get_response_parser` argument for
+transformers 5.24.0's `PreTrainedTokenizerBase.parse_response` / `get_response_parser` argument for
 argument: the `schema=` / `response_template=` override, the tokenizer's own `response_template`
 read at call time, single texts and batches (lists of strings, token ids, nested lists and arrays,
 all decoded by the tokenizer's own `decode`), one prefix broadcast to a batch or one per item, and

@@ -4,7 +4,7 @@ Parsers accept `tools=[...]` in the same format as `apply_chat_template`: JSON s
 Python functions. A function is turned into its schema here, from its type hints (the argument types)
 and its Google-style docstring (the summary, each argument's description, optional `(choices: [...])`
 enums and an optional `Returns:` section). The output, the exception classes and their messages match
-transformers 5.23.0 exactly, so a tool that works (or fails) with the interpreter does the same here.
+transformers 5.24.0 exactly, so a tool that works (or fails) with the interpreter does the same here.
 
 Standard library only: this module is imported at parse time by generated parsers.
 """
@@ -61,14 +61,15 @@ _BARE_HINT_SCHEMAS: dict[Any, dict] = {
 _SUMMARY_RE = re.compile(r"^(.*?)\s*(?:Args:|Returns:|Raises:|\Z)", re.DOTALL)
 _ARGS_SECTION_RE = re.compile(r"\n\s*Args:\n(.*?)\s*(?:Returns:|Raises:|\Z)", re.DOTALL)
 _RETURNS_SECTION_RE = re.compile(r"\n\s*Returns:\n\s*(.*?)\s*(?:Raises:|\Z)", re.DOTALL)
-# One `name: description` entry of the Args section. The description may continue over following lines;
-# it ends where another `word:` line starts that is not indented deeper than this entry's own line.
+# One `name: description` entry of the Args section, or `name (type): description` (the type in
+# parentheses is skipped, as since transformers 5.24.0). The description may continue over following
+# lines; it ends where another such entry starts that is not indented deeper than this entry's line.
 _ARG_ENTRY_RE = re.compile(
     r"""
     (?: ^ | \n )
-    (?P<indent> [ \t]* ) (?P<name> \w+ ) : \s*
+    (?P<indent> [ \t]* ) (?P<name> \w+ ) (?: [ \t]* \( [^()\n]* \) )? : \s*
     (?P<text> .*? ) \s*
-    (?= \n (?! (?P=indent) [ \t] ) [ \t]* \w+ : | \Z )
+    (?= \n (?! (?P=indent) [ \t] ) [ \t]* \w+ (?: [ \t]* \( [^()\n]* \) )? : | \Z )
     """,
     re.DOTALL | re.VERBOSE,
 )
