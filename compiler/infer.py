@@ -567,7 +567,12 @@ def infer(renderer: ChatRenderer) -> Inference:
         result.note("content", "not derived", f"the answer probe did not render ({answer.error})")
 
     # Tool calls.
-    calls_field, section_tokens = _infer_calls(prober, reasoning, content_field, parsers, result)
+    try:
+        calls_field, section_tokens = _infer_calls(prober, reasoning, content_field, parsers, result)
+    except (ValueError, IndexError, KeyError, TypeError, re.error) as e:
+        # A chat template unlike any probe here must still get the rest of its template.
+        result.note("tool_calls", "not derived", f"the call renders defeat the analysis ({type(e).__name__}: {e})")
+        calls_field, section_tokens = None, []
     content_closes.extend(section_tokens)
     content_closes = _unique(content_closes)
     if content_closes:
@@ -584,7 +589,21 @@ def infer(renderer: ChatRenderer) -> Inference:
         fields["tool_calls"] = calls_field
     fields["content"] = content_field
     result.template["fields"] = fields
+    _drop_what_the_validators_reject(result)
     return result
+
+
+def _drop_what_the_validators_reject(result: Inference) -> None:
+    """Keep the template valid: a field either validator rejects is left out, and said so."""
+    fields = result.template["fields"]
+    for name in ("tool_calls", "reasoning_content"):
+        try:
+            validate(result.template)
+            return
+        except (ValueError, TypeError) as e:
+            if name in fields:
+                del fields[name]
+                result.note(name, "not derived", f"left out: the validator rejects what was derived ({e})")
 
 
 def _turn_start(reasoning: tuple[str, str] | None) -> str:

@@ -264,3 +264,19 @@ def test_call_ids_are_captured_whatever_the_model_writes():
     assert message["tool_calls"] == [
         {"id": "Zx81-q_Y", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
     ]
+
+
+def test_a_field_the_validators_reject_is_left_out_and_said_so():
+    inference = infer_module.Inference(
+        template={
+            "start_anchor": "A:",
+            "fields": {
+                "tool_calls": {"open": "<c>", "close": "</c>", "content": "no-such-parser"},
+                "content": {"content": "text"},
+            },
+        }
+    )
+    infer_module._drop_what_the_validators_reject(inference)
+    assert set(inference.template["fields"]) == {"content"}
+    infer_module.validate(inference.template)
+    assert any(p.name == "tool_calls" and "validator rejects" in p.detail for p in inference.parts)
