@@ -692,6 +692,11 @@ def _infer_calls(prober: Prober, reasoning, content_field, parsers, result: Infe
         # No opener at all (Llama 3 writes the JSON bare): a call only where the turn starts.
         start_text = g1[shape1.start : g1.find('"', shape1.start) + 1 or shape1.start + 1]
         open_pattern = _turn_start(reasoning) + r"\s*(?=" + literal_pattern(start_text) + ")"
+    else:
+        # A bare name before the arguments: only where the turn starts, and only when the
+        # arguments follow, or every word of an answer would open a call.
+        open_pattern = _turn_start(reasoning) + r"\s*"
+        shape1.open_pattern += "(?=" + re.escape(g1[shape1.content_span[0]]) + ")"
     open_pattern += shape1.open_pattern
     field = {"open_pattern": open_pattern}
     if per_close.strip():

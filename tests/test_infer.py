@@ -280,3 +280,18 @@ def test_a_field_the_validators_reject_is_left_out_and_said_so():
     assert set(inference.template["fields"]) == {"content"}
     infer_module.validate(inference.template)
     assert any(p.name == "tool_calls" and "validator rejects" in p.detail for p in inference.parts)
+
+
+def test_a_bare_name_before_the_arguments_opens_a_call_only_at_the_turn_start():
+    bare = FRAME.replace(
+        "CALLS",
+        "{% for c in m.tool_calls or [] %}{{ c.function.name }}{{ c.function.arguments|tojson }}{% endfor %}",
+    )
+    inference, report = infer_and_verify(bare, examples=2)
+    by_id = {r.id: r for r in report.results}
+    for case in ("answer", "one_call", "reasoning_call", "answer_after_tool_result"):
+        assert by_id[case].status == v.PASSED, report.format_text()
+    import rtcompile
+
+    message = rtcompile.parse_response("Hello there, friend.<|stop|>", inference.template, prefix="<|start|>assistant<|sep|>")
+    assert message == {"role": "assistant", "content": "Hello there, friend."}
