@@ -849,8 +849,9 @@ class _atomic_output:
     """A temporary file (or folder) beside `path`, renamed to it on success and removed on any
     failure, so an interrupted or failed job never leaves a half-written output."""
 
-    def __init__(self, path: Path, directory: bool):
+    def __init__(self, path: Path, directory: bool, replaceable: Callable[[Path], bool] | None = None):
         self.path, self.directory = path, directory
+        self.replaceable = replaceable or (lambda folder: (folder / "state.json").exists())
 
     def __enter__(self) -> Path:
         import secrets
@@ -860,8 +861,8 @@ class _atomic_output:
             raise BatchError(f"{parent}: no such directory")
         self.temporary = parent / f".{self.path.name}.{secrets.token_hex(6)}.tmp"
         if self.directory:
-            if self.path.exists() and not (self.path / "state.json").exists():
-                raise BatchError(f"{self.path}: exists and is not a datasets folder; not replacing it")
+            if self.path.exists() and not (self.path.is_dir() and self.replaceable(self.path)):
+                raise BatchError(f"{self.path}: exists and is not a folder this job writes; not replacing it")
             self.temporary.mkdir()
             from .cache import user_file_mode
 
@@ -932,21 +933,22 @@ def _progress_bar(enabled: bool, total: int | None):
 # ---- Ray Data ----------------------------------------------------------------------------------
 
 
-class RayBatchParser:
-    """The map_batches callable: each Ray worker builds one from the template (plain data) and
-    loads the parser itself, from its own cache; no code object is pickled."""
+def ray_parse_batch(batch, template: dict, columns: Columns, errors: str, timeout: float | None):
+    """The map_batches function: a Ray worker gets the template (plain data) and loads the parser
+    itself, from its own cache, once per worker process (api.load memoizes it); no code object
+    is pickled. (Tasks rather than actors: actors would hold every CPU of a small cluster and
+    leave none to the read and write tasks.)"""
+    pa = _pyarrow()
+    key = (json.dumps(template, sort_keys=True), columns, errors, timeout)
+    parser = _RAY_PARSERS.get(key)
+    if parser is None:
+        parser = _RAY_PARSERS[key] = RowParser(template, columns, errors, timeout)
+    messages, found = parser.parse_columns(*arrow_inputs(batch, columns))
+    batch = batch.append_column(pa.field(columns.message, pa.string()), pa.array(messages, pa.string()))
+    return batch.append_column(pa.field(columns.error, error_type()), pa.array(found, error_type()))
 
-    def __init__(self, template: dict, columns: Columns, errors: str, timeout: float | None):
-        self.parser = RowParser(template, columns, errors, timeout)
-        self.parser.module
 
-    def __call__(self, batch):
-        columns = self.parser.columns
-        messages, errors = self.parser.parse_columns(*arrow_inputs(batch, columns))
-        pa = _pyarrow()
-        return batch.append_column(columns.message, pa.array(messages, pa.string())).append_column(
-            pa.field(columns.error, error_type()), pa.array(errors, error_type())
-        )
+_RAY_PARSERS: dict = {}
 
 
 def parse_with_ray(
@@ -977,7 +979,10 @@ def parse_with_ray(
     template = _template_data(template)
     RowParser(template, columns, errors, timeout).module  # an invalid template fails here, not on a worker
     if not ray.is_initialized():
-        ray.init(ignore_reinit_error=True, log_to_driver=False)
+        import logging
+
+        ray.init(ignore_reinit_error=True, log_to_driver=False, logging_level=logging.WARNING)
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
     context = ray.data.DataContext.get_current()
     context.execution_options.preserve_order = True
     context.enable_progress_bars = sys.stderr.isatty()
@@ -985,22 +990,31 @@ def parse_with_ray(
     dataset = reader(str(input_path))
     check_output_columns_names(dataset.schema().names, columns)
     parsed = dataset.map_batches(
-        RayBatchParser,
-        fn_constructor_kwargs={"template": template, "columns": columns, "errors": errors, "timeout": timeout},
+        ray_parse_batch,
+        fn_kwargs={"template": template, "columns": columns, "errors": errors, "timeout": timeout},
         batch_format="pyarrow",
         batch_size=BATCH_ROWS,
-        concurrency=concurrency or max(1, int(ray.available_resources().get("CPU", 1))),
+        **({"compute": ray.data.TaskPoolStrategy(size=concurrency)} if concurrency else {}),
     )
-    output_path = Path(output_path)
-    with _atomic_output(output_path, directory=True) as temporary:
-        os.rmdir(temporary)  # Ray creates the folder itself
-        (parsed.write_parquet if target_format == "parquet" else parsed.write_json)(str(temporary))
+    write = parsed.write_parquet if target_format == "parquet" else parsed.write_json
+    if _is_uri(output_path):  # object storage: no rename there; Ray writes each file whole
+        write(str(output_path))
+    else:
+        output_path = Path(output_path)
+        with _atomic_output(output_path, directory=True, replaceable=_only_data_files) as temporary:
+            os.rmdir(temporary)  # Ray creates the folder itself
+            write(str(temporary))
     written = ray.data.read_parquet if target_format == "parquet" else ray.data.read_json
     summary = Summary()
     for batch in written(str(output_path)).select_columns([columns.error]).iter_batches(batch_format="pyarrow"):
         summary.rows += batch.num_rows
         summary.errors += batch.num_rows - batch.column(0).null_count
     return summary
+
+
+def _only_data_files(folder: Path) -> bool:
+    """Whether a folder holds only what an earlier Ray job wrote (so it may be replaced)."""
+    return all(p.is_file() and p.suffix in (".parquet", ".json", ".jsonl") for p in folder.iterdir())
 
 
 def _is_uri(path) -> bool:

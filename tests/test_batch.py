@@ -92,14 +92,14 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def run_cli(*args, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+def run_cli(*args, cwd: Path, env_extra: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "rtcompile", "parse", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=cwd,
-        env={**os.environ, "RTCOMPILE_CACHE_DIR": str(cwd / "cache")},
+        env={**os.environ, "RTCOMPILE_CACHE_DIR": str(cwd / "cache"), **(env_extra or {})},
         **kwargs,
     )
 
