@@ -20,6 +20,8 @@ from typing import Any, Callable
 
 import regex
 
+from .scanning import LazyRegex
+
 # The calling parser's `timeout` for tag_pattern matching (set only while a region is finished).
 MATCH_TIMEOUT: contextvars.ContextVar[float | None] = contextvars.ContextVar("rtcompile_match_timeout", default=None)
 

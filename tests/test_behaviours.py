@@ -341,3 +341,24 @@ def test_interpreter_reference_is_the_one_installed():
     assert transformers.__version__ == INTERPRETER_RELEASE == "5.24.0"
     assert rtcompile.load({"start_anchor": "@", "fields": {"content": {}}}).IMPLEMENTS_TRANSFORMERS == INTERPRETER_RELEASE
     assert interpreter.parse_response is not rtcompile.parse_response
+
+
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("text", {"strip": False}),
+        ("int", {}),
+        ("json", {}),
+        ("json", {"unquoted_keys": True, "string_delims": [["<|\"|>", "<|\"|>"]], "allow_non_json": True}),
+        ("xml-inline", {"tag_pattern": r"<(?P<key>\w+)>(?P<value>.*?)</(?P=key)>", "merge_duplicates": True}),
+        ("kv-lines", {"kv_sep": "="}),
+        ("python-call-list", {}),
+    ],
+)
+def test_well_formed_content_args_are_prepared_once_not_per_region(name, args):
+    """make_parser falls back to the per-call path only for arguments the interpreter would choke
+    on; a factory that fails on good arguments (a missing import did, once) would silently make
+    every region pay for recompiling its patterns."""
+    from rtcompile.runtime.content_parsers import FACTORIES
+
+    FACTORIES[name](args)  # must not raise
