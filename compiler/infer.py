@@ -188,11 +188,20 @@ def opener_before(text: str, at: int, anchors: list[str]) -> str:
     return opener.strip()
 
 
+# Markup a boundary must not cut: tokens, and tags or brackets with attributes in them.
+MARKUP_RE = re.compile(v.TOKEN_RE.pattern + r"|<[^<>\n]{1,80}>|\[[^\[\]\n]{1,80}\]")
+
+
 def _split_at_tokens(text: str, boundary: int) -> int:
-    """Move `boundary` back to the start of a token of `text` that it would cut in two."""
-    for match in v.TOKEN_RE.finditer(text):
+    """Move `boundary` back to the start of the markup of `text` that it would cut in two (a
+    whole token or tag, or one still open at the boundary)."""
+    for match in MARKUP_RE.finditer(text):
         if match.start() < boundary < match.end():
             return match.start()
+    before = text[:boundary]
+    for opening, closing in (("<", ">"), ("[", "]")):
+        if before.rfind(opening) > before.rfind(closing):
+            return before.rfind(opening)
     return boundary
 
 
@@ -368,6 +377,8 @@ def _markup_shape(text: str, at: int, name: str, arguments: dict, given_ids, par
     keys = list(arguments)
     if len(keys) < 2:
         return None
+    # In the order the template writes them (some sort the keys).
+    keys.sort(key=lambda k: (text.find(k, at + len(name)) < 0, text.find(k, at + len(name))))
     spans = []
     position = at + len(name)
     for key in keys:
@@ -382,7 +393,8 @@ def _markup_shape(text: str, at: int, name: str, arguments: dict, given_ids, par
             return None
         spans.append((key_at, key_at + len(key), value_at, value_at + len(candidate)))
         position = value_at + len(candidate)
-    middle = text[spans[0][1] : spans[0][2]]
+    middles = _unique([text[span[1] : span[2]] for span in spans])
+    middle = middles[0]
     inter = text[spans[0][3] : spans[1][0]]
     close_tag = inter.find(">")
     right, left = (inter[: close_tag + 1], inter[close_tag + 1 :]) if close_tag >= 0 else ("", inter)
@@ -395,8 +407,10 @@ def _markup_shape(text: str, at: int, name: str, arguments: dict, given_ids, par
         units_start, units_end = spans[0][0], spans[-1][3]
     else:
         key_class = _stop_class(middle)
+        # The markup between key and value may depend on the value's type (string="true").
+        between = literal_pattern(middle) if len(middles) == 1 else "(?:" + "|".join(literal_pattern(m) for m in middles) + ")"
         tag_pattern = (
-            literal_pattern(left.lstrip()) + f"(?P<key>{key_class})" + literal_pattern(middle)
+            literal_pattern(left.lstrip()) + f"(?P<key>{key_class})" + between
             + "(?P<value>.*?)" + literal_pattern(right)
         )
         content, content_args = "xml-inline", {"tag_pattern": tag_pattern}
@@ -665,7 +679,7 @@ def _infer_calls(prober: Prober, reasoning, content_field, parsers, result: Infe
         close_end = _split_at_tokens(inter, v.common_prefix_length(inter, trail))
         per_close = inter[:close_end]
         open_start = len(inter) - len(per_open)
-        for match in v.TOKEN_RE.finditer(inter):
+        for match in MARKUP_RE.finditer(inter):
             if match.start() < open_start < match.end():
                 open_start = match.end()  # the shared text starts inside a token: keep it whole
         per_open = inter[max(open_start, close_end) :] if per_open else per_open

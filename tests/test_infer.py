@@ -295,3 +295,17 @@ def test_a_bare_name_before_the_arguments_opens_a_call_only_at_the_turn_start():
 
     message = rtcompile.parse_response("Hello there, friend.<|stop|>", inference.template, prefix="<|start|>assistant<|sep|>")
     assert message == {"role": "assistant", "content": "Hello there, friend."}
+
+
+def test_markup_that_depends_on_the_value_type_and_sorted_keys():
+    typed = FRAME.replace(
+        "CALLS",
+        "{% if m.tool_calls %}<|calls|>{% for c in m.tool_calls %}\n<invoke name=\"{{ c.function.name }}\">"
+        "{% for k, val in c.function.arguments|dictsort %}\n<param name=\"{{ k }}\" string=\"{{ 'true' if val is string else 'false' }}\">"
+        "{{ val if val is string else val|tojson }}</param>{% endfor %}\n</invoke>{% endfor %}\n<|/calls|>{% endif %}",
+    )
+    inference, report = infer_and_verify(typed, examples=4)
+    tag_pattern = inference.template["fields"]["tool_calls"]["content_args"]["tag_pattern"]
+    assert 'string="true"' in tag_pattern.replace("\\", "") and 'string="false"' in tag_pattern.replace("\\", "")
+    assert report.count(v.FAILED) == 0, report.format_text()
+    assert {r.id for r in report.results if r.status == v.PASSED} >= {"one_call", "parallel_calls", "content_call"}
