@@ -814,13 +814,17 @@ def cli(argv: list[str]) -> int:
         "conversations, parse each rendered assistant turn back, compare. Exit 0 only when no case failed.",
     )
     parser.add_argument("template", metavar="TEMPLATE", help="response template JSON, tokenizer dir or bundled name")
-    parser.add_argument("--chat-template", required=True, metavar="FILE|TOKENIZER_DIR")
+    parser.add_argument(
+        "--chat-template",
+        metavar="FILE|TOKENIZER_DIR",
+        help="the chat template (default: TEMPLATE itself, when it is a tokenizer directory or config holding both)",
+    )
     add_chat_template_arguments(parser)
     args = parser.parse_args(argv)
     try:
         variables = read_variables(args.var)
         template = api.read_template(args.template)
-        chat_template = load_chat_template(args.chat_template, args.template_name)
+        chat_template = load_chat_template(args.chat_template or args.template, args.template_name)
         from . import frontend
 
         frontend.lower(template)  # a clear error for an invalid template before any render
@@ -832,7 +836,7 @@ def cli(argv: list[str]) -> int:
             template_label=args.template, timeout=args.timeout,
         )
     except RenderTimeout as e:
-        raise UsageError(f"{args.chat_template}: {e}: the chat template does not finish (it may loop forever)") from None
+        raise UsageError(f"{chat_template.origin}: {e}: the chat template does not finish (it may loop forever)") from None
     print(json.dumps(report.to_json(), indent=2, ensure_ascii=False) if args.json else report.format_text())
     return 0 if report.ok else 1
 

@@ -282,3 +282,16 @@ def test_ci_has_transformers_and_hypothesis():
     if os.environ.get("CI"):
         import hypothesis  # noqa: F401
         import transformers  # noqa: F401
+
+
+def test_cli_a_tokenizer_directory_holds_both_templates(tmp_path, capsys):
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": CHATML, "response_template": RESPONSE_TEMPLATE, "eos_token": "<|im_end|>"})
+    )
+    assert main(["verify", str(tmp_path), "--examples", "1"]) == 0
+    assert "0 failed" in capsys.readouterr().out
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "tokenizer_config.json").write_text(json.dumps({"response_template": RESPONSE_TEMPLATE}))
+    assert main(["verify", str(empty)]) == 2
+    assert "without a chat template" in capsys.readouterr().err
