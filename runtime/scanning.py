@@ -16,6 +16,10 @@ from typing import Any
 # the candidate start positions (PatternWindow); above it, skipping to candidates wins, and
 # increasingly so for patterns with a leading \s* that the engine tries at every space.
 SHORT_BUFFER = 256
+# Up to this many characters, a literal search is one regex search (one C call); beyond it, the
+# jumps between occurrences of the literals' first character (str.find, at memchr speed) win when
+# that character is rare, as it is in long reasoning text.
+SHORT_SEARCH = 2048
 # From this many unread characters on, a scan's literal searches are remembered for the later
 # scans of the same buffer (LiteralSearch.find's memo). Below it, searching again costs less than
 # the bookkeeping, and at most this much is searched again per scan, so parsing stays linear.
@@ -181,7 +185,7 @@ class LiteralSearch:
     def _search(self, buf: str, pos: int, stop: int) -> tuple[int, int] | None:
         """The leftmost occurrence within buf[pos:stop]."""
         first = self._first
-        if first is not None:
+        if first is not None and stop - pos > SHORT_SEARCH:
             # Jump from one place the shared first character occurs to the next: str.find runs at
             # memchr speed, and a step costs about what the regex engine takes to read ~500
             # characters (~1000 of ASCII-only text, which it reads twice as fast). While those
