@@ -97,7 +97,7 @@ def _stop_class(following: str, extra: str = "") -> str:
 
 def tokens_in(text: str) -> list[str]:
     """The token-like pieces of `text` in order; text that has none is one piece (stripped)."""
-    found = [m.group() for m in v.TOKEN_RE.finditer(text)]
+    found = [m.group() for m in MARKUP_RE.finditer(text)]
     if found:
         return found
     return [text.strip()] if text.strip() else []
@@ -157,7 +157,7 @@ class Prober:
         added = prompt[len(base) :] if prompt.startswith(base) and prompt != base else ""
         if not added:
             stripped = prompt.rstrip()
-            ends = [m for m in v.TOKEN_RE.finditer(stripped) if m.end() == len(stripped)]
+            ends = [m for m in MARKUP_RE.finditer(stripped) if m.end() == len(stripped)]
             added = prompt[ends[-1].start() :] if ends else ""
         return prompt, added
 
@@ -165,7 +165,7 @@ class Prober:
 # ---- the parts -----------------------------------------------------------------------------------
 
 
-_OPENER_PIECE = re.compile(r"(?:" + v.TOKEN_RE.pattern + r"|[^\s<>\[\]|]+)\Z")
+_OPENER_PIECE = re.compile(r"(?:" + v.MARKUP_RE.pattern + r"|[^\s<>\[\]|]+)\Z")
 
 
 def opener_before(text: str, at: int, anchors: list[str]) -> str:
@@ -188,8 +188,7 @@ def opener_before(text: str, at: int, anchors: list[str]) -> str:
     return opener.strip()
 
 
-# Markup a boundary must not cut: tokens, and tags or brackets with attributes in them.
-MARKUP_RE = re.compile(v.TOKEN_RE.pattern + r"|<[^<>\n]{1,80}>|\[[^\[\]\n]{1,80}\]")
+MARKUP_RE = v.MARKUP_RE  # markup a boundary must not cut
 
 
 def _split_at_tokens(text: str, boundary: int) -> int:

@@ -45,7 +45,9 @@ TOKEN_RE = re.compile(
     r"<\|[^|<>\s]{1,40}\|>|</?[A-Za-z_][\w:.\-]{0,40}\|?>|<\|[A-Za-z_][\w.\-]{0,40}>"
     r"|\[/?[A-Z][A-Z_]{1,40}\]|<｜[^｜<>]{1,40}｜>"
 )
-_TOKEN_AT_END = re.compile(r"(?:" + TOKEN_RE.pattern + r")\Z")
+# Markup more broadly: also tags and brackets with attributes or other marks inside.
+MARKUP_RE = re.compile(TOKEN_RE.pattern + r"|<[^<>\n]{1,80}>|\[[^\[\]\n]{1,80}\]")
+_TOKEN_AT_END = re.compile(r"(?:" + MARKUP_RE.pattern + r")\Z")
 _TOKEN_AT_START = re.compile(r"\s*(" + TOKEN_RE.pattern + r")")
 
 
@@ -354,7 +356,7 @@ def _trim_to_token(text: str, diverged: bool) -> str:
     """Where two renders diverge inside a token (`<|USER_TOKEN|>` vs `<|CHATBOT_TOKEN|>`), back off
     to the end of the last whole token; then drop trailing whitespace (never generated)."""
     if diverged:
-        ends = [m.end() for m in TOKEN_RE.finditer(text)]
+        ends = [m.end() for m in MARKUP_RE.finditer(text)]
         stripped = text.rstrip()
         if ends and not _TOKEN_AT_END.search(stripped):
             text = text[: ends[-1]]

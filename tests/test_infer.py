@@ -173,6 +173,7 @@ UNSEEN_CALLS = {
     "plugin_object": "{% for c in m.tool_calls or [] %}<|action_start|><|plugin|>\n{{ {'name': c.function.name, 'parameters': c.function.arguments}|tojson }}<|action_end|>\n{% endfor %}",
     "json_list": "{% if m.tool_calls %}<|tool_call|>{{ m.tool_calls|map(attribute='function')|list|tojson }}{% endif %}",
     "fenced_section": "{% if m.tool_calls %}<calls_begin>{% for c in m.tool_calls %}<call_begin>function<sep>{{ c.function.name }}\n```json\n{{ c.function.arguments|tojson }}\n```<call_end>{% if not loop.last %}\n{% endif %}{% endfor %}<calls_end>{% endif %}",
+    "fullwidth_attributes": "{% if m.tool_calls %}\n\n<｜DSML｜function_calls>{% for c in m.tool_calls %}\n<｜DSML｜invoke name=\"{{ c.function.name }}\">{% for k, val in c.function.arguments.items() %}\n<｜DSML｜parameter name=\"{{ k }}\" string=\"{{ 'true' if val is string else 'false' }}\">{{ val if val is string else val|tojson }}</｜DSML｜parameter>{% endfor %}\n</｜DSML｜invoke>{% endfor %}\n</｜DSML｜function_calls>{% endif %}",
     "namespaced_tags": "{% for c in m.tool_calls or [] %}<seed:tool_call>\n<function={{ c.function.name }}>\n{% for k, val in c.function.arguments.items() %}<parameter={{ k }}>{{ val if val is string else val|tojson }}</parameter>\n{% endfor %}</function>\n</seed:tool_call>{% endfor %}",
 }
 
