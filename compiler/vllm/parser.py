@@ -1,0 +1,932 @@
+"""`RtcompileParser`: vLLM's unified `Parser` over rtcompile's compiled response-template parsers.
+
+vLLM constructs it wherever it constructs `vllm.parser.response_template.ResponseTemplateParser`
+(the same constructor arguments; `parse`, `parse_delta`, `set_prompt_token_ids`, `adjust_request`,
+`is_reasoning_end`, `count_reasoning_tokens`), selected by `--reasoning-parser rtcompile` and
+`--tool-call-parser rtcompile` (with `--enable-auto-tool-choice`) through the plugin in
+`rtcompile.vllm`.
+
+The template, first found wins:
+1. the `response_template=` constructor argument (vLLM's own override);
+2. the tokenizer's `response_template` (attribute, else `init_kwargs`), as vLLM reads it;
+3. rtcompile's bundled template for the model's `model_type` (`rtcompile.template_for`), read from
+   vLLM's model config, else from the `config.json` beside the tokenizer;
+4. the environment variable `RTCOMPILE_VLLM_TEMPLATE`: a bundled template's name or `model_type`,
+   or a path to a template JSON, a `tokenizer_config.json` or a tokenizer directory.
+A template may name its reasoning field `reasoning_content` (transformers' templates) or `thinking`
+(vLLM's); other field names are refused, as vLLM refuses them, since their text would reach no
+client.
+
+Streaming (`parse_delta`): reasoning and content deltas as the model writes them; a tool call's
+name (with its id, by vLLM's id policy for the request) as soon as the parser knows it, and its
+arguments as JSON fragments while the model writes them: `rtcompile.runtime.openai_stream`'s
+`OpenAIStream` contract (the fragments of one call concatenate to JSON that loads to that call's
+arguments), sent as vLLM's own `DeltaMessage` / `DeltaToolCall`. `parse` gives the same results as
+the stream, accumulated.
+
+Where this differs from vLLM's class by design (README, "vLLM"):
+- vLLM sends each call whole when its region closes; here the name and the arguments go out
+  incrementally.
+- A malformed or truncated call: vLLM drops it (with a warning); here nothing the model wrote is
+  lost: a call already announced is closed with the arguments complete so far, and the region's
+  raw text is sent as content.
+- Content and reasoning fields with another content parser than `text`, a transform or `join`
+  (vLLM refuses those templates) are served, as the model wrote them (reasoning and content are
+  always the regions' text, unstripped, exactly as vLLM's class sends them).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+from collections.abc import Sequence
+from math import inf
+from typing import TYPE_CHECKING, Any
+
+import regex
+from openai.types.responses import ToolChoiceCustom, ToolChoiceFunction
+from vllm.entrypoints.generate.base.protocol import (
+    DeltaFunctionCall,
+    DeltaMessage,
+    DeltaToolCall,
+    FunctionCall,
+)
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionNamedToolChoiceParam
+from vllm.exceptions import VLLMValidationError
+from vllm.parser.abstract_parser import Parser
+from vllm.parser.response_template import (
+    ResponseTemplateReasoningParser,
+    ResponseTemplateToolParser,
+)
+from vllm.reasoning.abs_reasoning_parsers import ReasoningParser
+from vllm.renderers.chat_utils import make_tool_call_id
+from vllm.tool_parsers.utils import iter_response_function_tool_dicts
+
+import rtcompile
+from rtcompile.runtime.openai_stream import OpenAIStream
+
+if TYPE_CHECKING:
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "RtcompileParser",
+    "RtcompileReasoningParser",
+    "RtcompileToolParser",
+    "TEMPLATE_ENVIRONMENT_VARIABLE",
+    "resolve_template",
+]
+
+TEMPLATE_ENVIRONMENT_VARIABLE = "RTCOMPILE_VLLM_TEMPLATE"
+CONTENT_FIELD = "content"
+TOOL_FIELD = "tool_calls"
+REASONING_FIELDS = ("reasoning_content", "thinking")
+_SERVED_FIELDS = frozenset({CONTENT_FIELD, TOOL_FIELD, *REASONING_FIELDS})
+_OPENER_GROUP = "rtcompile_opener"
+
+
+# ---- the template ---------------------------------------------------------------------------------
+
+
+def _tokenizer_template(tokenizer: Any) -> Any:
+    """The tokenizer's own `response_template`, read as vLLM reads it."""
+    if tokenizer is None:
+        return None
+    template = getattr(tokenizer, "response_template", None)
+    if template is None:
+        template = (getattr(tokenizer, "init_kwargs", None) or {}).get("response_template")
+    return template
+
+
+def _model_type(tokenizer: Any, model_config: Any) -> str | None:
+    """The model's `model_type`: from vLLM's model config, else from the `config.json` that sits
+    beside the tokenizer (a local directory, or the hub cache vLLM downloaded it to; never the
+    network)."""
+    hf_config = getattr(model_config, "hf_config", None)
+    model_type = getattr(hf_config, "model_type", None)
+    if isinstance(model_type, str):
+        return model_type
+    source = getattr(tokenizer, "name_or_path", None)
+    if not isinstance(source, str) or not source:
+        return None
+    path = os.path.join(source, "config.json")
+    if not os.path.isfile(path):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(source, "config.json")
+        except Exception:  # not a repository id, or no hub client: no model type to go on
+            return None
+        if not isinstance(cached, str):
+            return None
+        path = cached
+    try:
+        with open(path, encoding="utf-8") as file:
+            model_type = json.load(file).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return model_type if isinstance(model_type, str) else None
+
+
+def resolve_template(
+    tokenizer: Any, template: Any = None, model_config: Any = None
+) -> tuple[dict, str]:
+    """(the response template, where it came from), in the order the module docstring gives.
+    Raises `ValueError` naming every place looked at when there is none."""
+    if template is not None:
+        return _as_template(template), "the response_template argument"
+    own = _tokenizer_template(tokenizer)
+    if own is not None:
+        if not isinstance(own, dict):
+            raise ValueError(
+                f"the tokenizer's response_template is a {type(own).__name__}, not a JSON object"
+            )
+        return own, "the tokenizer's response_template"
+    model_type = _model_type(tokenizer, model_config)
+    if model_type is not None:
+        try:
+            return rtcompile.template_for(model_type), f"rtcompile's template for {model_type!r}"
+        except rtcompile.UnknownTemplateError:
+            pass
+    named = os.environ.get(TEMPLATE_ENVIRONMENT_VARIABLE)
+    if named:
+        return _as_template(named), f"{TEMPLATE_ENVIRONMENT_VARIABLE}={named}"
+    raise ValueError(
+        "no response template: the tokenizer has no `response_template`, rtcompile bundles none "
+        f"for model_type {model_type!r}, and {TEMPLATE_ENVIRONMENT_VARIABLE} is not set (a bundled "
+        "template's name, e.g. 'qwen3', or a path to a template JSON)"
+    )
+
+
+def _as_template(value: Any) -> dict:
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        from rtcompile import api
+
+        return api.read_template(value)  # a bundled name or model_type, or a path
+    raise ValueError(f"a response template must be a dict, a name or a path, not {type(value).__name__}")
+
+
+def _has_opener(field: dict) -> bool:
+    return "open" in field or "open_pattern" in field
+
+
+def _literals(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [item for item in value if isinstance(item, str)]
+    return []
+
+
+class _Plan:
+    """What one template (and one tool-parsing mode) needs at parse time: the compiled module of
+    the template as served, and the names of its fields. Built once per template and mode."""
+
+    def __init__(self, template: dict, parse_tools: bool):
+        fields = template.get("fields")
+        if not isinstance(fields, dict):
+            raise ValueError("response_template has no `fields` object")
+        unsupported = sorted(
+            (set(fields) - _SERVED_FIELDS)
+            # a default reaches no client either: deltas carry only what the model wrote
+            | {f"defaults.{name}" for name in set(template.get("defaults") or {}) - {"role"}}
+        )
+        if unsupported:
+            raise ValueError(
+                f"response_template contains fields rtcompile cannot serve: {unsupported}; "
+                f"supported fields are {sorted(_SERVED_FIELDS)}"
+            )
+        reasoning = [name for name in REASONING_FIELDS if name in fields]
+        if len(reasoning) > 1:
+            raise ValueError(
+                "response_template has both `reasoning_content` and `thinking` fields; "
+                "name one reasoning field"
+            )
+        self.reasoning_field = reasoning[0] if reasoning else None
+        self.has_tools = TOOL_FIELD in fields
+        self.served = _served_template(template, parse_tools)
+        # tool parsing off: the tool-call field's text goes out as content, with its literal
+        # delimiters (what a pattern matched reaches the text otherwise: `_plain_tool_field`)
+        self.passthrough: tuple[str, str] | None = None
+        if not parse_tools and TOOL_FIELD in self.served["fields"]:
+            spec = self.served["fields"][TOOL_FIELD]
+            self.passthrough = tuple(  # type: ignore[assignment]
+                spec[key] if isinstance(spec.get(key), str) else "" for key in ("open", "close")
+            )
+        self.module = rtcompile.load(self.served)
+        served_fields = self.served["fields"]
+        self.reasoning_spec = served_fields.get(self.reasoning_field) if self.reasoning_field else None
+        self.open_fields = {name for name, spec in served_fields.items() if _has_opener(spec)}
+        anchors = _literals(self.served.get("start_anchor"))
+        # Closers that end with the next message's start anchor, for outputs that stop after the
+        # part a generation writes (vLLM completes them the same way).
+        self.closers_ending_in_anchor = {
+            name: [
+                (closer, anchor)
+                for closer in _literals(spec.get("close"))
+                for anchor in anchors
+                if anchor and closer.endswith(anchor) and closer != anchor
+            ]
+            for name, spec in served_fields.items()
+        }
+
+
+def _served_template(template: dict, parse_tools: bool) -> dict:
+    """The template as a server parses it: with tool parsing off, the tool-call field as plain
+    text (`_plain_tool_field`); every field optional (a response need not write any field); a
+    content field for the text outside every region when all fields have openers, as vLLM adds it.
+    The template itself when nothing changes, so bundled templates keep their checked-in parsers."""
+    fields = template["fields"]
+    plain_tools = not parse_tools and TOOL_FIELD in fields
+    add_content = CONTENT_FIELD not in fields and all(_has_opener(f) for f in fields.values() if isinstance(f, dict))
+    required = [name for name, f in fields.items() if isinstance(f, dict) and f.get("optional") is False]
+    if not (plain_tools or add_content or required):
+        return template
+    served = copy.deepcopy(template)
+    if plain_tools:
+        served["fields"][TOOL_FIELD] = _plain_tool_field(served["fields"][TOOL_FIELD])
+    if add_content:
+        served["fields"][CONTENT_FIELD] = {}
+    for name in required:
+        if name in served["fields"]:
+            served["fields"][name]["optional"] = True
+    return served
+
+
+def _plain_tool_field(tool: dict) -> dict:
+    """The tool-call field as plain text, for passing calls through as content (tool parsing off)
+    with their delimiters, as vLLM's class does. A literal opener or closer is sent as it is; the
+    text an open pattern matched comes back in the region's value (a group around the pattern:
+    the compiler wants every named group used by the transform); a closer that is a pattern or a
+    list becomes a lookbehind, so its text ends the region's own text."""
+    plain: dict[str, Any] = {key: tool[key] for key in ("repeats",) if key in tool}
+    opener = tool.get("open")
+    if isinstance(opener, str):
+        plain["open"] = opener
+    elif opener is not None or "open_pattern" in tool:
+        pattern = tool.get("open_pattern") or "|".join(regex.escape(o) for o in _literals(opener))
+        plain["open_pattern"] = f"(?P<{_OPENER_GROUP}>{pattern})"
+        groups = regex.compile(plain["open_pattern"]).groupindex
+        plain["transform"] = {"text": "{content}", **{g: "{" + g + "}" for g in groups}}
+    close = tool.get("close")
+    if isinstance(close, str):
+        plain["close"] = close
+    elif close is not None or "close_pattern" in tool:
+        pattern = tool.get("close_pattern") or "|".join(regex.escape(c) for c in _literals(close))
+        plain["close_pattern"] = f"(?<=(?:{pattern}))"
+    return plain
+
+
+_PLANS: dict[tuple[str, bool], _Plan] = {}
+
+
+def _plan_for(template: dict, parse_tools: bool) -> _Plan:
+    key = (json.dumps(template, sort_keys=True, ensure_ascii=False, default=repr), parse_tools)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS.setdefault(key, _Plan(template, parse_tools))
+    return plan
+
+
+# ---- requests -------------------------------------------------------------------------------------
+
+
+def _tool_dict(tool: Any) -> dict:
+    if hasattr(tool, "model_dump"):
+        tool = tool.model_dump(exclude_none=True)
+    return tool if isinstance(tool, dict) else {}
+
+
+def _as_tool_dicts(tools: Sequence[Any] | None) -> list[dict]:
+    """Chat tools as dicts, plus Responses function tools (namespaces flattened by vLLM)."""
+    tools = list(tools or ())
+    result = iter_response_function_tool_dicts(tools)
+    result.extend(d for d in map(_tool_dict, tools) if isinstance(d.get("function"), dict))
+    return result
+
+
+def _tool_is_strict(tool: Any) -> bool:
+    tool = _tool_dict(tool)
+    function = tool.get("function")
+    return bool(tool.get("strict") or (isinstance(function, dict) and function.get("strict")))
+
+
+def _is_named_tool_choice(request: Any) -> bool:
+    return isinstance(
+        request.tool_choice,
+        (ToolChoiceFunction, ToolChoiceCustom, ChatCompletionNamedToolChoiceParam),
+    )
+
+
+def _tool_parsing_enabled(request: Any, *, enable_auto_tools: bool) -> bool:
+    if request.tool_choice == "none":
+        return False
+    if request.tool_choice == "required" or _is_named_tool_choice(request):
+        return True
+    return enable_auto_tools and request.tool_choice in (None, "auto")
+
+
+def _unsupported_tool_guarantee(request: Any) -> tuple[str, str] | None:
+    """The first tool guarantee the request asks for that parsing alone cannot enforce (a grammar
+    would be needed), with the request parameter that asked for it: what vLLM's class refuses."""
+    if any(_tool_is_strict(tool) for tool in request.tools or ()):
+        return "strict tools", "tools"
+    if request.tool_choice == "required":
+        return "required tool choice", "tool_choice"
+    if _is_named_tool_choice(request):
+        return "named tool choice", "tool_choice"
+    if getattr(request, "parallel_tool_calls", True) is False:
+        return "parallel_tool_calls=False", "parallel_tool_calls"
+    return None
+
+
+def _decode(tokenizer: Any, token_ids: Sequence[int]) -> str:
+    try:
+        return tokenizer.decode(
+            token_ids,
+            skip_special_tokens=False,
+            clean_up_tokenization_spaces=False,
+            spaces_between_special_tokens=False,
+        )
+    except TypeError:
+        return tokenizer.decode(token_ids, skip_special_tokens=False)
+
+
+# ---- one generation -------------------------------------------------------------------------------
+
+
+class _RecordingParser:
+    """The parser, as `OpenAIStream` sees it, keeping the events of its last call: the stream
+    builds the tool calls from them, `_Generation` routes their text."""
+
+    __slots__ = ("parser", "events")
+
+    def __init__(self, parser: Any) -> None:
+        self.parser = parser
+        self.events: list[dict] = parser.initial_events
+
+    @property
+    def initial_events(self) -> list[dict]:
+        return self.parser.initial_events
+
+    def feed(self, text: str) -> list[dict]:
+        self.events = events = self.parser.feed(text)
+        return events
+
+    def finalize(self) -> tuple[dict, list[dict]]:
+        message, self.events = self.parser.finalize()
+        return message, self.events
+
+    def __getattr__(self, name: str) -> Any:  # errors, tool_parameters, current_field, ...
+        return getattr(self.parser, name)
+
+
+class _Generation:
+    """One generation: rtcompile's parser (errors="keep": nothing raises mid-stream, nothing is
+    lost), turned into vLLM `DeltaMessage`s.
+
+    Reasoning and content go out as the model wrote them (the regions' text, unstripped, as vLLM's
+    class sends it); tool calls come from an `OpenAIStream` over the same parser: the name first,
+    then the arguments as fragments. A tool-call region that fails to parse (malformed, or cut off
+    by the end of the output) has its text sent as content, after what was announced of it."""
+
+    def __init__(
+        self,
+        plan: _Plan,
+        *,
+        prefix: str,
+        tools: list[dict],
+        parse_reasoning: bool,
+        include_reasoning: bool,
+        new_tool_call_id: Any,
+    ) -> None:
+        self.plan = plan
+        self.new_tool_call_id = new_tool_call_id
+        self.recorder = _RecordingParser(
+            plan.module.ResponseParser(prefix, tools=tools or None, errors="keep")
+        )
+        # Text fields are routed here (raw); the stream only builds the calls.
+        self.stream = OpenAIStream(
+            self.recorder,
+            plan.served,
+            content_field=None,
+            reasoning_field="",
+            call_id=_no_id,  # ids follow vLLM's policy: set where a call is announced
+        )
+        reasoning = plan.reasoning_field
+        # Where each field's text goes: without a reasoning parser vLLM sends reasoning as content.
+        self.text_keys: dict[str, str | None] = {CONTENT_FIELD: "content"}
+        if reasoning is not None:
+            self.text_keys[reasoning] = (
+                ("reasoning" if include_reasoning else None) if parse_reasoning else "content"
+            )
+        self.tool_text: list[str] = []  # the open tool-call region's text so far
+        self.wrote = False
+        self.finished = False
+        self.tail = ""  # the output's last characters, for a closer cut at the anchor
+        self._tail_length = max(
+            (len(closer) for pairs in plan.closers_ending_in_anchor.values() for closer, _ in pairs),
+            default=0,
+        )
+
+    def feed(self, text: str, *, finished: bool) -> DeltaMessage | None:
+        if self.finished:
+            return None
+        recorder = self.recorder
+        if text:
+            self.wrote = True
+            recorder.events = []
+            calls = self.stream.feed(text)
+            events = recorder.events
+            if not calls and len(events) == 1 and events[0]["type"] == "region_chunk":
+                # the common case: more text of one field
+                key = self.text_keys.get(events[0]["field"])
+                if key is not None and not finished:
+                    chunk = events[0]["text"]
+                    if not chunk:
+                        return None
+                    return DeltaMessage(content=chunk) if key == "content" else DeltaMessage(reasoning=chunk)
+            if self._tail_length:
+                self.tail = (self.tail + text)[-self._tail_length :]
+        else:
+            calls, events = [], []
+        if finished:
+            self.finished = True
+            # vLLM finalizes only an output that wrote something; so does this.
+            if self.wrote:
+                rest = self._closer_rest()
+                if rest:
+                    recorder.events = []
+                    calls = calls + self.stream.feed(rest)
+                    events = events + recorder.events
+                calls = calls + self.stream.finish()
+                events = events + recorder.events
+                for note in self.stream.divergences:
+                    logger.debug("rtcompile: %s", note)
+        return self._message(events, calls)
+
+    def _closer_rest(self) -> str:
+        """The rest of a closer the output stopped in, when only the next message's start anchor
+        is missing (the generation ends before the next message starts)."""
+        if not self._tail_length:
+            return ""
+        for closer, anchor in self.plan.closers_ending_in_anchor.get(
+            self.recorder.current_field, ()
+        ):
+            for cut in range(len(closer) - 1, len(closer) - len(anchor) - 1, -1):
+                if self.tail.endswith(closer[:cut]):
+                    return closer[cut:]
+        return ""
+
+    def _message(self, events: list[dict], deltas: list[dict]) -> DeltaMessage | None:
+        text: dict[str, list[str]] = {"content": [], "reasoning": []}
+        text_keys = self.text_keys
+        passthrough = self.plan.passthrough
+        for event in events:
+            field = event["field"]
+            kind = event["type"]
+            if passthrough is not None and field == TOOL_FIELD:
+                self._pass_through(event, text["content"])
+            elif field == TOOL_FIELD:
+                if kind == "region_chunk":
+                    self.tool_text.append(event["text"])
+                elif kind == "region_open":
+                    self.tool_text = []
+                elif "error" in event:  # nothing the model wrote is dropped
+                    text["content"].append("".join(self.tool_text))
+            elif kind == "region_chunk":
+                key = text_keys.get(field)
+                if key is not None:
+                    text[key].append(event["text"])
+        calls: list[dict] = []
+        for delta in deltas:
+            for entry in delta.get("tool_calls", ()):  # (content: the failed regions, above)
+                self._add_call_entry(calls, entry)
+        fields: dict[str, Any] = {}
+        for key, pieces in text.items():
+            joined = "".join(pieces)
+            if joined:
+                fields[key] = joined
+        if calls:
+            fields["tool_calls"] = [_delta_tool_call(call) for call in calls]
+        return DeltaMessage(**fields) if fields else None
+
+    def _pass_through(self, event: dict, content: list[str]) -> None:
+        """Tool parsing off: a tool-call region goes out as content, delimiters included (an
+        opener matched by a pattern is known only from the region's value: the region's text
+        waits for its close then)."""
+        opener, closer = self.plan.passthrough
+        kind = event["type"]
+        if kind == "region_open":
+            self.tool_text = []
+            if opener:
+                content.append(opener)
+        elif kind == "region_chunk":
+            if opener:
+                content.append(event["text"])
+            else:
+                self.tool_text.append(event["text"])
+        else:
+            if not opener:
+                value = event.get("value")
+                matched = value.get(_OPENER_GROUP) if isinstance(value, dict) else None
+                content.append((matched or "") + "".join(self.tool_text))
+            content.append(closer)
+
+    def _add_call_entry(self, calls: list[dict], entry: dict) -> None:
+        function = entry.get("function") or {}
+        arguments = function.get("arguments") or ""
+        if "id" in entry:  # a call's first entry: its name, and its id by vLLM's policy
+            name = function.get("name") or ""
+            calls.append(
+                {
+                    "index": entry["index"],
+                    "id": self.new_tool_call_id(name),
+                    "type": "function",
+                    "name": name,
+                    "arguments": [arguments],
+                }
+            )
+        elif calls and calls[-1]["index"] == entry["index"]:
+            calls[-1]["arguments"].append(arguments)
+        else:
+            calls.append({"index": entry["index"], "arguments": [arguments]})
+
+
+def _delta_tool_call(call: dict) -> DeltaToolCall:
+    """Only the keys this entry carries are set: vLLM serializes chunks with exclude_unset, so an
+    argument fragment goes out as `{"index", "function": {"arguments"}}`, without null ids."""
+    arguments = "".join(call["arguments"])
+    if "id" not in call:
+        return DeltaToolCall(index=call["index"], function=DeltaFunctionCall(arguments=arguments))
+    return DeltaToolCall(
+        index=call["index"],
+        id=call["id"],
+        type="function",
+        function=DeltaFunctionCall(name=call["name"], arguments=arguments),
+    )
+
+
+def _no_id(index: int) -> str:
+    return ""
+
+
+class _ReasoningTokenCounter:
+    """Counts the reasoning tokens of one growing generation, feeding each token's text once: a
+    token counts when text of it is reasoning (or it holds a whole empty reasoning region); a token
+    held back inside a reasoning region (it may start the closer) counts until a closer arrives.
+    That is vLLM's count wherever the reasoning delimiters are whole tokens (special tokens, as in
+    the models these templates serve); a delimiter split across tokens can shift the count by one
+    at that delimiter, since the parser reports no character positions."""
+
+    def __init__(self, plan: _Plan, prefix: str, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.field = plan.reasoning_field
+        spec = plan.reasoning_spec or {}
+        # literal openers: a token that opened reasoning and ends with one holds nothing back
+        self.openers = tuple(_literals(spec.get("open"))) if "open_pattern" not in spec else ("",)
+        self.parser = plan.module.ResponseParser(prefix, errors="keep")
+        self.token_ids: list[int] = []
+        self.confirmed = 0
+        self.held = 0
+        self.open = False
+        self.body_started = False  # the open reasoning region has text (or held text) already
+        self._events(self.parser.initial_events)
+
+    def continues(self, token_ids: Sequence[int]) -> bool:
+        return list(token_ids[: len(self.token_ids)]) == self.token_ids
+
+    def count(self, token_ids: Sequence[int]) -> int:
+        new_ids = list(token_ids[len(self.token_ids) :])
+        self.token_ids.extend(new_ids)
+        for token_id in new_ids:
+            text = _decode(self.tokenizer, [token_id])
+            if not text:  # an empty token counts where it sits inside reasoning text
+                if self.open and self.body_started:
+                    self.held += 1
+                continue
+            opened, wrote, closed = self._events(self.parser.feed(text))
+            if wrote or (opened and closed):  # (an empty region inside the token counts it too)
+                self.confirmed += self.held + 1
+                self.held = 0
+            elif self.open and (not opened or not text.endswith(self.openers)):
+                # text held back (after the opener, when it opened here): it may start the closer
+                self.held += 1
+                self.body_started = True
+            elif closed:
+                self.held = 0
+        return self.confirmed + self.held
+
+    def _events(self, events: list[dict]) -> tuple[bool, bool, bool]:
+        opened = wrote = closed = False
+        for event in events:
+            if event["field"] != self.field:
+                continue
+            kind = event["type"]
+            if kind == "region_open":
+                self.open = opened = True
+                self.body_started = False
+            elif kind == "region_chunk":
+                if event["text"]:
+                    wrote = self.body_started = True
+            else:
+                self.open = False
+                closed = True
+                if not wrote:
+                    self.held = 0
+        return opened, wrote, closed
+
+
+# ---- the classes vLLM selects ---------------------------------------------------------------------
+
+
+class RtcompileReasoningParser(ResponseTemplateReasoningParser):
+    """Selected by `--reasoning-parser rtcompile`: stands for `RtcompileParser` in vLLM's parser
+    manager, and tells vLLM's structured-output engine where reasoning ends."""
+
+    @classmethod
+    def unified_parser_cls(cls) -> type[RtcompileParser]:
+        return RtcompileParser
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *args: Any,
+        response_template: Any = None,
+        model_config: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        # Not ResponseTemplateReasoningParser.__init__: that one validates vLLM's field names.
+        ReasoningParser.__init__(self, tokenizer, *args, model_config=model_config, **kwargs)
+        template, _ = resolve_template(tokenizer, response_template, model_config)
+        self.plan = _plan_for(template, parse_tools=True)
+        chat_template_kwargs = kwargs.get("chat_template_kwargs") or {}
+        self._thinking_disabled = not chat_template_kwargs.get("enable_thinking", True)
+        self._reasoning_end_ids = self._closer_ids()
+
+    def _field_literals(self, key: str) -> list[str]:
+        spec = self.plan.reasoning_spec
+        return _literals(spec.get(key)) if spec else []
+
+    @property
+    def reasoning_start_str(self) -> str | None:
+        literals = self._field_literals("open")
+        return literals[0] if literals else None
+
+    @property
+    def reasoning_end_str(self) -> str | None:
+        literals = self._field_literals("close")
+        return literals[0] if literals else None
+
+    def _closer_ids(self) -> list[list[int]] | None:
+        """Token ids of each literal closer of reasoning, or None when they are not all literal."""
+        spec = self.plan.reasoning_spec
+        if spec is None or spec.get("repeats") or "close" not in spec:
+            return None
+        literals = self._field_literals("close")
+        if not literals:
+            return None
+        vocab = self.vocab
+        ids = [
+            [vocab[literal]]
+            if literal in vocab
+            else self.model_tokenizer.encode(literal, add_special_tokens=False)
+            for literal in literals
+        ]
+        return ids if all(ids) else None
+
+    def is_reasoning_end(self, input_ids: Sequence[int]) -> bool:
+        """Whether a generation after this prompt starts past the reasoning (vLLM's rule: the
+        prompt closed the reasoning region, or opened content or a tool call, or thinking is off)."""
+        plan = self.plan
+        field = plan.reasoning_field
+        if field is None:
+            return True
+        if plan.reasoning_spec.get("repeats"):
+            return False
+        try:
+            parser = plan.module.ResponseParser(_decode(self.model_tokenizer, input_ids), errors="keep")
+        except Exception:
+            return False
+        active = None
+        closed = False
+        for event in parser.initial_events:
+            if event["type"] == "region_open":
+                active = event["field"]
+            elif event["type"] == "region_close":
+                closed |= event["field"] == field
+                active = None
+        if closed or active in (CONTENT_FIELD, TOOL_FIELD):
+            return True
+        # Resolve delimiters held back at the prompt's end: a NUL cannot occur in the model's
+        # output, so text containing it only probes what the prompt left open.
+        for event in parser.feed("\0"):
+            kind = event["type"]
+            if (
+                kind == "region_open"
+                and event["field"] in (CONTENT_FIELD, TOOL_FIELD)
+                and event["field"] in plan.open_fields
+            ):
+                return True
+            if event["field"] == field:
+                if kind == "region_open":
+                    return False
+                if kind == "region_close":
+                    return True
+        if active == field:
+            return False
+        return self._thinking_disabled
+
+    def is_reasoning_end_streaming(self, input_ids: Sequence[int], delta_ids: Any) -> bool:
+        if self._reasoning_end_ids is None:
+            return self.is_reasoning_end(input_ids)
+        new = len(list(delta_ids))
+        for end_ids in self._reasoning_end_ids:
+            window = list(input_ids[max(0, len(input_ids) - new - len(end_ids) + 1) :])
+            if any(
+                window[k : k + len(end_ids)] == end_ids
+                for k in range(len(window) - len(end_ids) + 1)
+            ):
+                return True
+        return False
+
+
+class RtcompileToolParser(ResponseTemplateToolParser):
+    """Selected by `--tool-call-parser rtcompile`: stands for `RtcompileParser` in vLLM's parser
+    manager, which extracts the calls."""
+
+    @classmethod
+    def unified_parser_cls(cls) -> type[RtcompileParser]:
+        return RtcompileParser
+
+
+class RtcompileParser(Parser):
+    """Reasoning, content and tool calls through rtcompile's compiled parser for the template
+    (see the module docstring). A drop-in for vLLM's `ResponseTemplateParser`."""
+
+    reasoning_parser_cls = RtcompileReasoningParser
+    tool_parser_cls = RtcompileToolParser
+    always_adjust_request = True
+    _enable_auto_tools = False
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        tools: list | None = None,
+        *,
+        response_template: Any = None,
+        enable_auto_tools: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        template, self.template_origin = resolve_template(
+            tokenizer, response_template, kwargs.get("model_config")
+        )
+        self.response_template = template
+        self._plan = _plan_for(template, parse_tools=True)  # validates and compiles now
+        super().__init__(tokenizer, tools, response_template=template, **kwargs)
+        if enable_auto_tools is not None:
+            self._enable_auto_tools = enable_auto_tools
+        self._tools = _as_tool_dicts(tools)
+        self._prompt_token_ids: list[int] | None = None
+        self._prefix = ""
+        self._generation: _Generation | None = None
+        self._reasoning_counter: _ReasoningTokenCounter | None = None
+
+    def set_prompt_token_ids(self, prompt_token_ids: Sequence[int]) -> None:
+        prompt_token_ids = list(prompt_token_ids)
+        if prompt_token_ids == self._prompt_token_ids:
+            return
+        self._prompt_token_ids = prompt_token_ids
+        self._prefix = _decode(self.model_tokenizer, prompt_token_ids)
+        self._generation = None
+        self._reasoning_counter = None
+
+    def adjust_request(self, request: Any) -> Any:
+        if getattr(request, "chat_template", None) is not None:
+            logger.warning(
+                "A request chat template is set; rtcompile still parses the checkpoint's "
+                "output format."
+            )
+        # Delimiters are special tokens: the parser must see them.
+        request.skip_special_tokens = False
+        if hasattr(request, "spaces_between_special_tokens"):
+            request.spaces_between_special_tokens = False
+        if (
+            self._tool_parser is not None
+            and request.tools
+            and request.tool_choice != "none"
+            and (unsupported := _unsupported_tool_guarantee(request)) is not None
+        ):
+            guarantee, parameter = unsupported
+            raise VLLMValidationError(
+                f"rtcompile response_template parsing cannot guarantee {guarantee} "
+                "without a format-compatible structural grammar",
+                parameter=parameter,
+            )
+        return request
+
+    def is_reasoning_end(self, input_ids: list[int]) -> bool:
+        return self._reasoning_parser is None or self._reasoning_parser.is_reasoning_end(input_ids)
+
+    def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
+        """The generated tokens whose text the template parses as reasoning (reasoning the prompt
+        left open included)."""
+        if self._reasoning_parser is None or self._plan.reasoning_field is None:
+            return 0
+        counter = self._reasoning_counter
+        if counter is None or not counter.continues(token_ids):
+            counter = self._reasoning_counter = _ReasoningTokenCounter(
+                self._plan, self._prefix, self.model_tokenizer
+            )
+        return counter.count(token_ids)
+
+    def parse(
+        self,
+        model_output: str,
+        request: Any,
+        enable_auto_tools: bool = False,
+        model_output_token_ids: Sequence[int] = (),
+    ) -> tuple[str | None, str | None, list[FunctionCall] | None]:
+        self._initialize_history_tool_call_cnt(request)
+        generation = self._new_generation(
+            request, enable_auto_tools=enable_auto_tools, include_reasoning=True
+        )
+        delta = generation.feed(model_output, finished=True)
+        if delta is None:
+            return None, None, None
+        calls = [
+            FunctionCall(
+                id=call.id,
+                name=call.function.name or "",
+                arguments=call.function.arguments or "{}",
+            )
+            for call in _whole_calls(delta.tool_calls)
+        ]
+        return delta.reasoning, delta.content, calls or None
+
+    def parse_delta(
+        self,
+        delta_text: str,
+        delta_token_ids: list[int],
+        request: Any,
+        prompt_token_ids: list[int] | None = None,
+        *,
+        finished: bool,
+    ) -> DeltaMessage | None:
+        generation = self._generation
+        if generation is None:
+            self._initialize_history_tool_call_cnt(request)
+            if self._prompt_token_ids is None and prompt_token_ids is not None:
+                self.set_prompt_token_ids(prompt_token_ids)
+            generation = self._generation = self._new_generation(
+                request,
+                enable_auto_tools=self._enable_auto_tools,
+                include_reasoning=request.include_reasoning,
+            )
+        return generation.feed(delta_text, finished=finished)
+
+    def _new_generation(
+        self, request: Any, *, enable_auto_tools: bool, include_reasoning: bool
+    ) -> _Generation:
+        parse_tools = self._tool_parser is not None and _tool_parsing_enabled(
+            request, enable_auto_tools=enable_auto_tools
+        )
+        plan = self._plan if parse_tools else _plan_for(self.response_template, parse_tools=False)
+        return _Generation(
+            plan,
+            prefix=self._prefix,
+            tools=self._tools,
+            parse_reasoning=self._reasoning_parser is not None,
+            include_reasoning=include_reasoning,
+            new_tool_call_id=self._new_tool_call_id,
+        )
+
+    def _new_tool_call_id(self, name: str) -> str:
+        state = self._stream_state
+        tool_call_id = make_tool_call_id(
+            id_type=state.tool_call_id_type,
+            func_name=name,
+            idx=state.history_tool_call_cnt,
+        )
+        state.history_tool_call_cnt += 1
+        return tool_call_id
+
+
+def _whole_calls(entries: list[DeltaToolCall]) -> list[DeltaToolCall]:
+    """The calls of one whole-output delta, each call's entries merged into one."""
+    calls: dict[int, DeltaToolCall] = {}
+    for entry in entries:
+        call = calls.get(entry.index)
+        if call is None:
+            calls[entry.index] = entry
+        elif entry.function is not None:
+            call.function.arguments = (call.function.arguments or "") + (
+                entry.function.arguments or ""
+            )
+    return list(calls.values())
