@@ -319,3 +319,41 @@ def test_search_anchors_are_found_and_escaped_backslashes_are_not_mistaken_for_t
 
     assert uses_search_anchor(r"\G<a") and uses_search_anchor(r"(?:x|\G)y") and uses_search_anchor("a\\\\\\G")
     assert not uses_search_anchor(r"<a\\G") and not uses_search_anchor(r"\s*<x>") and not uses_search_anchor("\\")
+
+
+# ---- the 5.24.0 re-check of complete matches that end before the buffer's end ---------------------
+
+EDGE_PATTERNS = PATTERNS + [
+    r"a[^<]*<",
+    r"<f=(?P<name>[^>\n]+)>",
+    r"a.*?b",
+    r"ab(?=\n|$)",
+    r"a\s*$",
+    r"<x>\x00?",
+    r"a\W",
+    r"(?:a|ab)(?:c|)",
+]
+
+
+@settings(max_examples=400)
+@given(st.sampled_from(EDGE_PATTERNS), st.text(ALPHABET + "\x00", max_size=12))
+def test_patterns_said_not_to_read_past_a_match_never_move(source, buf):
+    """`patterns.reads_past_match` may only say False when the interpreter's re-check (match again
+    on the buffer extended by "\\x00") can never change a complete match ending before the end."""
+    from rtcompile.patterns import reads_past_match
+    from rtcompile.runtime.scanning import moved_by_more
+
+    pattern = LazyRegex(source)
+    for start in range(len(buf) + 1):
+        m = pattern.compiled().match(buf, start)
+        if m is not None and m.end() < len(buf) and moved_by_more(pattern, buf, m):
+            assert reads_past_match(source), (source, buf, start)
+
+
+def test_end_leaning_patterns_are_rechecked_and_plain_ones_are_not():
+    from rtcompile.patterns import reads_past_match
+
+    for source in (r"a$", r"a\Z", r"a(?=\n|$)", r"a(?=.)", r"a[^<]*<", r"a.b", r"\bx", r"a\W"):
+        assert reads_past_match(source), source
+    for source in (r"\s*<tool_call>", r"<a>(?P<x>\w+)</a>", r"(?:ab|a)c?", r"[ab]{2,3}x", r"^<x>", r"a(?=b)", r"a(?!b)"):
+        assert not reads_past_match(source), source
