@@ -597,7 +597,7 @@ def parse_file(
         raise BatchError(f"{output_path}: the output would replace the input")
     parser = RowParser(template, columns, errors, timeout)
     parser.module  # compile (or load) once here: workers then load it from the cache
-    jobs = os.cpu_count() or 1 if jobs is None else max(1, jobs)
+    jobs = (os.cpu_count() or 1) if jobs is None else max(1, jobs)
     if progress is None:
         progress = sys.stderr.isatty()
     bar = _progress_bar(progress, _count_rows(input_path, source_format) if progress else None)

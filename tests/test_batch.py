@@ -399,3 +399,32 @@ def test_memory_does_not_grow_with_the_number_of_rows(tmp_path):
         assert len(read_jsonl(output)) == count
     small, large = peaks.values()
     assert large < 1.5 * small, peaks  # four times the rows, not four times the memory
+
+
+# ---- how many worker processes -----------------------------------------------------------------
+
+
+def test_jobs_one_runs_in_this_process_and_the_default_is_every_core(tmp_path, monkeypatch):
+    import multiprocessing
+
+    source = write_jsonl(tmp_path / "in.jsonl", GOOD)
+    pools = []
+    real_get_context = multiprocessing.get_context
+
+    def recording_get_context(method=None):
+        context = real_get_context(method)
+
+        class Recording:
+            def Pool(self, processes, **kwargs):  # noqa: N802 (multiprocessing's name)
+                pools.append((method, processes))
+                return context.Pool(processes, **kwargs)
+
+        return Recording()
+
+    monkeypatch.setattr(multiprocessing, "get_context", recording_get_context)
+    batch.parse_file(source, tmp_path / "one.jsonl", QWEN3, jobs=1, progress=False)
+    assert pools == []
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    batch.parse_file(source, tmp_path / "default.jsonl", QWEN3, progress=False)
+    assert pools == [("spawn", 2)]  # clean workers that load the parser from its template
+    assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "default.jsonl").read_bytes()
