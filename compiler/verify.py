@@ -489,22 +489,22 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _normalise_ids(parsed: dict, rendered: RenderedTurn) -> dict:
-    """A parsed call id is checked when the chat template rendered the ids it was given; where it
-    renumbers or invents them, the id the model wrote cannot be compared and is dropped."""
-    parsed = copy.deepcopy(parsed)
-    expected = rendered.expected
-    calls = parsed.get("tool_calls")
-    if isinstance(calls, list):
-        for index, call in enumerate(calls):
+def _comparable(parsed: dict, rendered: RenderedTurn) -> tuple[dict, dict]:
+    """(expected, parsed) as they are compared. A parsed call id is checked where the chat
+    template rendered the id it was given; where it renumbers or invents ids, the id the model
+    wrote cannot be compared and is dropped."""
+    expected, parsed = copy.deepcopy(rendered.expected), copy.deepcopy(parsed)
+    expected_calls, parsed_calls = expected.get("tool_calls") or [], parsed.get("tool_calls")
+    if isinstance(parsed_calls, list):
+        for index, call in enumerate(parsed_calls):
             if not isinstance(call, dict) or "id" not in call:
                 continue
             given = rendered.given_ids[index] if index < len(rendered.given_ids) else None
-            if given is not None and given in rendered.generation:
-                expected["tool_calls"][index] = {"id": given, **expected["tool_calls"][index]}
+            if given is not None and given in rendered.generation and index < len(expected_calls):
+                expected_calls[index] = {"id": given, **expected_calls[index]}
             else:
                 del call["id"]
-    return parsed
+    return expected, parsed
 
 
 def _parse_streamed(template: dict, prefix: str, text: str, tools) -> dict:
@@ -532,10 +532,8 @@ def check_case(template: dict, rendered: RenderedTurn, tools) -> tuple[str, str 
                 parsed = _parse_streamed(template, rendered.prefix, rendered.generation, tools)
         except Exception as e:  # the template's parse errors are what verify reports
             return FAILED, f"{mode}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        expected = copy.deepcopy(rendered.expected)
-        holder = RenderedTurn(rendered.prefix, rendered.generation, None, expected, rendered.given_ids)
-        parsed = _normalise_ids(parsed, holder)
-        difference = first_difference(holder.expected, parsed)
+        expected, parsed = _comparable(parsed, rendered)
+        difference = first_difference(expected, parsed)
         if difference:
             return FAILED, f"{mode}: {difference}"
     return PASSED, None

@@ -295,3 +295,17 @@ def test_cli_a_tokenizer_directory_holds_both_templates(tmp_path, capsys):
     (empty / "tokenizer_config.json").write_text(json.dumps({"response_template": RESPONSE_TEMPLATE}))
     assert main(["verify", str(empty)]) == 2
     assert "without a chat template" in capsys.readouterr().err
+
+
+def test_ids_are_compared_only_where_the_chat_template_renders_them():
+    rendered = v.RenderedTurn(
+        prefix="", generation="[CALL]f[ID]abc", expected={"role": "assistant", "tool_calls": [v.function_call("f", {})]},
+        given_ids=["abc"],
+    )
+    parsed = {"role": "assistant", "tool_calls": [{"id": "abc", **v.function_call("f", {})}, {"id": "zzz", **v.function_call("g", {})}]}
+    expected, compared = v._comparable(parsed, rendered)
+    assert expected["tool_calls"][0]["id"] == "abc" and "id" not in compared["tool_calls"][1]
+    assert v.first_difference(expected, compared) == "message.tool_calls: expected 1 items, got 2"
+    rendered.generation = "[CALL]f"  # the template renumbers: the parsed id is not compared
+    expected, compared = v._comparable(parsed, rendered)
+    assert "id" not in expected["tool_calls"][0] and "id" not in compared["tool_calls"][0]
