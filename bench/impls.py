@@ -60,6 +60,7 @@ class HandwrittenQwen3Adapter:
     """bench/handwritten_qwen3.py: the hand-written speed limit for the qwen3 format only."""
 
     name = "handwritten"
+    streams = True
 
     def __init__(self, template: dict):
         from . import handwritten_qwen3
@@ -72,6 +73,40 @@ class HandwrittenQwen3Adapter:
 
     def parse(self, text: str, prefix: str, tools: list | None) -> dict:
         return self._parse(text, prefix=prefix, tools=tools)
+
+
+class HandwrittenWholeMessageAdapter:
+    """bench/handwritten_qwen3_5.py, bench/handwritten_gemma4.py: hand-written whole-message
+    parsers (the limit for parse_response and batches; they do not stream)."""
+
+    name = "handwritten"
+    streams = False
+
+    def __init__(self, module):
+        self._parse = module.parse_response
+
+    def parse(self, text: str, prefix: str, tools: list | None) -> dict:
+        return self._parse(text, prefix=prefix, tools=tools)
+
+
+def handwritten_adapter(template_name: str, template: dict) -> Any | None:
+    """The hand-written parser for this template's format, where one exists."""
+    if template_name == "qwen3":
+        return HandwrittenQwen3Adapter(template)
+    if template_name == "qwen3_5":
+        from . import handwritten_qwen3_5
+
+        return HandwrittenWholeMessageAdapter(handwritten_qwen3_5)
+    if template_name == "gemma4":
+        from . import handwritten_gemma4
+
+        return HandwrittenWholeMessageAdapter(handwritten_gemma4)
+    return None
+
+
+def streams(adapter) -> bool:
+    """Whether an adapter streams (`make_parser`), or parses whole messages only."""
+    return getattr(adapter, "streams", True)
 
 
 def rtcompile_unavailable_reason() -> str | None:
@@ -100,8 +135,9 @@ def adapters_for(template_name: str, template: dict, wanted: tuple[str, ...]) ->
         else:
             missing["rtcompile"] = reason
     if "handwritten" in wanted:
-        if template_name == "qwen3":
-            adapters["handwritten"] = HandwrittenQwen3Adapter(template)
+        adapter = handwritten_adapter(template_name, template)
+        if adapter is not None:
+            adapters["handwritten"] = adapter
         else:
-            missing["handwritten"] = "hand-written parser exists for qwen3 only"
+            missing["handwritten"] = "hand-written parsers exist for qwen3, qwen3_5 and gemma4 only"
     return adapters, missing

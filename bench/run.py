@@ -46,8 +46,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from . import startup, workloads
-from .impls import adapters_for
+from . import batch_throughput, startup, workloads
+from .impls import adapters_for, streams
 
 IMPLEMENTATIONS = ("interpreter", "rtcompile", "handwritten")
 
@@ -64,6 +64,8 @@ class Config:
     import_runs: int
     startup_all_templates: bool  # quick mode probes start-up costs for the first template only
     full_verify: bool = False
+    throughput_rows: int = 100_000  # bench/batch_throughput.py: rows of mixed sizes
+    throughput_reps: int = 3
 
 
 FULL = Config(
@@ -88,6 +90,8 @@ QUICK = Config(
     batch_reps=2,
     import_runs=2,
     startup_all_templates=False,
+    throughput_rows=1_000,
+    throughput_reps=1,
 )
 
 TARGETS = {
@@ -320,6 +324,7 @@ def verify_workload(
         )
         verification.add(name, "whole_message")
 
+    others = {name: adapter for name, adapter in others.items() if streams(adapter)}
     windows = config.interpreter_windows.get(workload.size_label)
     if windows is None or config.full_verify:
         reference_message, reference_events = recorded_stream(
@@ -453,7 +458,9 @@ def measure_size(adapters: dict, workload: workloads.Workload, config: Config) -
     for name, adapter in adapters.items():
         reps = config.interpreter_reps[size] if name == "interpreter" else config.reps[size]
         stream_reps[name] = whole_reps[name] = reps
-        if not (name == "interpreter" and plan is not None):
+        if not streams(adapter):
+            stream_reps[name] = 0  # a whole-message parser: timed on parse_response only
+        elif not (name == "interpreter" and plan is not None):
             stream_repeats[name], single = _calibrate(
                 lambda inner: tuple(
                     t * chunk_count for t in stream_sample(adapter, workload, inner)
@@ -483,6 +490,8 @@ def measure_size(adapters: dict, workload: workloads.Workload, config: Config) -
                 whole_samples[name].append(whole_sample(adapter, workload, whole_repeats[name]))
     streaming = {}
     for name in names:
+        if not stream_samples[name]:
+            continue
         if name in stream_repeats:
             method = f"{stream_repeats[name]} whole stream(s) per sample"
         else:
@@ -1012,6 +1021,17 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         "--no-startup", action="store_true", help="skip the import and compile probes"
     )
     parser.add_argument(
+        "--batch-only", action="store_true", help="only the batch throughput (bench/batch_throughput.py)"
+    )
+    parser.add_argument(
+        "--no-batch-throughput", action="store_true", help="skip the batch throughput"
+    )
+    parser.add_argument(
+        "--batch-template", choices=workloads.TEMPLATE_NAMES, default="qwen3_5",
+        help="the template of the batch throughput rows (default qwen3_5)",
+    )
+    parser.add_argument("--batch-rows", type=int, help="override the mode's batch throughput rows")
+    parser.add_argument(
         "--profile",
         nargs="?",
         const="qwen3:16K",
@@ -1048,7 +1068,7 @@ def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
         "compile": {},
         "profiles": {},
     }
-    for name in arguments.templates:
+    for name in [] if arguments.batch_only else arguments.templates:
         template, source = workloads.load_template(name)
         adapters, missing = adapters_for(name, template, wanted)
         results["templates"][name] = {
@@ -1099,6 +1119,7 @@ def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
                 results["profiles"][f"{name}:{size}"] = {
                     f"one stream, {impl}": profile_stream(adapter, workload)
                     for impl, adapter in adapters.items()
+                    if streams(adapter)
                 }
                 results["profiles"][f"{name}:{size}"].update(
                     {
@@ -1132,10 +1153,22 @@ def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
                 results.setdefault("openai_adapter", {})[name] = measure_openai_adapter(
                     adapters["rtcompile"], workload, config.reps["16K"]
                 )
+    if not arguments.no_batch_throughput:
+        phase_started = time.perf_counter()
+        results["batch_throughput"] = batch_throughput.measure(
+            arguments.batch_template, arguments.batch_rows or config.throughput_rows, config.throughput_reps
+        )
+        print(f"  measured batch throughput ({time.perf_counter() - phase_started:.1f} s)", file=sys.stderr, flush=True)
     results["environment"]["load_after"] = " ".join(f"{value:.2f}" for value in os.getloadavg())
     results["verification"] = verification.counts
     book = TargetBook()
+    if arguments.batch_only:
+        report = batch_throughput.render(results["batch_throughput"], _table)
+        results["targets"] = []
+        return results, report, 0
     report = render_report(results, config, book)
+    if results.get("batch_throughput"):
+        report += "\n\n" + batch_throughput.render(results["batch_throughput"], _table)
     for key, profiles in results["profiles"].items():
         for impl, text in profiles.items():
             report += (

@@ -32,6 +32,7 @@ from bench import handwritten_qwen3, run, workloads  # noqa: E402
 from bench.impls import HandwrittenQwen3Adapter, InterpreterAdapter  # noqa: E402
 
 QWEN3 = workloads.load_template("qwen3")[0]
+HANDWRITTEN_WHOLE = ("qwen3", "qwen3_5", "gemma4")  # templates with a hand-written parse_response
 
 
 # ---- the quick benchmark -------------------------------------------------------------------------
@@ -61,7 +62,11 @@ def test_quick_benchmark_reports_every_template_size_and_implementation(quick_ru
                 {"handwritten"} if name == "qwen3" else set()
             )
             assert set(results["streaming"][name][size]) == expected
-            assert set(results["whole_message"][name][size]) == expected
+            # qwen3_5 and gemma4 have hand-written whole-message parsers (they do not stream).
+            expected_whole = {"interpreter", "rtcompile"} | (
+                {"handwritten"} if name in HANDWRITTEN_WHOLE else set()
+            )
+            assert set(results["whole_message"][name][size]) == expected_whole
             for figures in results["streaming"][name][size].values():
                 assert len(figures["samples_cpu"]) >= 1
         assert results["batch"][name]["rtcompile"]["messages"] == run.QUICK.batch_count
@@ -83,10 +88,21 @@ def test_quick_benchmark_ran_every_equality_check(quick_run):
     assert rtcompile["streams_full_message_only"] == templates * windowed_sizes
     assert rtcompile["batch_messages"] == templates * run.QUICK.batch_count
     handwritten = checks["handwritten"]
-    assert handwritten["whole_message"] == sizes
-    assert handwritten["streams_full"] == sizes - windowed_sizes
-    assert handwritten["batch_messages"] == run.QUICK.batch_count
+    assert handwritten["whole_message"] == len(HANDWRITTEN_WHOLE) * sizes
+    assert handwritten["streams_full"] == sizes - windowed_sizes  # qwen3's only
+    assert handwritten["batch_messages"] == len(HANDWRITTEN_WHOLE) * run.QUICK.batch_count
     assert handwritten["feed_calls_compared"] > 1_000
+
+
+def test_quick_benchmark_measured_batch_throughput(quick_run):
+    completed, results = quick_run
+    throughput = results["batch_throughput"]
+    assert throughput["rows"] == run.QUICK.throughput_rows
+    assert set(throughput["results"]) == {
+        "interpreter loop", "API, 1 job", "API, 2 jobs", "parse command, 1 job", "parse command, 2 jobs"
+    }
+    assert all(figures["rows_per_s"] > 0 for figures in throughput["results"].values())
+    assert "Batch throughput:" in completed.stdout
 
 
 def test_quick_benchmark_measured_start_up_without_asserting_speed(quick_run):
@@ -296,3 +312,61 @@ def test_the_harness_refuses_to_time_a_differing_implementation(broken):
     adapters = {"interpreter": InterpreterAdapter(QWEN3), "broken": broken(QWEN3)}
     with pytest.raises(run.MismatchError, match="broken"):
         run.verify_workload(adapters, workload, run.QUICK, run.Verification())
+
+
+# ---- the hand-written whole-message parsers for qwen3_5 and gemma4 -------------------------------
+
+from bench import handwritten_gemma4, handwritten_qwen3_5  # noqa: E402
+
+_HANDWRITTEN_WHOLE_MODULES = {"qwen3_5": handwritten_qwen3_5, "gemma4": handwritten_gemma4}
+_EDGE_CASES = {
+    "qwen3_5": [
+        "plain answer<|im_end|>",
+        "<think>\nr\n</think>\n\nbefore\n\n<tool_call>\n<function=get_weather>\n<parameter=location>\nBern\n</parameter>\n</function>\n</tool_call>after<|im_end|>",
+        "<tool_call>\n<function=search_web>\n<parameter=query>\na\n\nb\n</parameter>\n<parameter=query>\nagain</parameter>\n<parameter=bad\nkey>\nx\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call><function=run_python></function></tool_call>   \n<|im_end|>",
+        "<tool_call>\n<function=get_weather>\n<parameter=location>\ncut off",
+        "<tool_call>\nno function tag</tool_call> text a < b <|endoftext|>tail",
+        "<think>\nnever closed",
+        "x </function> y <parameter=k>v</parameter><|im_end|>",
+        "  \n<|im_end|>",
+    ],
+    "gemma4": [
+        "plain answer<turn|>",
+        "<|channel>thought\nr\n<channel|>before<|tool_call>call:get_weather{location:<|\"|>Bern, \"old\" town<|\"|>,unit:<|\"|>celsius<|\"|>}<tool_call|>after<|tool_response>",
+        "<|tool_call>call:run_python{code:<|\"|>a,b:c<|\"|>,timeout:2.5,opts:{deep:[1,true,null]}}<tool_call|><eos>",
+        "<|tool_call>call:search_web{query:<|\"|>unpaired}<tool_call|>",
+        "<|tool_call>call:{x:1}<tool_call|>a < b<turn|>tail",
+        "<|tool_call>call:get_weather{location:<|\"|>cut",
+        "<|channel>thought\nnever closed",
+        "<|tool_call>call:f{\"q\":\"a,b:c\",k:1}<tool_call|>",
+    ],
+}
+
+
+def _whole_outcome(parse, text, prefix, tools):
+    try:
+        return "ok", parse(text, prefix, tools)
+    except Exception as error:  # both must raise (the interpreter's ValueError or a subclass)
+        return "raised", isinstance(error, ValueError)
+
+
+@pytest.mark.parametrize("name", sorted(_HANDWRITTEN_WHOLE_MODULES))
+def test_handwritten_whole_message_parsers_give_the_interpreters_messages(name):
+    template = workloads.load_template(name)[0]
+    interpreter = InterpreterAdapter(template)
+    module = _HANDWRITTEN_WHOLE_MODULES[name]
+    prefix = workloads.prompt_prefix(name)[0]
+    cases = [(text, prefix, workloads.TOOLS) for text in workloads.batch_texts(name, 60)[0]]
+    for size in ("1K", "16K"):
+        workload = workloads.build_workload(name, size)
+        cases.append((workload.text, workload.prefix, workload.tools))
+    for text in _EDGE_CASES[name]:
+        for case_prefix in (prefix, "", "no anchor in this prompt "):
+            cases.extend([(text, case_prefix, None), (text, case_prefix, workloads.TOOLS)])
+    for text, case_prefix, tools in cases:
+        expected = _whole_outcome(interpreter.parse, text, case_prefix, tools)
+        actual = _whole_outcome(
+            lambda t, p, tl: module.parse_response(t, prefix=p, tools=tl), text, case_prefix, tools
+        )
+        assert actual == expected, (text[:300], case_prefix[-40:])
