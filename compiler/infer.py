@@ -467,15 +467,39 @@ def _content_parsers() -> dict:
 
 
 def infer(renderer: ChatRenderer) -> Inference:
+    """Derive a response template from the renders of `renderer`'s chat template (module doc)."""
     parsers = _content_parsers()
     conventions, notes = v.discover_conventions(renderer)
     prober = Prober(renderer, conventions)
-    fields: dict[str, dict] = {}
     result = Inference(template={})
     for note in notes:
         result.note("chat template", "note", note)
+    prompt, prompts_added = _generation_prompts(prober)
+    reasoning = _infer_reasoning(prober, prompts_added, result)
+    anchors = _start_anchors(prompt, prompts_added, reasoning, result)
+    content_field, content_closes = _infer_content(prober, anchors, reasoning, result)
+    try:
+        calls_field, section_tokens = _infer_calls(prober, reasoning, content_field, parsers, result)
+    except (ValueError, IndexError, KeyError, TypeError, re.error) as e:
+        # A chat template unlike any probe here must still get the rest of its template.
+        result.note("tool_calls", "not derived", f"the call renders defeat the analysis ({type(e).__name__}: {e})")
+        calls_field, section_tokens = None, []
+    _close_content(content_field, _unique(content_closes + section_tokens), result)
+    fields: dict[str, dict] = {}
+    if reasoning:
+        fields["reasoning_content"] = {"open": reasoning[0], "close": reasoning[1], "content": "text"}
+    if calls_field:
+        fields["tool_calls"] = calls_field
+    fields["content"] = content_field
+    result.template["defaults"] = {"role": "assistant"}
+    result.template["fields"] = fields
+    _drop_what_the_validators_reject(result)
+    return result
 
-    # Generation prompts: single turn and after a tool result.
+
+def _generation_prompts(prober: Prober) -> tuple[str, list[str]]:
+    """The prompt of a one-question conversation, and what the generation prompt adds there and
+    after a tool result."""
     question = [v._user("What is the weather in Paris?")]
     after_tool = question + [
         {"role": "assistant", "tool_calls": [PROBE_CALL]},
@@ -485,125 +509,115 @@ def infer(renderer: ChatRenderer) -> Inference:
         prompt, added = prober.generation_prompt(question)
     except RenderError as e:
         raise RenderError(f"the chat template cannot render a conversation of one user message: {e}") from None
-    anchors = [added]
+    prompts_added = [added]
     try:
-        _, added_after_tool = prober.generation_prompt(after_tool)
-        anchors.append(added_after_tool)
+        prompts_added.append(prober.generation_prompt(after_tool)[1])
     except RenderError:
-        added_after_tool = ""
+        pass  # a template without tool results: the other anchor is enough
+    return prompt, prompts_added
 
-    # Reasoning.
-    answer = prober.probe({"role": "assistant", "content": PROBE_ANSWER})
-    reasoning = None
+
+def _infer_reasoning(prober: Prober, prompts_added: list[str], result: Inference) -> tuple[str, str] | None:
+    """(open, close) from the markup around the reasoning sentinel, in an answer or a call turn."""
     for message in (
         {"role": "assistant", "reasoning_content": PROBE_REASONING, "content": PROBE_ANSWER},
         {"role": "assistant", "reasoning_content": PROBE_REASONING, "tool_calls": [PROBE_CALL]},
     ):
-        probe = prober.probe(message)
-        turn = probe.turn
+        turn = prober.probe(message).turn
         if PROBE_REASONING not in turn:
             continue
         at = turn.find(PROBE_REASONING)
-        opener = opener_before(turn, at, anchors)
+        opener = opener_before(turn, at, prompts_added)
         tail = turn[at + len(PROBE_REASONING) :]
         closer = tokens_in(tail.split(PROBE_ANSWER)[0] if PROBE_ANSWER in tail else tail)
         if opener and closer:
-            reasoning = (opener, closer[0])
-            result.note("reasoning", "derived", f"{reasoning[0]!r} ... {reasoning[1]!r}")
-            break
-    if reasoning is None:
-        prefill = added
-        tag = re.search(r"<([A-Za-z_][\w\-]*)>\s*\Z", prefill) or re.search(
-            r"<([A-Za-z_][\w\-]*)>\s*</\1>\s*\Z", prefill
+            result.note("reasoning", "derived", f"{opener!r} ... {closer[0]!r}")
+            return opener, closer[0]
+    # Never rendered, but a prompt that opens (or opens and closes) an XML-like tag shows it.
+    tag = re.search(r"<([A-Za-z_][\w\-]*)>\s*\Z", prompts_added[0]) or re.search(
+        r"<([A-Za-z_][\w\-]*)>\s*</\1>\s*\Z", prompts_added[0]
+    )
+    if tag:
+        reasoning = (f"<{tag.group(1)}>", f"</{tag.group(1)}>")
+        result.note(
+            "reasoning", "guessed",
+            f"the chat template never renders reasoning, but the prompt opens {reasoning[0]!r}; "
+            f"closing it with {reasoning[1]!r} by the XML convention",
         )
-        if tag:
-            reasoning = (f"<{tag.group(1)}>", f"</{tag.group(1)}>")
-            result.note(
-                "reasoning", "guessed",
-                f"the chat template never renders reasoning, but the prompt opens {reasoning[0]!r}; "
-                f"closing it with {reasoning[1]!r} by the XML convention",
-            )
-        else:
-            result.note("reasoning", "not derived", "the chat template renders no reasoning in any probe")
-    if reasoning:
-        fields["reasoning_content"] = {"open": reasoning[0], "close": reasoning[1], "content": "text"}
+        return reasoning
+    result.note("reasoning", "not derived", "the chat template renders no reasoning in any probe")
+    return None
 
-    # Start anchors: the generation prompts, less a reasoning block they open (the parser reads it).
-    cleaned = []
-    for text in anchors:
-        if reasoning:
-            at = text.find(reasoning[0])
-            if at > 0:
-                block = text[at:]
-                opened = "opens and closes an empty reasoning block" if reasoning[1] in block else "opens the reasoning"
-                result.note("prefilled", "derived", f"the generation prompt {opened} ({block!r}); the parser reads it from the prefix")
-                text = text[:at]
+
+def _start_anchors(prompt: str, prompts_added: list[str], reasoning, result: Inference) -> list[str]:
+    """The generation prompts, less a reasoning block they open: the parser reads that block
+    from the prefix, after the anchor."""
+    anchors = []
+    for text in prompts_added:
+        at = text.find(reasoning[0]) if reasoning else -1
+        if at > 0:
+            block = text[at:]
+            opened = "opens and closes an empty reasoning block" if reasoning[1] in block else "opens the reasoning"
+            result.note("prefilled", "derived", f"the generation prompt {opened} ({block!r}); the parser reads it from the prefix")
+            text = text[:at]
         if text.strip():
-            cleaned.append(text)
-    cleaned = _unique(cleaned)
-    if cleaned:
-        result.template["start_anchor"] = _literal_or_list(cleaned)
-        result.note("start_anchor", "derived", ", ".join(repr(a) for a in cleaned))
+            anchors.append(text)
+    anchors = _unique(anchors)
+    if anchors:
+        result.template["start_anchor"] = _literal_or_list(anchors)
+        result.note("start_anchor", "derived", ", ".join(repr(a) for a in anchors))
     else:
         result.template["start_anchor"] = prompt[-1:] or "\n"
         result.note("start_anchor", "not derived", "the prompt ends with nothing token-like; using its last character")
-    result.template["defaults"] = {"role": "assistant"}
+    return anchors
 
-    # Content: its opener (text before the answer, less an empty reasoning block) and its end.
+
+def _infer_content(prober: Prober, anchors: list[str], reasoning, result: Inference) -> tuple[dict, list[str]]:
+    """The content field's opener (the markup before the answer, less an empty reasoning block)
+    and the markers that end it."""
     content_field: dict[str, Any] = {"content": "text"}
-    content_closes: list[str] = []
+    closes: list[str] = []
+    answer = prober.probe({"role": "assistant", "content": PROBE_ANSWER})
     text = answer.turn
-    for anchor in sorted(cleaned, key=len, reverse=True):
+    for anchor in sorted(anchors, key=len, reverse=True):
         if text.startswith(anchor):
             text = text[len(anchor) :]
             break
-    if PROBE_ANSWER in text:
-        at = text.find(PROBE_ANSWER)
-        before = _strip_empty_block(text[:at], reasoning)
-        if reasoning and before != text[:at] and reasoning[1] in text[:at]:
-            # The answer follows a closed (empty) reasoning block: its close must not become content.
-            content_closes.append(reasoning[1])
-        opener = opener_before(before, len(before), cleaned) if before.strip() else ""
-        if opener:
-            content_field["open"] = opener
-        generation = answer.generation or text
-        end = tokens_in(generation[generation.rfind(PROBE_ANSWER) + len(PROBE_ANSWER) :])
-        if end:
-            content_closes.append(end[0])
-        result.turn_ends = end[:1]
-        result.note(
-            "content", "derived",
-            (f"opens with {content_field['open']!r}, " if "open" in content_field else "implicit, ")
-            + (f"the turn ends at {end[0]!r}" if end else "the turn ends with the generation (no end marker rendered)"),
-        )
-    else:
+    if PROBE_ANSWER not in text:
         result.note("content", "not derived", f"the answer probe did not render ({answer.error})")
+        return content_field, closes
+    at = text.find(PROBE_ANSWER)
+    before = _strip_empty_block(text[:at], reasoning)
+    if reasoning and before != text[:at] and reasoning[1] in text[:at]:
+        # The answer follows a closed (empty) reasoning block: its close must not become content.
+        closes.append(reasoning[1])
+    opener = opener_before(before, len(before), anchors) if before.strip() else ""
+    if opener:
+        content_field["open"] = opener
+    generation = answer.generation or text
+    end = tokens_in(generation[generation.rfind(PROBE_ANSWER) + len(PROBE_ANSWER) :])
+    closes.extend(end[:1])
+    result.turn_ends = end[:1]
+    result.note(
+        "content", "derived",
+        (f"opens with {opener!r}, " if opener else "implicit, ")
+        + (f"the turn ends at {end[0]!r}" if end else "the turn ends with the generation (no end marker rendered)"),
+    )
+    return content_field, closes
 
-    # Tool calls.
-    try:
-        calls_field, section_tokens = _infer_calls(prober, reasoning, content_field, parsers, result)
-    except (ValueError, IndexError, KeyError, TypeError, re.error) as e:
-        # A chat template unlike any probe here must still get the rest of its template.
-        result.note("tool_calls", "not derived", f"the call renders defeat the analysis ({type(e).__name__}: {e})")
-        calls_field, section_tokens = None, []
-    content_closes.extend(section_tokens)
-    content_closes = _unique(content_closes)
-    if content_closes:
-        if "open" in content_field:
-            content_field["close"] = _literal_or_list(content_closes)
-        else:
-            # Whitespace before the end belongs to no field: an implicit region must not reopen
-            # for it (a second, empty content would replace the first).
-            content_field["close_pattern"] = r"\s*(?:" + "|".join(re.escape(c) for c in content_closes) + ")"
-    also = [c for c in content_closes if c not in result.turn_ends]
+
+def _close_content(content_field: dict, closes: list[str], result: Inference) -> None:
+    if not closes:
+        return
+    if "open" in content_field:
+        content_field["close"] = _literal_or_list(closes)
+    else:
+        # Whitespace before the end belongs to no field: an implicit region must not reopen for it
+        # (a second, empty content would replace the first).
+        content_field["close_pattern"] = r"\s*(?:" + "|".join(re.escape(c) for c in closes) + ")"
+    also = [c for c in closes if c not in result.turn_ends]
     if also:
         result.note("content", "derived", "also closed by " + ", ".join(repr(c) for c in also) + " (call sections, closed reasoning)")
-    if calls_field:
-        fields["tool_calls"] = calls_field
-    fields["content"] = content_field
-    result.template["fields"] = fields
-    _drop_what_the_validators_reject(result)
-    return result
 
 
 def _drop_what_the_validators_reject(result: Inference) -> None:
@@ -640,26 +654,37 @@ def _infer_calls(prober: Prober, reasoning, content_field, parsers, result: Infe
         result.note("parallel calls", "not derived", "the chat template renders only one call per turn" + (f" ({two.error})" if two.error else ""))
     given = [v.call_id(prober.conventions, 9, i, c["function"]["name"]) for i, c in enumerate([PROBE_CALL, PROBE_CALL_2])]
 
-    # One region holding every call: a JSON list or a Python-style call list.
     listed = _call_list(g2, [PROBE_CALL, PROBE_CALL_2], parsers) if parallel else None
-    listed = listed or _call_list(g1, [PROBE_CALL], parsers)
     if listed:
-        text = g2 if parallel and _call_list(g2, [PROBE_CALL, PROBE_CALL_2], parsers) else g1
-        start, end, content, transform = listed
-        lead = text[:start]
-        after = tokens_in(text[end:])
-        field: dict[str, Any] = {"content": content, "transform": transform, "transform_each": True}
-        if lead.strip():
-            field["open_pattern"] = r"\s*" + literal_pattern(lead.strip())
-        else:
-            lookahead = r"\[\s*\{" if content == "json" else r"\[\s*[A-Za-z_][\w.\-]*\s*\(\s*(?:\)|[A-Za-z_]\w*\s*=)"
-            field["open_pattern"] = _turn_start(reasoning) + r"\s*(?=" + lookahead + ")"
-        if after:
-            field["close"] = after[0]
-        result.note("tool_calls", "derived", f"all calls in one {content} list after {lead.strip()!r}, closed by {after[:1]}")
-        return field, after[:1] + after[1:2]
+        return _list_field(g2, listed, reasoning, result)
+    listed = _call_list(g1, [PROBE_CALL], parsers)
+    if listed:
+        return _list_field(g1, listed, reasoning, result)
+    return _per_call_field(g1, g2 if parallel else None, given, reasoning, content_field, parsers, result)
 
-    # One region per call.
+
+def _list_field(text: str, listed, reasoning, result: Inference) -> tuple[dict, list[str]]:
+    """One region holding every call: a JSON list or a Python-style call list."""
+    start, end, content, transform = listed
+    lead = text[:start]
+    after = tokens_in(text[end:])
+    field: dict[str, Any] = {"content": content, "transform": transform, "transform_each": True}
+    if lead.strip():
+        field["open_pattern"] = r"\s*" + literal_pattern(lead.strip())
+    else:
+        lookahead = r"\[\s*\{" if content == "json" else r"\[\s*[A-Za-z_][\w.\-]*\s*\(\s*(?:\)|[A-Za-z_]\w*\s*=)"
+        field["open_pattern"] = _turn_start(reasoning) + r"\s*(?=" + lookahead + ")"
+    if after:
+        field["close"] = after[0]
+    result.note("tool_calls", "derived", f"all calls in one {content} list after {lead.strip()!r}, closed by {after[:1]}")
+    return field, after[:2]
+
+
+def _per_call_field(g1: str, g2: str | None, given, reasoning, content_field, parsers, result) -> tuple[dict | None, list[str]]:
+    """One region per call: the text shared by the run-up to the first call and the text
+    between two calls is each call's opener; what is left before is the section's opener, and
+    likewise at the other end."""
+    parallel = g2 is not None
     shape1 = _call_shape(g1, PROBE_CALL, given, parsers)
     if shape1 is None:
         result.note("tool_calls", "not derived", f"no argument syntax reproduces the probe's arguments from {g1[:120]!r}")
