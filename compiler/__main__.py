@@ -9,6 +9,8 @@
     python -m rtcompile regenerate [--check]                 # rewrite (or verify) generated/
     python -m rtcompile cache [clear]                        # the on-disk cache
     python -m rtcompile parse INPUT -o OUTPUT --template T   # parse a dataset of generations
+    python -m rtcompile verify TEMPLATE --chat-template CT   # prove a template by round trip
+    python -m rtcompile infer CHAT_TEMPLATE -o template.json # derive a template, then verify it
 
 Errors are one line on stderr naming the file and the JSON path, with exit status 2; the output
 file is written atomically and only on success.
@@ -59,7 +61,7 @@ def _compile_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m rtcompile",
         description="Compile a response template into a Python parser module (a drop-in for "
-        "transformers' chat_parsing). Subcommands: list, regenerate, cache, parse.",
+        "transformers' chat_parsing). Subcommands: list, regenerate, cache, parse, verify, infer.",
         epilog="TEMPLATE is a response-template JSON file, a tokenizer_config.json (or tokenizer "
         "directory) with a response_template, or the name / model_type of a bundled template. "
         "A file whose name is a subcommand must be given as ./NAME.",
