@@ -9,6 +9,7 @@
     python -m rtcompile regenerate [--check]                 # rewrite (or verify) generated/
     python -m rtcompile cache [clear]                        # the on-disk cache
     python -m rtcompile parse INPUT -o OUTPUT --template T   # parse a dataset of generations
+    python -m rtcompile serve [ARGS ...]                     # transformers serve, compiled parsers
     python -m rtcompile verify TEMPLATE --chat-template CT   # prove a template by round trip
     python -m rtcompile infer CHAT_TEMPLATE -o template.json # derive a template, then verify it
 
@@ -27,7 +28,7 @@ from pathlib import Path
 from . import api, frontend, lint
 from .version import __version__
 
-SUBCOMMANDS = ("list", "regenerate", "cache", "verify", "infer", "parse")
+SUBCOMMANDS = ("list", "regenerate", "cache", "verify", "infer", "parse", "serve")
 EXIT_ERROR = 2
 EXIT_BROKEN_PIPE = 1  # (the Python docs' choice for a reader that closed the pipe early)
 
@@ -37,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv and argv[0] in ("verify", "infer"):
             status = _round_trip_command(argv[0], argv[1:])
+        elif argv and argv[0] == "serve":  # `transformers serve`, on compiled parsers
+            from . import serve
+
+            status = serve.main(argv[1:])
         elif argv and argv[0] in SUBCOMMANDS:
             status = {"list": _list, "regenerate": _regenerate, "cache": _cache, "parse": _parse}[argv[0]](argv[1:])
         else:
