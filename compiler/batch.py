@@ -745,17 +745,35 @@ class _IpcWriter:
 
 
 class _ParquetWriter:
+    """Batches gathered into row groups of up to ROW_GROUP_ROWS rows or ROW_GROUP_BYTES bytes
+    (one row group per small batch would make the file slow to read)."""
+
+    ROW_GROUP_ROWS = 65_536
+    ROW_GROUP_BYTES = 64 << 20
+
     def __init__(self, path: Path, schema):
         import pyarrow.parquet as pq
 
         self.schema = schema
         self._sink = _open_new(path)
         self._writer = pq.ParquetWriter(self._sink, schema)
+        self._pending, self._rows, self._bytes = [], 0, 0
 
     def write(self, batch) -> None:
-        self._writer.write_batch(batch)
+        self._pending.append(batch)
+        self._rows += batch.num_rows
+        self._bytes += batch.nbytes
+        if self._rows >= self.ROW_GROUP_ROWS or self._bytes >= self.ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            pa = _pyarrow()
+            self._writer.write_table(pa.Table.from_batches(self._pending, schema=self.schema), row_group_size=self._rows)
+        self._pending, self._rows, self._bytes = [], 0, 0
 
     def close(self) -> None:
+        self._flush()
         self._writer.close()
         self._sink.close()
 

@@ -233,3 +233,41 @@ def test_row_parser_pickles_as_its_template_only():
     again = pickle.loads(data)
     assert again.template == QWEN3 and again.errors == "keep"
     assert again.parse_row(GOOD[0]["completion"], PROMPT) == (interpreter_message(GOOD[0]), None)
+
+
+# ---- memory does not grow with the input (Arrow buffers included) ---------------------------------
+
+_PEAK_RSS = """
+import sys
+from rtcompile import batch
+batch._ParquetWriter.ROW_GROUP_BYTES = 8 << 20  # so that the test's inputs are many row groups long
+batch.parse_file(sys.argv[1], sys.argv[2], "qwen3", jobs=1, progress=False)
+# VmHWM, not ru_maxrss: Linux carries the forked parent's peak into ru_maxrss across exec.
+print(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")))
+"""
+
+
+def test_parquet_memory_does_not_grow_with_the_number_of_rows(tmp_path):
+    """Peak resident memory of a whole job in a fresh process, for 8K and for 64K rows that each
+    carry 2 KB besides a short generation (16 MB against 128 MB of input), with row groups of
+    8 MB written."""
+    import subprocess
+    import sys
+
+    peaks = {}
+    for count in (8_192, 65_536):
+        rows = [{"prompt": PROMPT, "completion": GOOD[0]["completion"], "padding": "x" * 2048, "n": i} for i in range(count)]
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / f"in{count}.parquet", row_group_size=8_192)
+        del rows
+        completed = subprocess.run(
+            [sys.executable, "-c", _PEAK_RSS, str(tmp_path / f"in{count}.parquet"), str(tmp_path / f"out{count}.parquet")],
+            capture_output=True, text=True, timeout=600, env={**os.environ, "RTCOMPILE_CACHE_DIR": str(tmp_path / "cache")},
+        )
+        assert completed.returncode == 0, completed.stderr
+        peaks[count] = int(completed.stdout.split()[-1]) * 1024  # in KiB
+        out = pq.ParquetFile(tmp_path / f"out{count}.parquet")
+        assert out.metadata.num_rows == count
+        # Row groups gather batches (up to 64 MB each here), not one per batch of 512 rows.
+        assert out.metadata.num_row_groups <= 1 + count * 2_100 // (8 << 20)
+    small, large = peaks[8_192], peaks[65_536]
+    assert large - small < 48 << 20, peaks  # 112 MB more input: holding it would not fit in this

@@ -413,7 +413,7 @@ def test_help(cli):
     assert result.returncode == 0
     for word in ("TEMPLATE", "--output", "--check", "--strict", "list", "regenerate", "cache"):
         assert word in result.stdout
-    for subcommand in ("list", "regenerate", "cache"):
+    for subcommand in ("list", "regenerate", "cache", "parse"):
         sub = cli(subcommand, "--help")
         assert sub.returncode == 0 and f"python -m rtcompile {subcommand}" in sub.stdout
 
