@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,8 +165,14 @@ def _worker(connection, source: str) -> None:
 
 
 def _context():
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    """Fork where it is safe (no other thread alive: a forked child could inherit a lock some
+    thread held), so a worker starts in milliseconds with transformers already loaded; spawn
+    otherwise."""
+    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
+        import transformers.utils.chat_template_utils  # noqa: F401  (loaded once, before forking)
+
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
 
 
 def _stop(process, connection) -> None:
@@ -194,11 +201,9 @@ class ChatRenderer:
 
     def _start(self) -> None:
         if self._process is None:
-            # transformers is imported before forking so each worker starts with it loaded.
-            import transformers.utils.chat_template_utils  # noqa: F401
-
-            parent, child = _context().Pipe()
-            process = _context().Process(target=_worker, args=(child, self.template.source), daemon=True)
+            context = _context()
+            parent, child = context.Pipe()
+            process = context.Process(target=_worker, args=(child, self.template.source), daemon=True)
             process.start()
             child.close()
             self._process, self._connection = process, parent
