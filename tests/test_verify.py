@@ -309,3 +309,21 @@ def test_ids_are_compared_only_where_the_chat_template_renders_them():
     rendered.generation = "[CALL]f"  # the template renumbers: the parsed id is not compared
     expected, compared = v._comparable(parsed, rendered)
     assert "id" not in expected["tool_calls"][0] and "id" not in compared["tool_calls"][0]
+
+
+def test_with_another_thread_alive_the_worker_is_spawned_not_forked():
+    import threading
+
+    release = threading.Event()
+    waiter = threading.Thread(target=release.wait)
+    waiter.start()
+    try:
+        from rtcompile import chat_render
+
+        assert chat_render._context().get_start_method() == "spawn"
+        with ChatRenderer(chat(CHATML), timeout=60) as renderer:
+            text = renderer.render([{"role": "user", "content": "hi"}], add_generation_prompt=False)
+    finally:
+        release.set()
+        waiter.join()
+    assert text == "<|im_start|>user\nhi<|im_end|>\n"
