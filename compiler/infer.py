@@ -814,6 +814,7 @@ def cli(argv: list[str]) -> int:
             report = v.verify(
                 inference.template, renderer, variables=variables, examples=args.examples,
                 template_label=args.output or "<inferred>",
+                parsers=v.PARSERS if args.interpreter else ("rtcompile",),
             )
         except RenderTimeout as e:
             raise v.UsageError(f"{args.chat_template}: {e}: the chat template does not finish (it may loop forever)") from None

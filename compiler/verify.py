@@ -507,10 +507,22 @@ def _comparable(parsed: dict, rendered: RenderedTurn) -> tuple[dict, dict]:
     return expected, parsed
 
 
-def _parse_streamed(template: dict, prefix: str, text: str, tools) -> dict:
+PARSERS = ("rtcompile", "interpreter")
+
+
+def _parser_api(parser: str):
+    """(parse_response, ResponseParser) of rtcompile or of transformers' interpreter."""
+    if parser == "interpreter":
+        from transformers.utils import chat_parsing
+
+        return chat_parsing.parse_response, chat_parsing.ResponseParser
     import rtcompile
 
-    parser = rtcompile.ResponseParser(template, prefix, tools=tools)
+    return rtcompile.parse_response, rtcompile.ResponseParser
+
+
+def _parse_streamed(response_parser, template: dict, prefix: str, text: str, tools) -> dict:
+    parser = response_parser(template, prefix, tools=tools)
     position = 0
     for size in itertools.cycle(STREAM_CHUNKS):
         if position >= len(text):
@@ -521,21 +533,23 @@ def _parse_streamed(template: dict, prefix: str, text: str, tools) -> dict:
     return message
 
 
-def check_case(template: dict, rendered: RenderedTurn, tools) -> tuple[str, str | None]:
-    import rtcompile
-
-    for mode in ("whole", "streamed"):
-        try:
-            if mode == "whole":
-                parsed = rtcompile.parse_response(rendered.generation, template, prefix=rendered.prefix, tools=tools)
-            else:
-                parsed = _parse_streamed(template, rendered.prefix, rendered.generation, tools)
-        except Exception as e:  # the template's parse errors are what verify reports
-            return FAILED, f"{mode}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        expected, parsed = _comparable(parsed, rendered)
-        difference = first_difference(expected, parsed)
-        if difference:
-            return FAILED, f"{mode}: {difference}"
+def check_case(template: dict, rendered: RenderedTurn, tools, parsers=("rtcompile",)) -> tuple[str, str | None]:
+    """Parse the generation whole and streamed with each parser; the first difference fails it."""
+    for parser in parsers:
+        parse_response, response_parser = _parser_api(parser)
+        label = "" if parsers == ("rtcompile",) else f"{parser}, "
+        for mode in ("whole", "streamed"):
+            try:
+                if mode == "whole":
+                    parsed = parse_response(rendered.generation, template, prefix=rendered.prefix, tools=tools)
+                else:
+                    parsed = _parse_streamed(response_parser, template, rendered.prefix, rendered.generation, tools)
+            except Exception as e:  # the template's parse errors are what verify reports
+                return FAILED, f"{label}{mode}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            expected, parsed = _comparable(parsed, rendered)
+            difference = first_difference(expected, parsed)
+            if difference:
+                return FAILED, f"{label}{mode}: {difference}"
     return PASSED, None
 
 
@@ -733,8 +747,10 @@ def verify(
     examples: int = DEFAULT_EXAMPLES,
     template_label: str = "<template>",
     timeout: float | None = None,
+    parsers: tuple[str, ...] = ("rtcompile",),
 ) -> VerifyReport:
-    """Round-trip `template` through `chat_template` (see the module doc)."""
+    """Round-trip `template` through `chat_template` (see the module doc). `parsers` may add
+    transformers' "interpreter": a case then passes only when both parse it back."""
     owned = not isinstance(chat_template, ChatRenderer)
     renderer = ChatRenderer(chat_template, variables, **({"timeout": timeout} if timeout else {})) if owned else chat_template
     try:
@@ -751,7 +767,7 @@ def verify(
             if rendered.unrenderable:
                 results.append(CaseResult(case.id, case.description, UNRENDERABLE, rendered.unrenderable))
                 continue
-            status, detail = check_case(template, rendered, tools)
+            status, detail = check_case(template, rendered, tools, parsers)
             results.append(CaseResult(case.id, case.description, status, detail, rendered.generation))
         return VerifyReport(
             template=template_label,
@@ -795,6 +811,11 @@ def add_chat_template_arguments(parser) -> None:
     parser.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES, help="generated cases (default %(default)s)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per render (default 10)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--interpreter",
+        action="store_true",
+        help="also parse with transformers' interpreter: a case passes only when both parsers give the message back",
+    )
 
 
 def read_variables(pairs: list[str]) -> dict:
@@ -834,6 +855,7 @@ def cli(argv: list[str]) -> int:
         report = verify(
             template, chat_template, variables=variables, examples=args.examples,
             template_label=args.template, timeout=args.timeout,
+            parsers=PARSERS if args.interpreter else ("rtcompile",),
         )
     except RenderTimeout as e:
         raise UsageError(f"{chat_template.origin}: {e}: the chat template does not finish (it may loop forever)") from None

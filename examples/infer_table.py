@@ -60,7 +60,7 @@ def chat_templates_dir(explicit: str | None = None) -> Path:
     return shared if shared.is_dir() else REPO / "tests" / "template_cases" / "chat_templates"
 
 
-def measure(label, file_name, bundled_name, variables, directory: Path, examples: int) -> dict:
+def measure(label, file_name, bundled_name, variables, directory: Path, examples: int, parsers=("rtcompile",)) -> dict:
     from rtcompile import infer as infer_module
     from rtcompile import verify as verify_module
     from rtcompile.chat_render import ChatRenderer, load_chat_template
@@ -70,12 +70,16 @@ def measure(label, file_name, bundled_name, variables, directory: Path, examples
     try:
         row = {"row": label, "chat_template": file_name, "variables": variables}
         if bundled_name in template_names():
-            report = verify_module.verify(template_for(bundled_name), renderer, variables=variables, examples=examples)
+            report = verify_module.verify(
+                template_for(bundled_name), renderer, variables=variables, examples=examples, parsers=parsers
+            )
             row["bundled"] = report.count(verify_module.PASSED)
             row["bundled_failed"] = report.count(verify_module.FAILED)
         inference = infer_module.infer(renderer)
         infer_module.validate(inference.template)
-        report = verify_module.verify(inference.template, renderer, variables=variables, examples=examples)
+        report = verify_module.verify(
+            inference.template, renderer, variables=variables, examples=examples, parsers=parsers
+        )
         row["inferred"] = report.count(verify_module.PASSED)
         row["inferred_failed"] = report.count(verify_module.FAILED)
         row["not_round_trippable"] = report.count(verify_module.UNRENDERABLE)
@@ -88,12 +92,12 @@ def measure(label, file_name, bundled_name, variables, directory: Path, examples
         renderer.close()
 
 
-def rows(directory: Path, examples: int, only: str | None = None):
+def rows(directory: Path, examples: int, only: str | None = None, parsers=("rtcompile",)):
     for label, file_name, bundled, variables in ROWS:
         if only and only != label:
             continue
         if (directory / file_name).is_file():
-            yield measure(label, file_name, bundled, variables, directory, examples)
+            yield measure(label, file_name, bundled, variables, directory, examples, parsers)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,10 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chat-templates", help="directory of .jinja chat templates")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     parser.add_argument("--show", metavar="ROW", help="print one row's inferred template, parts and report")
+    parser.add_argument("--interpreter", action="store_true", help="a case passes only if transformers' interpreter parses it back too")
     args = parser.parse_args(argv)
+    parsers = ("rtcompile", "interpreter") if args.interpreter else ("rtcompile",)
     directory = chat_templates_dir(args.chat_templates)
     if args.show:
-        for row in rows(directory, args.examples, args.show):
+        for row in rows(directory, args.examples, args.show, parsers):
             print(json.dumps(row["template"], indent=2, ensure_ascii=False))
             print(row["parts"])
             print(row["report"].format_text())
@@ -114,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print("| chat template (switches) | cases | bundled passes | inferred passes | not round-trippable |")
         print("| --- | --- | --- | --- | --- |")
-    for row in rows(directory, args.examples):
+    for row in rows(directory, args.examples, parsers=parsers):
         bundled = row.get("bundled", "-")
         if isinstance(bundled, int) and row["inferred"] < bundled:
             worse += 1

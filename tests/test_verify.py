@@ -327,3 +327,13 @@ def test_with_another_thread_alive_the_worker_is_spawned_not_forked():
         release.set()
         waiter.join()
     assert text == "<|im_start|>user\nhi<|im_end|>\n"
+
+
+def test_cli_interpreter_checks_both_parsers(files, capsys):
+    args = ["verify", str(files / "good.json"), "--chat-template", str(files / "chat.jinja"), "--examples", "0"]
+    assert main(args + ["--interpreter"]) == 0
+    assert "0 failed" in capsys.readouterr().out
+    bad = ["verify", str(files / "bad.json"), "--chat-template", str(files / "chat.jinja"), "--examples", "0"]
+    assert main(bad + ["--interpreter", "--json"]) == 1
+    failed = [case for case in json.loads(capsys.readouterr().out)["cases"] if case["status"] == v.FAILED]
+    assert failed and all(case["detail"].startswith("rtcompile, ") for case in failed)
