@@ -1,0 +1,546 @@
+"""What every serving integration of rtcompile shares (SGLang's today; vLLM's could switch to it).
+
+An inference server parses a generation with a response template in three steps that do not depend
+on the server:
+
+1. find the template: an explicit one, else the tokenizer's `response_template`, else rtcompile's
+   bundled template for the model's `model_type`, else one named by an environment variable
+   (`resolve_template`);
+2. check that every field reaches a client (`served_fields`: `content`, `tool_calls`, and reasoning
+   named `reasoning_content`, as transformers' templates say, or `thinking`, as SGLang and vLLM say),
+   and derive the template each parser runs on (`verbatim_tool_field`, `every_field_optional`,
+   `thinking_named` for the server's own classes);
+3. stream: `TemplateStream` feeds rtcompile's compiled parser (errors="keep": nothing raises
+   mid-stream, nothing the model wrote is lost) and returns, per chunk, the raw text of each field
+   under the key the server routes it to, and tool calls as OpenAI-style entries from
+   `rtcompile.runtime.openai_stream.OpenAIStream` (a call's name as soon as it is known, its
+   arguments as JSON fragments while they are written).
+
+The server adapters (`rtcompile.sglang`) only translate `Routed` into the server's own types. Nothing
+here imports a server, and the runtime never imports this module.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import regex
+
+import rtcompile
+from rtcompile.runtime.openai_stream import OpenAIStream
+
+__all__ = [
+    "CONTENT_FIELD",
+    "OPENER_GROUP",
+    "REASONING_FIELDS",
+    "TOOL_FIELD",
+    "Routed",
+    "TemplateStream",
+    "every_field_optional",
+    "model_type_of",
+    "resolve_template",
+    "served_fields",
+    "thinking_named",
+    "tokenizer_template",
+    "verbatim_tool_field",
+]
+
+CONTENT_FIELD = "content"
+TOOL_FIELD = "tool_calls"
+REASONING_FIELDS = ("reasoning_content", "thinking")
+SERVED_FIELDS = frozenset({CONTENT_FIELD, TOOL_FIELD, *REASONING_FIELDS})
+# The named group around a tool-call opener pattern whose matched text must be passed on verbatim.
+OPENER_GROUP = "rtcompile_opener"
+
+
+# ---- the template -------------------------------------------------------------------------------
+
+
+def tokenizer_template(tokenizer: Any) -> Any:
+    """The tokenizer's own `response_template` (attribute, else `init_kwargs`), as the servers read
+    it; None when it has none."""
+    if tokenizer is None:
+        return None
+    template = getattr(tokenizer, "response_template", None)
+    if template is None:
+        template = (getattr(tokenizer, "init_kwargs", None) or {}).get("response_template")
+    return template
+
+
+def model_type_of(tokenizer: Any) -> str | None:
+    """The model's `model_type`, read from the `config.json` beside the tokenizer (a local
+    directory, or the hub cache the server downloaded it to; never the network)."""
+    source = getattr(tokenizer, "name_or_path", None)
+    if not isinstance(source, str) or not source:
+        return None
+    path = os.path.join(source, "config.json")
+    if not os.path.isfile(path):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(source, "config.json")
+        except Exception:  # not a repository id, or no hub client: no model type to go on
+            return None
+        if not isinstance(cached, str):
+            return None
+        path = cached
+    try:
+        with open(path, encoding="utf-8") as file:
+            model_type = json.load(file).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return model_type if isinstance(model_type, str) else None
+
+
+def resolve_template(
+    tokenizer: Any,
+    template: Any = None,
+    *,
+    model_type: str | None = None,
+    environment_variable: str,
+) -> tuple[dict, str]:
+    """(the response template, where it came from): `template` if given (a dict, a bundled name or
+    model_type, or a path), else the tokenizer's `response_template`, else the bundled template for
+    `model_type` (by default read beside the tokenizer), else the one `environment_variable` names.
+    Raises `ValueError` naming every place looked at when there is none."""
+    if template is not None:
+        return as_template(template), "the response_template argument"
+    own = tokenizer_template(tokenizer)
+    if own is not None:
+        if not isinstance(own, dict):
+            raise ValueError(
+                f"the tokenizer's response_template is a {type(own).__name__}, not a JSON object"
+            )
+        return own, "the tokenizer's response_template"
+    if model_type is None:
+        model_type = model_type_of(tokenizer)
+    if model_type is not None:
+        try:
+            return rtcompile.template_for(model_type), f"rtcompile's template for {model_type!r}"
+        except rtcompile.UnknownTemplateError:
+            pass
+    named = os.environ.get(environment_variable)
+    if named:
+        return as_template(named), f"{environment_variable}={named}"
+    raise ValueError(
+        "no response template: the tokenizer has no `response_template`, rtcompile bundles none "
+        f"for model_type {model_type!r}, and {environment_variable} is not set (a bundled "
+        "template's name, e.g. 'qwen3', or a path to a template JSON)"
+    )
+
+
+def as_template(value: Any) -> dict:
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        from rtcompile import api
+
+        return api.read_template(value)  # a bundled name or model_type, or a path
+    raise ValueError(
+        f"a response template must be a dict, a name or a path, not {type(value).__name__}"
+    )
+
+
+def served_fields(template: Any) -> str | None:
+    """Check that a server can send every field of `template` to a client; return the name of its
+    reasoning field (None when it has none). Raises `ValueError` otherwise."""
+    if not isinstance(template, dict) or not isinstance(template.get("fields"), dict):
+        raise ValueError("response_template has no `fields` object")
+    fields = template["fields"]
+    unsupported = sorted(
+        (set(fields) - SERVED_FIELDS)
+        # a default reaches no client either: a stream carries only what the model wrote
+        | {f"defaults.{name}" for name in set(template.get("defaults") or {}) - {"role"}}
+    )
+    if unsupported:
+        raise ValueError(
+            f"response_template contains fields rtcompile cannot serve: {unsupported}; "
+            f"supported fields are {sorted(SERVED_FIELDS)}"
+        )
+    reasoning = [name for name in REASONING_FIELDS if name in fields]
+    if len(reasoning) > 1:
+        raise ValueError(
+            "response_template has both `reasoning_content` and `thinking` fields; "
+            "name one reasoning field"
+        )
+    return reasoning[0] if reasoning else None
+
+
+def thinking_named(template: dict) -> dict:
+    """A copy of the template whose reasoning field is named `thinking` (the only name SGLang's and
+    vLLM's own classes serve); the template itself when it already is."""
+    if "reasoning_content" not in template.get("fields", {}):
+        return template
+    renamed = copy.deepcopy(template)
+    fields = renamed["fields"]
+    renamed["fields"] = {
+        ("thinking" if name == "reasoning_content" else name): spec for name, spec in fields.items()
+    }
+    return renamed
+
+
+def has_opener(spec: Any) -> bool:
+    return isinstance(spec, dict) and ("open" in spec or "open_pattern" in spec)
+
+
+def literals(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [item for item in value if isinstance(item, str)]
+    return []
+
+
+def every_field_optional(template: dict, *, implicit_content: str | None = None) -> dict:
+    """A copy where no field is required (a response need not write any field), with an implicit
+    text field named `implicit_content` added for the text outside every region when all fields have
+    openers (the servers add one the same way)."""
+    served = copy.deepcopy(template)
+    fields = served["fields"]
+    if implicit_content and implicit_content not in fields:
+        if all(has_opener(spec) for spec in fields.values()):
+            fields[implicit_content] = {}
+    for spec in fields.values():
+        if isinstance(spec, dict):
+            spec["optional"] = True
+    return served
+
+
+def verbatim_tool_field(tool: dict) -> dict:
+    """The tool-call field as plain text with its delimiters, for a parser that hands tool calls on
+    as text (to a tool parser, or as content when tool parsing is off). A literal opener or closer
+    is known; the text an open pattern matched is captured in `OPENER_GROUP` (a group around the
+    pattern; the parser reports captures while the region is open, and the region's value has it
+    at its close); every closer becomes a lookbehind, so its text ends the region's own text."""
+    plain: dict[str, Any] = {key: tool[key] for key in ("repeats",) if key in tool}
+    opener = tool.get("open")
+    if isinstance(opener, str):
+        plain["open"] = opener
+    elif opener is not None or "open_pattern" in tool:
+        pattern = tool.get("open_pattern") or "|".join(regex.escape(o) for o in literals(opener))
+        plain["open_pattern"] = f"(?P<{OPENER_GROUP}>{pattern})"
+        groups = regex.compile(plain["open_pattern"]).groupindex
+        # every named group must be used by the transform (the compiler checks)
+        plain["transform"] = {"text": "{content}", **{g: "{" + g + "}" for g in groups}}
+    # Every closer becomes a lookbehind: its text then ends the region's own text, so a closer is
+    # sent exactly when the model wrote it (a region cut off by the end of the output has none).
+    pattern = tool.get("close_pattern") or "|".join(
+        regex.escape(c) for c in literals(tool.get("close"))
+    )
+    if pattern:
+        plain["close_pattern"] = f"(?<=(?:{pattern}))"
+    return plain
+
+
+def closers_ending_in_anchor(template: dict) -> dict[str, list[tuple[str, str]]]:
+    """Per field, (closer, anchor) pairs of literal closers that end with the next message's start
+    anchor: a generation stops before the next message starts, so its last region may miss exactly
+    the anchor (the servers complete such a closer at the end of the output)."""
+    anchors = literals(template.get("start_anchor"))
+    return {
+        name: pairs
+        for name, spec in template["fields"].items()
+        if isinstance(spec, dict)
+        and (
+            pairs := [
+                (closer, anchor)
+                for closer in literals(spec.get("close"))
+                for anchor in anchors
+                if anchor and closer.endswith(anchor) and closer != anchor
+            ]
+        )
+    }
+
+
+# ---- one generation -----------------------------------------------------------------------------
+
+
+def _held_text(parser: Any) -> str:
+    """The text at the end of the prefix the parser holds back unread. (Read from the generated
+    parser's buffer: the runtime has no public accessor for it yet.)"""
+    buffer = getattr(parser, "_buf", "")
+    position = getattr(parser, "_pos", 0)
+    held = getattr(parser, "_held", ())
+    if not isinstance(buffer, str) or not isinstance(position, int):
+        return ""
+    return buffer[position:] + "".join(held)
+
+
+class _RecordingParser:
+    """The parser as `OpenAIStream` sees it, keeping the events of its last call: the stream builds
+    the tool calls from them, `TemplateStream` routes their text."""
+
+    __slots__ = ("parser", "events")
+
+    def __init__(self, parser: Any) -> None:
+        self.parser = parser
+        self.events: list[dict] = parser.initial_events
+
+    @property
+    def initial_events(self) -> list[dict]:
+        return self.parser.initial_events
+
+    def feed(self, text: str) -> list[dict]:
+        self.events = events = self.parser.feed(text)
+        return events
+
+    def finalize(self) -> tuple[dict, list[dict]]:
+        message, self.events = self.parser.finalize()
+        return message, self.events
+
+    def __getattr__(self, name: str) -> Any:  # errors, tool_parameters, current_field, ...
+        return getattr(self.parser, name)
+
+
+@dataclass
+class Routed:
+    """What one chunk of output gives: `text[key]`, the raw text routed to each key (only keys with
+    text); `calls`, OpenAI-style tool-call entries in order, each `{"index", "arguments"}` plus
+    `"name"` on a call's first entry; `failed`, the indices of announced calls whose region failed
+    to parse (their raw text went out as text under the tool field's fallback key); `closed`, the
+    fields a region of which closed."""
+
+    text: dict[str, str] = field(default_factory=dict)
+    calls: list[dict] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    closed: tuple[str, ...] = ()  # the fields whose regions closed
+
+
+_EMPTY: list = []
+
+
+class TemplateStream:
+    """One generation through rtcompile's compiled parser for `template`, routed for a server.
+
+    `text_keys`: {field: key} for fields whose chunks go out raw under `key` (the server's own
+    whitespace; a `text` field is not stripped). `verbatim_keys`: {field: key} for fields built with
+    `verbatim_tool_field`, whose regions go out with their delimiters under `key`. `tool_field`: the
+    field whose regions are tool calls (through `OpenAIStream`); the body text of a call region that
+    fails to parse goes out under `failed_key`. `complete_closers`: complete, at the end of the
+    output, a closer that only misses the next message's start anchor."""
+
+    def __init__(
+        self,
+        template: dict,
+        *,
+        prefix: str = "",
+        tools: list | None = None,
+        text_keys: dict[str, str],
+        verbatim_keys: dict[str, str] | None = None,
+        tool_field: str | None = None,
+        failed_key: str = CONTENT_FIELD,
+        complete_closers: bool = True,
+        module: Any = None,
+    ) -> None:
+        module = module if module is not None else rtcompile.load(template)
+        self.recorder = _RecordingParser(
+            module.ResponseParser(prefix, tools=tools or None, errors="keep")
+        )
+        self.text_keys = text_keys
+        self.verbatim_keys = verbatim_keys or {}
+        self.tool_field = tool_field if tool_field in template["fields"] else None
+        self.failed_key = failed_key
+        self.stream: OpenAIStream | None = None
+        if self.tool_field is not None:
+            self.stream = OpenAIStream(
+                self.recorder,
+                template,
+                content_field=None,
+                reasoning_field="",
+                tool_calls_field=self.tool_field,
+                call_id=lambda index: "",  # ids are the server's business
+            )
+        self._verbatim_spec = {
+            name: template["fields"][name] for name in self.verbatim_keys
+        }
+        self._open_tool_text: list[str] = []
+        self._verbatim_pending: list[str] | None = None  # a verbatim region whose opener is unknown
+        self.wrote = False
+        self.finished = False
+        self._closers = closers_ending_in_anchor(template) if complete_closers else {}
+        self._tail_length = max(
+            (len(closer) for pairs in self._closers.values() for closer, _ in pairs), default=0
+        )
+        self._tail = ""
+        self._failed_seen = 0  # stream.errors already reported
+        self._prompt_held = ""  # (set below, once the prefix's own events are routed)
+        self._opener_cut = ""
+        # What the prefix alone gives: a call it left open may be announced (its name captured by
+        # the opener); its text is the prompt's, never sent.
+        initial = self._route(
+            self.recorder.parser.initial_events,
+            self.stream.initial_deltas if self.stream is not None else [],
+            live=True,
+        )
+        self._verbatim_pending = None  # (an opener in the prompt is not output)
+        # Prompt text the parser holds back at the prefix's end (it may start a delimiter) comes
+        # out with the first output; it is the prompt's, so it is cut from what is routed.
+        self._prompt_held = _held_text(self.recorder.parser)
+        self._initial: Routed | None = Routed(calls=initial.calls)
+
+    def initial_region_text(self) -> Routed:
+        """What the prefix gave (once; empty afterwards): only a call the prefix left open and
+        whose name it wrote."""
+        initial, self._initial = self._initial, None
+        return initial if initial is not None else Routed()
+
+    # ---- feeding
+    def feed(self, text: str) -> Routed:
+        if self.finished or not text:
+            return Routed()
+        self.wrote = True
+        recorder = self.recorder
+        if self.stream is not None:
+            recorder.events = _EMPTY
+            deltas = self.stream.feed(text)
+            events = recorder.events
+        else:
+            deltas = _EMPTY
+            events = recorder.feed(text)
+        if self._tail_length:
+            self._tail = (self._tail + text)[-self._tail_length :]
+        if (
+            not deltas
+            and len(events) == 1
+            and events[0]["type"] == "region_chunk"
+            and not self._prompt_held
+        ):
+            event = events[0]  # the common case: more text of one field
+            key = self.text_keys.get(event["field"])
+            if key is not None:
+                return Routed({key: event["text"]} if event["text"] else {})
+        return self._route(events, deltas, live=True)
+
+    def finish(self) -> Routed:
+        """The end of the output: what the parser held back, and every region closed."""
+        if self.finished:
+            return Routed()
+        self.finished = True
+        recorder = self.recorder
+        events: list[dict] = []
+        deltas: list[dict] = []
+        rest = self._closer_rest()
+        if rest:
+            if self.stream is not None:
+                recorder.events = _EMPTY
+                deltas = self.stream.feed(rest)
+                events = list(recorder.events)
+            else:
+                events = recorder.feed(rest)
+        if self.stream is not None:
+            deltas = deltas + self.stream.finish()
+            events = events + recorder.events
+        else:
+            events = events + recorder.finalize()[1]
+        return self._route(events, deltas, live=False)
+
+    def _closer_rest(self) -> str:
+        if not self._tail_length:
+            return ""
+        for closer, anchor in self._closers.get(self.recorder.current_field, ()):
+            for cut in range(len(closer) - 1, len(closer) - len(anchor) - 1, -1):
+                if self._tail.endswith(closer[:cut]):
+                    return closer[cut:]
+        return ""
+
+    # ---- routing
+    def _route(self, events: list[dict], deltas: list[dict], *, live: bool) -> Routed:
+        pieces: dict[str, list[str]] = {}
+        failed: list[int] = []
+        closed: list[str] = []
+        last = len(events) - 1
+        for position, event in enumerate(events):
+            name = event["field"]
+            kind = event["type"]
+            if self._prompt_held:
+                event = self._without_prompt_text(event)
+            if kind == "region_close":
+                closed.append(name)
+            key = self.text_keys.get(name)
+            if key is not None:
+                if kind == "region_chunk" and event["text"]:
+                    pieces.setdefault(key, []).append(event["text"])
+                continue
+            key = self.verbatim_keys.get(name)
+            if key is not None:
+                self._verbatim(event, pieces.setdefault(key, []), live and position == last)
+                continue
+            if name == self.tool_field:
+                if kind == "region_chunk":
+                    self._open_tool_text.append(event["text"])
+                elif kind == "region_open":
+                    self._open_tool_text = []
+                elif "error" in event:  # nothing the model wrote is dropped
+                    pieces.setdefault(self.failed_key, []).append("".join(self._open_tool_text))
+        calls: list[dict] = []
+        for delta in deltas:
+            for entry in delta.get("tool_calls", _EMPTY):
+                function = entry.get("function") or {}
+                arguments = function.get("arguments") or ""
+                if "id" in entry:  # a call's first entry
+                    name = function.get("name") or ""
+                    calls.append({"index": entry["index"], "name": name, "arguments": arguments})
+                elif calls and calls[-1]["index"] == entry["index"]:
+                    calls[-1]["arguments"] += arguments
+                else:
+                    calls.append({"index": entry["index"], "arguments": arguments})
+        if self.stream is not None:
+            while self._failed_seen < len(self.stream.errors):
+                failed.extend(self.stream.errors[self._failed_seen].get("calls", ()))
+                self._failed_seen += 1
+        text = {key: joined for key, parts in pieces.items() if (joined := "".join(parts))}
+        return Routed(text, calls, failed, tuple(closed))
+
+    def _without_prompt_text(self, event: dict) -> dict:
+        """The event with the held-back prompt text cut from its start. The first output after the
+        prompt is a chunk that starts with it, or a delimiter match that consumed it, which is not
+        routed (or, for a verbatim region, whose captured opener starts with it); a delimiter that
+        produces no event may consume it too, so text is cut only where it starts with it."""
+        held = self._prompt_held
+        self._prompt_held = ""
+        if event["type"] == "region_chunk":
+            text = event["text"]
+            if text.startswith(held):
+                return {**event, "text": text[len(held) :]}
+        elif event["type"] == "region_open" and event["field"] in self.verbatim_keys:
+            self._opener_cut = held
+        return event
+
+    def _cut_opener(self, opener: str) -> str:
+        cut, self._opener_cut = self._opener_cut, ""
+        return opener[len(cut) :] if cut and opener.startswith(cut) else opener
+
+    def _verbatim(self, event: dict, out: list[str], live_open: bool) -> None:
+        """A verbatim region's text with its delimiters. The opener an open pattern matched is read
+        from the parser's captures while the region is open, else from the region's value at its
+        close; until then the region's text waits."""
+        spec = self._verbatim_spec[event["field"]]
+        kind = event["type"]
+        if kind == "region_open":
+            if "open" in spec:
+                out.append(spec["open"])
+                self._verbatim_pending = None
+                return
+            live = live_open and self.recorder.current_field == event["field"]
+            captures = self.recorder.region_captures if live else {}
+            opener = captures.get(OPENER_GROUP)
+            if isinstance(opener, str):
+                out.append(self._cut_opener(opener))
+                self._verbatim_pending = None
+            else:
+                self._verbatim_pending = []
+        elif kind == "region_chunk":
+            if self._verbatim_pending is not None:
+                self._verbatim_pending.append(event["text"])
+            else:
+                out.append(event["text"])
+        else:
+            if self._verbatim_pending is not None:
+                value = event.get("value")
+                opener = value.get(OPENER_GROUP) if isinstance(value, dict) else None
+                out.append(self._cut_opener(opener or "") + "".join(self._verbatim_pending))
+                self._verbatim_pending = None

@@ -1,0 +1,416 @@
+"""SGLang integration: rtcompile's compiled parsers as SGLang reasoning and tool-call detectors.
+
+    pip install rtcompile sglang
+    sglang serve --model-path MODEL --reasoning-parser rtcompile --tool-call-parser rtcompile
+
+Installing rtcompile registers `register` below as an `sglang.srt.plugins` entry point
+(pyproject.toml): SGLang runs its general plugins in every process at startup, before it builds its
+argument parser, so the name `rtcompile` is a valid `--reasoning-parser` and `--tool-call-parser`
+choice with nothing patched by hand. In code, `import rtcompile.sglang` (or SGLang's
+`sglang.srt.plugins.load_plugins()`) registers them, then `ReasoningParser("rtcompile", ...)` and
+`FunctionCallParser(tools, "rtcompile", tokenizer=..., prefix=...)` select them.
+
+The template, first found wins: the `response_template=` argument; the tokenizer's
+`response_template`; rtcompile's bundled template for the model's `model_type` (`config.json` beside
+the tokenizer); the environment variable `RTCOMPILE_SGLANG_TEMPLATE` (a bundled template's name or
+`model_type`, or a path to a template JSON, a `tokenizer_config.json` or a tokenizer directory).
+Reasoning may be named `reasoning_content` (transformers' templates) or `thinking` (SGLang's).
+
+The detectors subclass SGLang's `ResponseTemplateReasoningDetector` / `ResponseTemplateToolDetector`,
+so everything SGLang does for response-template parsers (prefix, tools, the think-end token,
+message-start checks, constraint validation) reaches them; what they parse, they parse with
+rtcompile. Results, accumulated, equal SGLang's own detectors wherever those accept the template,
+except by design:
+- a tool call's name goes out as soon as it is known and its arguments as JSON fragments while they
+  are written (SGLang sends the arguments whole when the call closes);
+- a malformed call, or one cut off by the end of the output, loses nothing: a call already announced
+  is closed with the arguments complete so far and stays in `incomplete_tool_call_indices`, and the
+  region's text goes out as normal text (SGLang drops it); a call cut off after its arguments were
+  complete is a call;
+- templates SGLang's vendored interpreter cannot parse (the python-call-list content parser) are
+  served; SGLang's auxiliary methods read a copy whose calls are plain text (same delimiters).
+Calls to a function not in the request's tools are dropped, as SGLang drops them (unless
+`SGLANG_FORWARD_UNKNOWN_TOOLS`). Constrained decoding modes (`grammar_start`, `constrained`) are
+passed to SGLang's methods that build constraints; parsing itself treats the output as unconstrained.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from typing import Any, Sequence
+
+from sglang.srt.environ import envs
+from sglang.srt.function_call.core_types import StreamingParseResult as ToolStreamingParseResult
+from sglang.srt.function_call.core_types import ToolCallItem
+from sglang.srt.function_call.function_call_parser import FunctionCallParser
+from sglang.srt.parser.reasoning_parser import ReasoningParser
+from sglang.srt.parser.reasoning_parser import StreamingParseResult as ReasoningStreamingParseResult
+from sglang.srt.parser.response_template import (
+    ResponseTemplateReasoningDetector,
+    ResponseTemplateToolDetector,
+    validate_response_template_for_serving,
+)
+
+import rtcompile
+
+from .serving_common import (
+    CONTENT_FIELD,
+    TOOL_FIELD,
+    TemplateStream,
+    every_field_optional,
+    resolve_template,
+    served_fields,
+    thinking_named,
+    verbatim_tool_field,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "PARSER_NAME",
+    "TEMPLATE_ENVIRONMENT_VARIABLE",
+    "RtcompileReasoningDetector",
+    "RtcompileToolDetector",
+    "register",
+]
+
+PARSER_NAME = "rtcompile"
+TEMPLATE_ENVIRONMENT_VARIABLE = "RTCOMPILE_SGLANG_TEMPLATE"
+_NORMAL = "normal"  # the routing key (and, for the tool parser, the field) of normal text
+_REASONING = "reasoning"
+
+
+def register() -> None:
+    """The `sglang.srt.plugins` entry point (also run by importing this module): add `rtcompile` to
+    SGLang's reasoning-parser and tool-call-parser registries and to the name lists its argument
+    parser offers. Safe to call repeatedly."""
+    from sglang.srt.function_call import parser_names
+    from sglang.srt.parser import reasoning_parser_names
+
+    ReasoningParser.DetectorMap[PARSER_NAME] = RtcompileReasoningDetector
+    FunctionCallParser.ToolCallParserEnum[PARSER_NAME] = RtcompileToolDetector
+    for names in (reasoning_parser_names.REASONING_PARSER_NAMES, parser_names.TOOL_CALL_PARSER_NAMES):
+        if PARSER_NAME not in names:
+            names.append(PARSER_NAME)
+
+
+# ---- templates ----------------------------------------------------------------------------------
+
+
+def _sglang_view(template: dict) -> dict:
+    """The template as SGLang's own classes read it, for the methods inherited from them (think
+    tokens, message starts, constraints): reasoning named `thinking`, and a field whose content
+    parser SGLang's vendored interpreter lacks read as plain text (its delimiters are unchanged)."""
+    view = thinking_named(template)
+    for _ in range(len(view["fields"]) + 1):
+        try:
+            validate_response_template_for_serving(view)
+            return view
+        except ValueError as error:
+            broken = next(
+                (
+                    name
+                    for name in view["fields"]
+                    if f"Field {name!r}: unknown content parser" in str(error)
+                ),
+                None,
+            )
+            if broken is None:
+                raise
+            view = copy.deepcopy(view)
+            spec = view["fields"][broken]
+            for key in ("content", "content_args", "transform", "transform_each", "value_parser"):
+                spec.pop(key, None)
+    raise ValueError("response_template: no copy SGLang can read")  # pragma: no cover
+
+
+def _key(template: dict) -> str:
+    return json.dumps(template, sort_keys=True, ensure_ascii=False, default=repr)
+
+
+class _Plans:
+    """The templates each detector parses with, compiled once per template."""
+
+    def __init__(self, template: dict) -> None:
+        self.reasoning_field = served_fields(template)
+        fields = template["fields"]
+        anchors = {
+            key: template[key] for key in ("start_anchor", "start_anchor_pattern") if key in template
+        }
+        # The reasoning detector: reasoning apart, the rest normal text, tool calls verbatim (the
+        # tool detector reads them from the normal text).
+        reasoning = every_field_optional(template, implicit_content=CONTENT_FIELD)
+        if TOOL_FIELD in fields:
+            reasoning["fields"][TOOL_FIELD] = verbatim_tool_field(fields[TOOL_FIELD])
+        self.reasoning = reasoning
+        self.reasoning_module = rtcompile.load(reasoning)
+        # The tool detector: calls, and everything else normal text.
+        self.tools = None
+        self.tools_module = None
+        if TOOL_FIELD in fields:
+            tool = {**copy.deepcopy(fields[TOOL_FIELD]), "optional": True}
+            self.tools = {**anchors, "fields": {_NORMAL: {}, TOOL_FIELD: tool}}
+            self.tools_module = rtcompile.load(self.tools)
+
+
+_PLANS: dict[str, _Plans] = {}
+
+
+def _plans_for(template: dict) -> _Plans:
+    key = _key(template)
+    plans = _PLANS.get(key)
+    if plans is None:
+        plans = _PLANS.setdefault(key, _Plans(template))
+    return plans
+
+
+def _tool_dicts(tools: Sequence[Any] | None) -> list[dict]:
+    result = []
+    for tool in tools or ():
+        if hasattr(tool, "model_dump"):
+            tool = tool.model_dump(exclude_none=True)
+        if isinstance(tool, dict):
+            result.append(tool)
+    return result
+
+
+# ---- reasoning ----------------------------------------------------------------------------------
+
+
+class RtcompileReasoningDetector(ResponseTemplateReasoningDetector):
+    """`--reasoning-parser rtcompile`: reasoning apart from the normal text (content, and tool calls
+    with their delimiters, for the tool detector), parsed by rtcompile."""
+
+    def __init__(
+        self,
+        stream_reasoning: bool = True,
+        tokenizer: Any = None,
+        response_template: Any = None,
+        prefix: str = "",
+        force_nonempty_content: bool = False,
+        grammar_start: str | None = None,
+        tools: Sequence[Any] | None = None,
+        constrained: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        template, self.template_origin = resolve_template(
+            tokenizer, response_template, environment_variable=TEMPLATE_ENVIRONMENT_VARIABLE
+        )
+        self.plans = _plans_for(template)  # validates and compiles now
+        super().__init__(
+            stream_reasoning=stream_reasoning,
+            response_template=_sglang_view(template),
+            prefix=prefix,
+            force_nonempty_content=force_nonempty_content,
+            grammar_start=grammar_start,
+            tools=tools,
+            constrained=constrained,
+            **kwargs,
+        )
+        self.response_template = template
+        self._rtc_prefix = prefix
+        self._stream = self._new_stream()
+        self._pending_reasoning = ""  # stream_reasoning=False: sent when the region closes
+        self._open_reasoning = ""  # force_nonempty_content: reasoning left open is content
+
+    def _new_stream(self) -> TemplateStream:
+        plans = self.plans
+        keys = {CONTENT_FIELD: _NORMAL}
+        if plans.reasoning_field is not None:
+            keys[plans.reasoning_field] = _REASONING
+        return TemplateStream(
+            plans.reasoning,
+            prefix=self._rtc_prefix,
+            text_keys=keys,
+            verbatim_keys={TOOL_FIELD: _NORMAL} if TOOL_FIELD in plans.reasoning["fields"] else None,
+            module=plans.reasoning_module,
+        )
+
+    def detect_and_parse(self, text: str) -> ReasoningStreamingParseResult:
+        stream = self._new_stream()
+        routed = [stream.initial_region_text(), stream.feed(text), stream.finish()]
+        reasoning = "".join(r.text.get(_REASONING, "") for r in routed)
+        normal = "".join(r.text.get(_NORMAL, "") for r in routed)
+        if self._force_nonempty_content and not normal:
+            normal, reasoning = reasoning, ""
+        return ReasoningStreamingParseResult(normal_text=normal, reasoning_text=reasoning)
+
+    def parse_streaming_increment(self, new_text: str) -> ReasoningStreamingParseResult:
+        return self._result(self._stream.feed(new_text), at_end=False)
+
+    def finish(self) -> ReasoningStreamingParseResult:
+        return self._result(self._stream.finish(), at_end=True)
+
+    def _result(self, routed, *, at_end: bool) -> ReasoningStreamingParseResult:
+        reasoning = routed.text.get(_REASONING, "")
+        field = self.plans.reasoning_field
+        closed = field is not None and field in routed.closed
+        if self._force_nonempty_content:
+            self._open_reasoning += reasoning
+        if not self.stream_reasoning:
+            self._pending_reasoning += reasoning
+            reasoning = ""
+            if closed:
+                reasoning, self._pending_reasoning = self._pending_reasoning, ""
+        normal = routed.text.get(_NORMAL, "")
+        if self._force_nonempty_content and closed:
+            unclosed, self._open_reasoning = self._open_reasoning, ""
+            if at_end:  # reasoning the output left open is returned as content, too
+                normal += unclosed
+                reasoning = ""
+        return ReasoningStreamingParseResult(normal_text=normal, reasoning_text=reasoning)
+
+
+# ---- tool calls ---------------------------------------------------------------------------------
+
+
+class RtcompileToolDetector(ResponseTemplateToolDetector):
+    """`--tool-call-parser rtcompile`: tool calls out of the normal text, parsed by rtcompile; a
+    call's name as soon as it is known, its arguments as they are written."""
+
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        response_template: Any = None,
+        prefix: str = "",
+        tools: list | None = None,
+        constrained: bool = False,
+    ) -> None:
+        template, self.template_origin = resolve_template(
+            tokenizer, response_template, environment_variable=TEMPLATE_ENVIRONMENT_VARIABLE
+        )
+        self.plans = _plans_for(template)
+        if self.plans.tools is None:
+            raise ValueError(f"response_template has no {TOOL_FIELD!r} field")
+        super().__init__(
+            response_template=_sglang_view(template),
+            prefix=prefix,
+            tools=tools,
+            constrained=constrained,
+        )
+        self.response_template = template
+        self._rtc_prefix = prefix
+        self._stream: TemplateStream | None = None
+        self._call_slots: dict[int, int | None] = {}  # rtcompile's call index -> tool_index
+        self._failed_slots: set[int | None] = set()  # announced calls whose region failed
+        self.prev_tool_call_arr = []
+        self.streamed_args_for_tool = []
+
+    def _new_stream(self, tools: Sequence[Any] | None) -> TemplateStream:
+        return TemplateStream(
+            self.plans.tools,
+            prefix=self._rtc_prefix,
+            tools=_tool_dicts(tools),
+            text_keys={_NORMAL: _NORMAL},
+            tool_field=TOOL_FIELD,
+            failed_key=_NORMAL,
+            module=self.plans.tools_module,
+        )
+
+    def has_tool_call(self, text: str) -> bool:
+        parser = self.plans.tools_module.ResponseParser(self._rtc_prefix, errors="keep")
+        events = parser.initial_events + parser.feed(text) + parser.finalize()[1]
+        return any(e["type"] == "region_open" and e["field"] == TOOL_FIELD for e in events)
+
+    def detect_and_parse(self, text: str, tools: list) -> ToolStreamingParseResult:
+        stream = self._new_stream(tools)
+        accepted = self._accepted_names(tools)
+        calls: dict[int, ToolCallItem] = {}
+        slots: dict[int, int | None] = {}
+        normal = []
+        for routed in (stream.initial_region_text(), stream.feed(text), stream.finish()):
+            normal.append(routed.text.get(_NORMAL, ""))
+            for entry in routed.calls:
+                if "name" in entry:
+                    keep = accepted(entry["name"])
+                    slots[entry["index"]] = len(calls) if keep else None
+                    if keep:
+                        calls[len(calls)] = ToolCallItem(
+                            tool_index=len(calls), name=entry["name"], parameters=""
+                        )
+                slot = slots.get(entry["index"])
+                if slot is not None:
+                    calls[slot].parameters += entry["arguments"]
+        return ToolStreamingParseResult(normal_text="".join(normal), calls=list(calls.values()))
+
+    def parse_streaming_increment(self, new_text: str, tools: list) -> ToolStreamingParseResult:
+        if self._stream is None:
+            self._stream = self._new_stream(tools)
+            self._tool_indices = self._get_tool_indices(tools)
+            first = self._emit(self._stream.initial_region_text())
+            rest = self._emit(self._stream.feed(new_text))
+            return ToolStreamingParseResult(
+                normal_text=first.normal_text + rest.normal_text, calls=first.calls + rest.calls
+            )
+        return self._emit(self._stream.feed(new_text))
+
+    def finish(self, tools: list) -> ToolStreamingParseResult:
+        if self._stream is None:
+            self._stream = self._new_stream(tools)
+            self._tool_indices = self._get_tool_indices(tools)
+        return self._emit(self._stream.finish())
+
+    def _accepted_names(self, tools: list):
+        indices = self._get_tool_indices(tools)
+        forward = envs.SGLANG_FORWARD_UNKNOWN_TOOLS.get()
+
+        def accepted(name: str) -> bool:
+            if name in indices or forward:
+                return True
+            logger.warning("Model attempted to call undefined function: %s", name)
+            return False
+
+        return accepted
+
+    def _emit(self, routed) -> ToolStreamingParseResult:
+        items: list[ToolCallItem] = []
+        slots = self._call_slots
+        for entry in routed.calls:
+            index = entry["index"]
+            if "name" in entry:
+                name = entry["name"]
+                if name in self._tool_indices or envs.SGLANG_FORWARD_UNKNOWN_TOOLS.get():
+                    slot = slots[index] = len(self.prev_tool_call_arr)
+                    self.prev_tool_call_arr.append({"name": name, "arguments": ""})
+                    self.streamed_args_for_tool.append(entry["arguments"])
+                    self.incomplete_tool_call_indices.add(slot)
+                    self.current_tool_id = slot
+                    self.current_tool_name_sent = True
+                    items.append(ToolCallItem(tool_index=slot, name=name, parameters=entry["arguments"]))
+                else:
+                    logger.warning("Model attempted to call undefined function: %s", name)
+                    slots[index] = None
+                continue
+            slot = slots.get(index)
+            if slot is None:
+                continue
+            self.streamed_args_for_tool[slot] += entry["arguments"]
+            if items and items[-1].tool_index == slot:
+                items[-1].parameters += entry["arguments"]
+            else:
+                items.append(ToolCallItem(tool_index=slot, name=None, parameters=entry["arguments"]))
+        self._failed_slots.update(slots.get(index) for index in routed.failed)
+        if TOOL_FIELD in routed.closed:
+            self._complete_calls()
+        return ToolStreamingParseResult(normal_text=routed.text.get(_NORMAL, ""), calls=items)
+
+    def _complete_calls(self) -> None:
+        """Calls whose region closed: their arguments as SGLang's serving reads them at the end of
+        the stream (it sends whatever of `json.dumps(arguments)` was not streamed yet)."""
+        for slot in list(self.incomplete_tool_call_indices):
+            if slot in self._failed_slots:
+                continue  # announced, then its region failed: it stays incomplete
+            try:
+                self.prev_tool_call_arr[slot]["arguments"] = json.loads(
+                    self.streamed_args_for_tool[slot]
+                )
+            except ValueError:
+                continue
+            self.incomplete_tool_call_indices.discard(slot)
+        self.current_tool_id = len(self.prev_tool_call_arr)
+        self.current_tool_name_sent = False
+
+
+register()
