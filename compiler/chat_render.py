@@ -223,19 +223,24 @@ class ChatRenderer:
         }
         key = json.dumps(request, sort_keys=True, ensure_ascii=False, default=repr)
         if key in self._memo:
-            return self._memo[key]
+            outcome = self._memo[key]
+            if isinstance(outcome, Exception):
+                raise outcome  # renders are deterministic: a template that failed fails again
+            return outcome
         self._start()
         try:
             self._connection.send(request)
             if not self._connection.poll(self.timeout):
                 self._kill()
-                raise RenderTimeout(f"render timed out after {self.timeout:g} s")
+                self._memo[key] = RenderTimeout(f"render timed out after {self.timeout:g} s")
+                raise self._memo[key]
             status, payload = self._connection.recv()
         except (EOFError, OSError, BrokenPipeError):
             self._kill()
             raise RenderError("the render worker died (the template exhausted memory or crashed it)") from None
         if status != "ok":
-            raise RenderError(payload)
+            self._memo[key] = RenderError(payload)
+            raise self._memo[key]
         self._memo[key] = payload
         return payload
 

@@ -337,3 +337,17 @@ def test_cli_interpreter_checks_both_parsers(files, capsys):
     assert main(bad + ["--interpreter", "--json"]) == 1
     failed = [case for case in json.loads(capsys.readouterr().out)["cases"] if case["status"] == v.FAILED]
     assert failed and all(case["detail"].startswith("rtcompile, ") for case in failed)
+
+
+def test_a_conversation_that_hangs_the_template_is_that_case_only():
+    # Loops forever only on the text of one case's answer.
+    hanging = CHATML.replace(
+        "{{ m.content or '' }}",
+        "{% if m.content == 'Sunny, 21 degrees.' %}{% for i in range(100000) %}{% for j in range(100000) %}{{ '' }}{% endfor %}{% endfor %}{% endif %}{{ m.content or '' }}",
+    )
+    with ChatRenderer(chat(hanging), timeout=2) as renderer:
+        report = v.verify(RESPONSE_TEMPLATE, renderer, examples=0)
+    by_id = {r.id: r for r in report.results}
+    assert by_id["answer_multi_turn"].status == v.UNRENDERABLE
+    assert "does not finish" in by_id["answer_multi_turn"].detail
+    assert by_id["answer"].status == v.PASSED and by_id["one_call"].status == v.PASSED and report.ok
