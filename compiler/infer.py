@@ -89,7 +89,7 @@ def literal_pattern(text: str) -> str:
 def _stop_class(following: str, extra: str = "") -> str:
     """A character class for a captured name: anything but what follows it, `<` and whitespace."""
     stops = set(extra + "<")
-    if following:
+    if following and not following[0].isspace():  # (whitespace is excluded by \s already)
         stops.add(following[0])
     body = "".join(re.escape(c) if c not in "\\]^-" else "\\" + c for c in sorted(stops))
     return f"[^{body}\\s]+"
