@@ -1,37 +1,53 @@
 #!/usr/bin/env bash
-# CI for rtcompile.sglang: run tests/test_sglang.py against the real sglang package, in an
-# environment of its own (sglang pins a transformers that is not the one the main suite tests
-# against). The environment is cached under /var/cache/rtcompile-ci/, keyed by the exact pins below,
-# and built from scratch in this run when absent (about 11 GB with torch, most of it downloads).
-# rtcompile itself is installed fresh from this checkout every run. In CI the tests never skip:
+# CI for rtcompile.sglang (run by .ci/run after the main suite, or on its own): tests/test_sglang.py
+# against the real sglang package, in an environment of its own (sglang pins a transformers that is
+# not the one the main suite tests against). That environment (about 11 GB, most of it torch) is
+# cached under $RTCOMPILE_CI_CACHE (default /var/cache/rtcompile-ci), keyed by the exact pins,
+# rtcompile's dependencies and the Python version, and built from scratch in this run where it is
+# absent. rtcompile itself is installed fresh from this checkout every run, into a temporary
+# directory, never into the cached environment. In CI the tests never skip:
 # RTCOMPILE_REQUIRE_SGLANG=1 turns a missing sglang into an error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SGLANG_PINS="sglang==0.5.23"
-TEST_PINS="pytest>=8 hypothesis>=6.100 openai>=1.40"
-cache_root="${RTCOMPILE_CI_CACHE:-/var/cache/rtcompile-ci}"
-venv="$cache_root/sglang-0.5.23"
-# The cache key: the pins and the Python they were installed for, stored inside the environment.
-pins="$SGLANG_PINS $TEST_PINS python$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-mkdir -p "$cache_root"
+work="$(mktemp -d)"
+building=""
+cleanup() {
+    rm -rf "$work"
+    if [ -n "$building" ]; then rm -rf "$building"; fi
+}
+trap cleanup EXIT
 
-if [ "$(cat "$venv/.rtcompile-ci-pins" 2>/dev/null)" != "$pins" ]; then
-    # Built beside its final place and renamed when complete: an interrupted build is never reused
-    # (everything below runs `python -m`, so the environment works from its final path).
-    rm -rf "$venv.building"
-    python3 -m venv "$venv.building"
-    "$venv.building/bin/python" -m pip install --quiet --upgrade pip
-    # shellcheck disable=SC2086
-    "$venv.building/bin/python" -m pip install --quiet $SGLANG_PINS $TEST_PINS
-    printf '%s' "$pins" >"$venv.building/.rtcompile-ci-pins"
-    rm -rf "$venv"
-    mv "$venv.building" "$venv"
+SGLANG_PINS="sglang==0.5.23 pytest==9.2.0 hypothesis==6.170.17 openai==2.8.0"
+# rtcompile's own dependencies are part of the environment (and of its key), so the per-run install
+# of this checkout adds nothing but rtcompile.
+deps="$(python3 -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))')"
+python_version="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+# shellcheck disable=SC2086
+pins="$(printf '%s\n' "python$python_version" $SGLANG_PINS "$deps")"
+cache="${RTCOMPILE_CI_CACHE:-/var/cache/rtcompile-ci}"
+if ! mkdir -p "$cache" 2>/dev/null || [ ! -w "$cache" ]; then
+    cache="$work/cache"  # no shared cache here: build in this run's directory, removed on exit
+    mkdir -p "$cache"
 fi
-
-# The project into the cached environment, without touching its pins (sglang's transformers stays).
-"$venv/bin/python" -m pip install --quiet --no-deps -e .
-"$venv/bin/python" -m pip install --quiet "regex>=2024.4.16" "jinja2>=3.1" "black>=24.1"
-"$venv/bin/python" -c "import sglang.srt.function_call.function_call_parser, rtcompile.sglang"
-
-CI=true RTCOMPILE_REQUIRE_SGLANG=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_sglang.py
+# The key is stored inside the environment; any other content means another set of pins.
+sglang_venv="$cache/sglang-0.5.23"
+if [ "$(cat "$sglang_venv/.rtcompile-ci-pins" 2>/dev/null)" != "$pins" ]; then
+    # Built beside its final place and renamed when complete, so an interrupted build is never
+    # reused (everything below runs `python -m`, so the environment works from its final path).
+    building="$sglang_venv.building.$$"
+    python3 -m venv "$building"
+    "$building/bin/python" -m pip install --quiet --upgrade pip
+    # shellcheck disable=SC2086
+    "$building/bin/python" -m pip install --quiet --no-cache-dir $SGLANG_PINS $deps
+    printf '%s' "$pins" >"$building/.rtcompile-ci-pins"
+    rm -rf "$sglang_venv"
+    mv "$building" "$sglang_venv"
+    building=""
+fi
+# rtcompile from this checkout, as a plain (non-editable) install: its entry point is what makes
+# SGLang's plugin loader find the detectors, exactly as after `pip install rtcompile`.
+site="$work/rtcompile-site"
+"$sglang_venv/bin/python" -m pip install --quiet --no-deps --no-cache-dir --target "$site" .
+CI=true RTCOMPILE_REQUIRE_SGLANG=1 PYTHONPATH="$site" \
+    "$sglang_venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_sglang.py
