@@ -50,7 +50,7 @@ def test_every_bundled_template_with_a_chat_template_has_a_row():
 LOSSY_CALLS = {
     "llama4_pythonic": "string arguments are written unquoted and calls without the surrounding list",
     "llama3_2_pythonic": "string arguments are written unquoted",
-    "gemma3_pythonic": "no comma is written after an object or list argument",
+    "gemma3_pythonic": "no comma is written between a call's arguments",
 }
 
 
