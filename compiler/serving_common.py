@@ -215,7 +215,7 @@ def verbatim_tool_field(tool: dict) -> dict:
     as text (to a tool parser, or as content when tool parsing is off). A literal opener or closer
     is known; the text an open pattern matched is captured in `OPENER_GROUP` (a group around the
     pattern; the parser reports captures while the region is open, and the region's value has it
-    at its close); every closer becomes a lookbehind, so its text ends the region's own text."""
+    at its close)."""
     plain: dict[str, Any] = {key: tool[key] for key in ("repeats",) if key in tool}
     opener = tool.get("open")
     if isinstance(opener, str):
@@ -226,13 +226,17 @@ def verbatim_tool_field(tool: dict) -> dict:
         groups = regex.compile(plain["open_pattern"]).groupindex
         # every named group must be used by the transform (the compiler checks)
         plain["transform"] = {"text": "{content}", **{g: "{" + g + "}" for g in groups}}
-    # Every closer becomes a lookbehind: its text then ends the region's own text, so a closer is
-    # sent exactly when the model wrote it (a region cut off by the end of the output has none).
-    pattern = tool.get("close_pattern") or "|".join(
-        regex.escape(c) for c in literals(tool.get("close"))
-    )
-    if pattern:
-        plain["close_pattern"] = f"(?<=(?:{pattern}))"
+    # A literal closer stays: it is sent when its region closes by it (not when the output ends
+    # inside the region). Any other closer becomes a lookbehind, so its matched text ends the
+    # region's own text. (That costs: the parser then keeps its whole buffer for the unbounded
+    # lookbehind. A region_close that carried its closer's text would avoid it.)
+    close = tool.get("close")
+    if isinstance(close, str):
+        plain["close"] = close
+    else:
+        pattern = tool.get("close_pattern") or "|".join(regex.escape(c) for c in literals(close))
+        if pattern:
+            plain["close_pattern"] = f"(?<=(?:{pattern}))"
     return plain
 
 
@@ -257,6 +261,15 @@ def closers_ending_in_anchor(template: dict) -> dict[str, list[tuple[str, str]]]
 
 
 # ---- one generation -----------------------------------------------------------------------------
+
+
+def _merged(first: Routed, second: Routed) -> Routed:
+    text = dict(first.text)
+    for key, value in second.text.items():
+        text[key] = text.get(key, "") + value
+    return Routed(
+        text, first.calls + second.calls, first.failed + second.failed, first.closed + second.closed
+    )
 
 
 def _held_text(parser: Any) -> str:
@@ -359,13 +372,13 @@ class TemplateStream:
         }
         self._open_tool_text: list[str] = []
         self._verbatim_pending: list[str] | None = None  # a verbatim region whose opener is unknown
-        self.wrote = False
         self.finished = False
         self._closers = closers_ending_in_anchor(template) if complete_closers else {}
         self._tail_length = max(
             (len(closer) for pairs in self._closers.values() for closer, _ in pairs), default=0
         )
         self._tail = ""
+        self._parser_feed = self.recorder.parser.feed  # (no adapter in between: no calls to build)
         self._failed_seen = 0  # stream.errors already reported
         self._prompt_held = ""  # (set below, once the prefix's own events are routed)
         self._opener_cut = ""
@@ -392,7 +405,6 @@ class TemplateStream:
     def feed(self, text: str) -> Routed:
         if self.finished or not text:
             return Routed()
-        self.wrote = True
         recorder = self.recorder
         if self.stream is not None:
             recorder.events = _EMPTY
@@ -400,7 +412,7 @@ class TemplateStream:
             events = recorder.events
         else:
             deltas = _EMPTY
-            events = recorder.feed(text)
+            events = self._parser_feed(text)
         if self._tail_length:
             self._tail = (self._tail + text)[-self._tail_length :]
         if (
@@ -421,22 +433,18 @@ class TemplateStream:
             return Routed()
         self.finished = True
         recorder = self.recorder
-        events: list[dict] = []
-        deltas: list[dict] = []
+        routed = Routed()
         rest = self._closer_rest()
-        if rest:
-            if self.stream is not None:
-                recorder.events = _EMPTY
-                deltas = self.stream.feed(rest)
-                events = list(recorder.events)
-            else:
-                events = recorder.feed(rest)
+        if rest:  # a closer completed here is a closer the model wrote but for the anchor
+            routed = self.feed(rest)
+            self.finished = True
         if self.stream is not None:
-            deltas = deltas + self.stream.finish()
-            events = events + recorder.events
+            deltas = self.stream.finish()
+            events = recorder.events
         else:
-            events = events + recorder.finalize()[1]
-        return self._route(events, deltas, live=False)
+            deltas, events = [], recorder.finalize()[1]
+        # regions still open end here, without their closers
+        return _merged(routed, self._route(events, deltas, live=False, finalizing=True))
 
     def _closer_rest(self) -> str:
         if not self._tail_length:
@@ -448,7 +456,9 @@ class TemplateStream:
         return ""
 
     # ---- routing
-    def _route(self, events: list[dict], deltas: list[dict], *, live: bool) -> Routed:
+    def _route(
+        self, events: list[dict], deltas: list[dict], *, live: bool, finalizing: bool = False
+    ) -> Routed:
         pieces: dict[str, list[str]] = {}
         failed: list[int] = []
         closed: list[str] = []
@@ -467,7 +477,9 @@ class TemplateStream:
                 continue
             key = self.verbatim_keys.get(name)
             if key is not None:
-                self._verbatim(event, pieces.setdefault(key, []), live and position == last)
+                self._verbatim(
+                    event, pieces.setdefault(key, []), live and position == last, finalizing
+                )
                 continue
             if name == self.tool_field:
                 if kind == "region_chunk":
@@ -514,7 +526,7 @@ class TemplateStream:
         cut, self._opener_cut = self._opener_cut, ""
         return opener[len(cut) :] if cut and opener.startswith(cut) else opener
 
-    def _verbatim(self, event: dict, out: list[str], live_open: bool) -> None:
+    def _verbatim(self, event: dict, out: list[str], live_open: bool, finalizing: bool) -> None:
         """A verbatim region's text with its delimiters. The opener an open pattern matched is read
         from the parser's captures while the region is open, else from the region's value at its
         close; until then the region's text waits."""
@@ -544,3 +556,5 @@ class TemplateStream:
                 opener = value.get(OPENER_GROUP) if isinstance(value, dict) else None
                 out.append(self._cut_opener(opener or "") + "".join(self._verbatim_pending))
                 self._verbatim_pending = None
+            if not finalizing and isinstance(spec.get("close"), str):
+                out.append(spec["close"])  # (a lookbehind closer's text was the region's own)

@@ -214,6 +214,7 @@ class RtcompileReasoningDetector(ResponseTemplateReasoningDetector):
         self._stream = self._new_stream()
         self._pending_reasoning = ""  # stream_reasoning=False: sent when the region closes
         self._open_reasoning = ""  # force_nonempty_content: reasoning left open is content
+        self._plain = self.stream_reasoning and not self._force_nonempty_content
 
     def _new_stream(self) -> TemplateStream:
         plans = self.plans
@@ -238,7 +239,11 @@ class RtcompileReasoningDetector(ResponseTemplateReasoningDetector):
         return ReasoningStreamingParseResult(normal_text=normal, reasoning_text=reasoning)
 
     def parse_streaming_increment(self, new_text: str) -> ReasoningStreamingParseResult:
-        return self._result(self._stream.feed(new_text), at_end=False)
+        routed = self._stream.feed(new_text)
+        if self._plain and not routed.closed:  # the common case: text as it is written
+            text = routed.text
+            return ReasoningStreamingParseResult(text.get(_NORMAL), text.get(_REASONING))
+        return self._result(routed, at_end=False)
 
     def finish(self) -> ReasoningStreamingParseResult:
         return self._result(self._stream.finish(), at_end=True)
