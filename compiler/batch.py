@@ -122,12 +122,13 @@ class RowParser:
         self.timeout = timeout
         self._module = None
         self._anchor = None
+        self._tools_text = self._tools_value = None  # the last tools JSON string, decoded
 
     def __getstate__(self) -> dict:
         return {"template": self.template, "columns": self.columns, "errors": self.errors, "timeout": self.timeout}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _module=None, _anchor=None)
+        self.__dict__.update(state, _module=None, _anchor=None, _tools_text=None, _tools_value=None)
 
     @property
     def module(self):
@@ -154,9 +155,15 @@ class RowParser:
             return None, error_record(
                 "prefix_without_anchor", "the prompt does not contain the template's start anchor", columns.prefix
             )
-        tools, problem = _tools_value(tools, columns.tools)
-        if problem is not None:
-            return None, problem
+        if isinstance(tools, str) and tools == self._tools_text:  # most datasets repeat one tools string
+            tools = self._tools_value
+        else:
+            text_form = tools if isinstance(tools, str) else None
+            tools, problem = _tools_value(tools, columns.tools)
+            if problem is not None:
+                return None, problem
+            if text_form is not None:
+                self._tools_text, self._tools_value = text_form, tools
         if self.errors == "keep":
             try:
                 message = module.parse_response(text, prefix=prefix, tools=tools, errors="keep", timeout=self.timeout)

@@ -428,3 +428,18 @@ def test_jobs_one_runs_in_this_process_and_the_default_is_every_core(tmp_path, m
     batch.parse_file(source, tmp_path / "default.jsonl", QWEN3, progress=False)
     assert pools == [("spawn", 2)]  # clean workers that load the parser from its template
     assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "default.jsonl").read_bytes()
+
+
+def test_rows_with_different_tools_strings_each_get_their_own_schema():
+    as_integer = json.dumps(TOOLS)
+    as_string = json.dumps([{**TOOLS[0], "function": {**TOOLS[0]["function"], "parameters": {"type": "object", "properties": {"days": {"type": "string"}}}}}])
+    parser = batch.RowParser(QWEN3)
+    text = GOOD[1]["completion"]
+    for tools, days in [(as_integer, 3), (as_integer, 3), (as_string, "3"), (as_integer, 3), ("[broken", None)]:
+        message, error = parser.parse_row(text, PROMPT, tools)
+        if days is None:
+            assert message is None and error["kind"] == "tools_json"
+        else:
+            assert error is None
+            assert message["tool_calls"][0]["function"]["arguments"]["days"] == days
+            assert message == interpreter_parse(text, QWEN3, prefix=PROMPT, tools=json.loads(tools))
