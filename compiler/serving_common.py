@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import regex
@@ -268,7 +267,10 @@ def _merged(first: Routed, second: Routed) -> Routed:
     for key, value in second.text.items():
         text[key] = text.get(key, "") + value
     return Routed(
-        text, first.calls + second.calls, first.failed + second.failed, first.closed + second.closed
+        text,
+        [*first.calls, *second.calls],
+        [*first.failed, *second.failed],
+        first.closed + second.closed,
     )
 
 
@@ -309,18 +311,29 @@ class _RecordingParser:
         return getattr(self.parser, name)
 
 
-@dataclass
 class Routed:
     """What one chunk of output gives: `text[key]`, the raw text routed to each key (only keys with
     text); `calls`, OpenAI-style tool-call entries in order, each `{"index", "arguments"}` plus
     `"name"` on a call's first entry; `failed`, the indices of announced calls whose region failed
     to parse (their raw text went out as text under the tool field's fallback key); `closed`, the
-    fields a region of which closed."""
+    fields a region of which closed. (A plain class with slots: one is built per chunk.)"""
 
-    text: dict[str, str] = field(default_factory=dict)
-    calls: list[dict] = field(default_factory=list)
-    failed: list[int] = field(default_factory=list)
-    closed: tuple[str, ...] = ()  # the fields whose regions closed
+    __slots__ = ("text", "calls", "failed", "closed")
+
+    def __init__(
+        self,
+        text: dict[str, str] | None = None,
+        calls: list[dict] | tuple = (),
+        failed: list[int] | tuple = (),
+        closed: tuple[str, ...] = (),
+    ) -> None:
+        self.text = {} if text is None else text
+        self.calls = calls
+        self.failed = failed
+        self.closed = closed
+
+    def __repr__(self) -> str:
+        return f"Routed(text={self.text!r}, calls={self.calls!r}, failed={self.failed!r}, closed={self.closed!r})"
 
 
 _EMPTY: list = []
@@ -424,7 +437,7 @@ class TemplateStream:
             event = events[0]  # the common case: more text of one field
             key = self.text_keys.get(event["field"])
             if key is not None:
-                return Routed({key: event["text"]} if event["text"] else {})
+                return Routed({key: event["text"]}) if event["text"] else Routed()
         return self._route(events, deltas, live=True)
 
     def finish(self) -> Routed:

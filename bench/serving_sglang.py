@@ -1,0 +1,310 @@
+"""Serving benchmark for SGLang: the per-chunk cost of `parse_streaming_increment`, in the SGLang
+environment.
+
+    /var/cache/rtcompile-ci/sglang-0.5.23/bin/python -m bench.serving_sglang [--quick]
+        [--templates qwen3 qwen3_5] [--sizes 1K 16K 128K] [--json FILE]
+    # (rtcompile importable there: an editable install, or PYTHONPATH as .ci/sglang.sh sets it)
+
+For each workload (bench/workloads.py: long reasoning, some content, one to three tool calls,
+rendered in the model's own format) three pairs of SGLang detectors are fed the same token-like
+chunks as SGLang's chat serving feeds them: the reasoning parser's `parse_stream_chunk` per chunk,
+then the tool-call parser's on the normal text it returned, and both parsers' `parse_stream_end`
+at the end:
+
+- `sglang-template`: SGLang's `ResponseTemplateReasoningDetector` + `ResponseTemplateToolDetector`
+  (`--reasoning-parser response_template --tool-call-parser response_template`) on the bundled
+  template with its reasoning field named `thinking` (the only name it serves);
+- `rtcompile`: `--reasoning-parser rtcompile --tool-call-parser rtcompile` on the bundled template;
+- `sglang-handwritten`: SGLang's own detectors for the format (qwen3: `qwen3` + `hermes`;
+  qwen3_5: `qwen3` + `qwen3_coder`).
+
+Chunks are 1-6 characters (fixed-seed sizes), except that each special token (`<think>`,
+`<tool_call>`, ...) is a chunk of its own, as the engine delivers it.
+
+Method: one process, implementations interleaved (each repetition runs every implementation once,
+in a rotated order); the figure is the median over repetitions of process CPU time per chunk (wall
+time beside it). Constructing the parsers is not timed (SGLang builds them once per request).
+Before timing, each implementation's accumulated output (reasoning, normal text, calls with
+`json.loads` arguments) is compared with the generation that was rendered: `sglang-template` and
+`rtcompile` must give it back (the run stops otherwise); a hand-written pair that does not is
+marked in the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+from typing import Any
+
+from . import workloads
+
+TEMPLATES = ("qwen3", "qwen3_5")
+SIZES = ("1K", "16K", "128K")
+HANDWRITTEN = {"qwen3": ("qwen3", "hermes"), "qwen3_5": ("qwen3", "qwen3_coder")}
+SPECIAL_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_end|>", "<|im_start|>")
+IMPLEMENTATIONS = ("sglang-template", "rtcompile", "sglang-handwritten")
+END_OF_TURN = "<|im_end|>"  # the engine's stop token: servers cut it before the client sees it
+
+
+class Tokenizer:
+    """What the detectors read of a tokenizer: the template metadata (no vocabulary needed)."""
+
+    def __init__(self, response_template: dict | None):
+        self.response_template = response_template
+        self.init_kwargs: dict = {}
+        self.name_or_path = ""
+
+
+def token_chunks(text: str, seed: int) -> list[str]:
+    """Token-like chunks of 1-6 characters, every special token a chunk of its own."""
+    alternatives = "|".join(re.escape(s) for s in sorted(SPECIAL_TOKENS, key=len, reverse=True))
+    chunks: list[str] = []
+    for index, piece in enumerate(re.split(f"({alternatives})", text)):
+        if not piece:
+            continue
+        if index % 2:
+            chunks.append(piece)
+        else:
+            chunks.extend(workloads.chunk_text(piece, seed + index))
+    return chunks
+
+
+def thinking_copy(template: dict) -> dict:
+    copy = json.loads(json.dumps(template))
+    if "reasoning_content" in copy["fields"]:
+        copy["fields"]["thinking"] = copy["fields"].pop("reasoning_content")
+    return copy
+
+
+class Case:
+    """One workload, and how to build each implementation's pair of parsers for it."""
+
+    def __init__(self, name: str, size: str):
+        from sglang.srt.entrypoints.openai.protocol import Tool
+
+        from rtcompile.library import template_for
+
+        self.name, self.size = name, size
+        self.workload = workloads.build_workload(name, size)
+        self.chunks = token_chunks(self.workload.text, workloads.stable_seed("serving", name, size))
+        assert "".join(self.chunks) == self.workload.text
+        self.tools = [Tool.model_validate(tool) for tool in self.workload.tools]
+        template = template_for(name)
+        reasoning, tool = HANDWRITTEN[name]
+        # (reasoning parser name, tool parser name, tokenizer, extra ReasoningParser arguments)
+        self.setups: dict[str, tuple[str, str, Tokenizer, dict]] = {
+            "sglang-template": ("response_template", "response_template", Tokenizer(thinking_copy(template)), {}),
+            "rtcompile": ("rtcompile", "rtcompile", Tokenizer(template), {}),
+            # the prompt opened the reasoning block where it ends with <think>: as SGLang's serving
+            # tells the hand-written detector (force_reasoning)
+            "sglang-handwritten": (
+                reasoning,
+                tool,
+                Tokenizer(None),
+                {"force_reasoning": self.workload.prefix.rstrip().endswith("<think>")},
+            ),
+        }
+
+    def new_parsers(self, impl: str):
+        from sglang.srt.function_call.function_call_parser import FunctionCallParser
+        from sglang.srt.parser.reasoning_parser import ReasoningParser
+
+        reasoning, tool, tokenizer, extra = self.setups[impl]
+        prefix = self.workload.prefix
+        return (
+            ReasoningParser(reasoning, tokenizer=tokenizer, prefix=prefix, tool_call_parser_active=True, **extra),
+            FunctionCallParser(self.tools, tool, tokenizer=tokenizer, prefix=prefix),
+        )
+
+    def stream(self, parsers) -> list:
+        """SGLang's chat-serving loop, reduced to the parsing: what each chunk gives."""
+        reasoning_parser, tool_parser = parsers
+        reasoning_chunk, tool_chunk = reasoning_parser.parse_stream_chunk, tool_parser.parse_stream_chunk
+        out = []
+        for chunk in self.chunks:
+            reasoning, normal = reasoning_chunk(chunk)
+            if normal:
+                out.append((reasoning, *tool_chunk(normal)))
+            elif reasoning:
+                out.append((reasoning, "", ()))
+        reasoning, normal = reasoning_parser.parse_stream_end()
+        text, calls = tool_parser.parse_stream_chunk(normal) if normal else ("", [])
+        end_text, end_calls = tool_parser.parse_stream_end()
+        out.append((reasoning, text + end_text, [*calls, *end_calls]))
+        return out
+
+    def expected(self) -> dict:
+        generation = self.workload.generation
+        return {
+            "reasoning": generation.reasoning.strip(),
+            "content": generation.content.strip(),
+            "calls": [[name, arguments] for name, arguments in generation.calls],
+        }
+
+
+def accumulate(out: list) -> dict:
+    reasoning, content, calls = [], [], {}
+    for reasoning_text, normal_text, items in out:
+        reasoning.append(reasoning_text or "")
+        content.append(normal_text or "")
+        for item in items:
+            call = calls.setdefault(item.tool_index, ["", ""])
+            call[0] += item.name or ""
+            call[1] += item.parameters or ""
+    loaded = []
+    for index in sorted(calls):
+        name, arguments = calls[index]
+        try:
+            loaded.append([name, json.loads(arguments)])
+        except ValueError:
+            loaded.append([name, arguments])
+    content_text = "".join(content).strip()
+    if content_text.endswith(END_OF_TURN):
+        content_text = content_text[: -len(END_OF_TURN)].rstrip()
+    return {"reasoning": "".join(reasoning).strip(), "content": content_text, "calls": loaded}
+
+
+def check(case: Case) -> dict[str, bool]:
+    expected = case.expected()
+    matches = {}
+    for impl in IMPLEMENTATIONS:
+        view = accumulate(case.stream(case.new_parsers(impl)))
+        matches[impl] = view == expected
+        if not matches[impl] and impl != "sglang-handwritten":
+            raise SystemExit(
+                f"{case.name} {case.size}: {impl} does not give back the generation:\n"
+                f"{json.dumps(view)[:2000]}\nexpected\n{json.dumps(expected)[:2000]}"
+            )
+    return matches
+
+
+def sample(case: Case, impl: str) -> tuple[float, float]:
+    parsers = case.new_parsers(impl)
+    gc.collect()
+    cpu, wall = time.process_time(), time.perf_counter()
+    case.stream(parsers)
+    return time.process_time() - cpu, time.perf_counter() - wall
+
+
+def measure(case: Case, reps: int) -> dict[str, dict[str, float]]:
+    samples: dict[str, list[tuple[float, float]]] = {impl: [] for impl in IMPLEMENTATIONS}
+    order = list(IMPLEMENTATIONS)
+    for rep in range(reps):
+        for impl in order[rep % len(order) :] + order[: rep % len(order)]:
+            samples[impl].append(sample(case, impl))
+    per_chunk = 1e6 / len(case.chunks)
+    return {
+        impl: {
+            "cpu": statistics.median(s[0] for s in values) * per_chunk,
+            "wall": statistics.median(s[1] for s in values) * per_chunk,
+        }
+        for impl, values in samples.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.serving_sglang", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    parser.add_argument("--templates", nargs="+", choices=TEMPLATES, default=list(TEMPLATES))
+    parser.add_argument("--sizes", nargs="+", choices=SIZES, default=list(SIZES))
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    arguments = parser.parse_args(argv)
+    try:
+        import sglang.srt.function_call.function_call_parser  # noqa: F401
+        from sglang.srt.plugins import load_plugins
+        from sglang.version import __version__ as sglang_version
+    except ImportError:
+        print(
+            "python -m bench.serving_sglang needs sglang beside rtcompile: run it with the Python "
+            "of the SGLang environment .ci/sglang.sh builds (see the README's SGLang section)",
+            file=sys.stderr,
+        )
+        return 2
+
+    import rtcompile
+
+    load_plugins()  # as sglang serve does: registers rtcompile's detectors
+    reps = {"1K": 5, "16K": 5, "128K": 3} if arguments.quick else {"1K": 15, "16K": 9, "128K": 5}
+    results: dict[str, Any] = {
+        "environment": {
+            "python": platform.python_version(),
+            "sglang": sglang_version,
+            "rtcompile": rtcompile.__version__,
+            "cpus": os.cpu_count(),
+            "load_before": " ".join(f"{v:.2f}" for v in os.getloadavg()),
+        },
+        "cases": {},
+    }
+    for name in arguments.templates:
+        for size in arguments.sizes:
+            case = Case(name, size)
+            matches = check(case)
+            figures = measure(case, reps[size])
+            results["cases"][f"{name}:{size}"] = {
+                "chunks": len(case.chunks),
+                "chars": len(case.workload.text),
+                "figures": figures,
+                "handwritten_matches": matches["sglang-handwritten"],
+            }
+            print(f"  {name} {size}: {len(case.chunks)} chunks measured", file=sys.stderr, flush=True)
+    results["environment"]["load_after"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(render(results))
+    if arguments.json:
+        with open(arguments.json, "w", encoding="utf-8") as file:
+            json.dump(results, file, indent=1)
+    return 0
+
+
+def render(results: dict) -> str:
+    lines = [
+        "SGLang's streaming parsers (reasoning, then tool calls on the normal text): microseconds of "
+        "CPU per chunk (median; wall in brackets)",
+        "",
+        "| template | size | chunks | SGLang response template | rtcompile | SGLang hand-written | "
+        "rtcompile vs template | rtcompile vs hand-written |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    cases = results["cases"]
+    for key, case in cases.items():
+        name, size = key.split(":")
+        figures = case["figures"]
+        cells = [f"{figures[impl]['cpu']:.2f} ({figures[impl]['wall']:.2f})" for impl in IMPLEMENTATIONS]
+        if not case["handwritten_matches"]:
+            cells[2] += " *"
+        template_ratio = figures["sglang-template"]["cpu"] / figures["rtcompile"]["cpu"]
+        handwritten_ratio = figures["sglang-handwritten"]["cpu"] / figures["rtcompile"]["cpu"]
+        lines.append(
+            f"| {name} | {size} | {case['chunks']} | {' | '.join(cells)} | "
+            f"{template_ratio:.1f}x | {handwritten_ratio:.1f}x |"
+        )
+    lines.append("")
+    for name in dict.fromkeys(key.split(":")[0] for key in cases):
+        small, large = cases.get(f"{name}:16K"), cases.get(f"{name}:128K")
+        if small and large:
+            growth = {
+                impl: large["figures"][impl]["cpu"] / small["figures"][impl]["cpu"]
+                for impl in IMPLEMENTATIONS
+            }
+            lines.append(
+                f"{name}: growth 16K->128K per chunk: "
+                + ", ".join(f"{impl} {value:.2f}" for impl, value in growth.items())
+            )
+    if any(not case["handwritten_matches"] for case in cases.values()):
+        lines.append("* the hand-written pair's accumulated output differs from the generation")
+    env = results["environment"]
+    lines.append(
+        f"python {env['python']}, sglang {env['sglang']}, rtcompile {env['rtcompile']}, "
+        f"{env['cpus']} CPUs, load {env['load_before']} -> {env['load_after']}"
+    )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
