@@ -698,3 +698,13 @@ def test_a_stream_with_no_output_sends_nothing():
     request = parser.adjust_request(request_for(WEATHER))
     assert parser.parse_delta("", [], request, tokenizer.encode(QWEN3_PREFIX), finished=True) is None
     assert parser.parse("", request, True) == (None, None, None)
+
+
+def test_the_serving_benchmark_compares_parsers_that_agree():
+    """bench/serving.py's checks (run before anything is timed) on its 1K workloads: vLLM's class
+    and rtcompile both give back the generation that was rendered."""
+    from bench import serving
+
+    for name in serving.TEMPLATES:
+        matches = serving.check(serving.Case(name, "1K"))
+        assert matches["vllm-template"] and matches["rtcompile"], name

@@ -87,6 +87,7 @@ TOOL_FIELD = "tool_calls"
 REASONING_FIELDS = ("reasoning_content", "thinking")
 _SERVED_FIELDS = frozenset({CONTENT_FIELD, TOOL_FIELD, *REASONING_FIELDS})
 _OPENER_GROUP = "rtcompile_opener"
+_TOOL_TEXT = object()  # (`_Generation.text_keys`: a field whose text only the stream reads)
 
 
 # ---- the template ---------------------------------------------------------------------------------
@@ -362,21 +363,26 @@ def _decode(tokenizer: Any, token_ids: Sequence[int]) -> str:
 
 
 class _RecordingParser:
-    """The parser, as `OpenAIStream` sees it, keeping the events of its last call: the stream
-    builds the tool calls from them, `_Generation` routes their text."""
+    """The parser, as `OpenAIStream` sees it. `_Generation` feeds the parser itself and hands the
+    stream only the events it must see (`pending`: returned by the next `feed` instead of feeding
+    again); the events of `finalize` are kept for `_Generation` to route."""
 
-    __slots__ = ("parser", "events")
+    __slots__ = ("parser", "events", "pending")
 
     def __init__(self, parser: Any) -> None:
         self.parser = parser
         self.events: list[dict] = parser.initial_events
+        self.pending: list[dict] | None = None
 
     @property
     def initial_events(self) -> list[dict]:
         return self.parser.initial_events
 
     def feed(self, text: str) -> list[dict]:
-        self.events = events = self.parser.feed(text)
+        events, self.pending = self.pending, None
+        if events is None:
+            events = self.parser.feed(text)
+        self.events = events
         return events
 
     def finalize(self) -> tuple[dict, list[dict]]:
@@ -408,9 +414,8 @@ class _Generation:
     ) -> None:
         self.plan = plan
         self.new_tool_call_id = new_tool_call_id
-        self.recorder = _RecordingParser(
-            plan.module.ResponseParser(prefix, tools=tools or None, errors="keep")
-        )
+        self.parser = plan.module.ResponseParser(prefix, tools=tools or None, errors="keep")
+        self.recorder = _RecordingParser(self.parser)
         # Text fields are routed here (raw); the stream only builds the calls.
         self.stream = OpenAIStream(
             self.recorder,
@@ -434,35 +439,52 @@ class _Generation:
             (len(closer) for pairs in plan.closers_ending_in_anchor.values() for closer, _ in pairs),
             default=0,
         )
+        # feed's common case applies (not finished, and no tail of the output to keep)
+        self.fast = not self._tail_length
+        self.parser_feed = self.parser.feed
 
-    def feed(self, text: str, *, finished: bool) -> DeltaMessage | None:
+    def feed(self, text: str, finished: bool) -> DeltaMessage | None:
+        if not self.fast or finished or not text:
+            return self._feed(text, finished)
+        # the common case: more text of one region, of which the stream needs only tool text
+        self.wrote = True
+        events = self.parser.feed(text)
+        if not events:
+            return None
+        if len(events) == 1:
+            event = events[0]
+            if event["type"] == "region_chunk":
+                key = self.text_keys.get(event["field"], _TOOL_TEXT)
+                if key is not _TOOL_TEXT:
+                    chunk = event["text"]
+                    return _text_delta(key, chunk) if key is not None and chunk else None
+        return self.through_stream(text, events)
+
+    def through_stream(self, text: str, events: list[dict]) -> DeltaMessage | None:
+        """The parser's events for `text`, through the tool-call stream, as one message."""
+        self.recorder.pending = events
+        return self._message(events, self.stream.feed(text))
+
+    def _feed(self, text: str, finished: bool) -> DeltaMessage | None:
         if self.finished:
             return None
-        recorder = self.recorder
         if text:
             self.wrote = True
-            recorder.events = []
-            calls = self.stream.feed(text)
-            events = recorder.events
-            if not calls and len(events) == 1 and events[0]["type"] == "region_chunk":
-                # the common case: more text of one field
-                key = self.text_keys.get(events[0]["field"])
-                if key is not None and not finished:
-                    chunk = events[0]["text"]
-                    if not chunk:
-                        return None
-                    return DeltaMessage(content=chunk) if key == "content" else DeltaMessage(reasoning=chunk)
             if self._tail_length:
                 self.tail = (self.tail + text)[-self._tail_length :]
+            events = self.parser.feed(text)
+            self.recorder.pending = events
+            calls = self.stream.feed(text)
         else:
             calls, events = [], []
         if finished:
             self.finished = True
+            self.fast = False
             # vLLM finalizes only an output that wrote something; so does this.
             if self.wrote:
+                recorder = self.recorder
                 rest = self._closer_rest()
                 if rest:
-                    recorder.events = []
                     calls = calls + self.stream.feed(rest)
                     events = events + recorder.events
                 calls = calls + self.stream.finish()
@@ -573,6 +595,51 @@ def _delta_tool_call(call: dict) -> DeltaToolCall:
     )
 
 
+def _validated_text_delta(key: str, text: str) -> DeltaMessage:
+    return DeltaMessage(**{key: text})
+
+
+def _text_delta_factory() -> Any:
+    """A `DeltaMessage` of one text field, for the common chunk, made without pydantic's
+    validation (which costs several times the parse of the chunk): the instance state pydantic
+    itself builds for `DeltaMessage(content=text)`. Used only if, built both ways, the two are
+    equal and serialize alike (checked here, once, against the pydantic installed); otherwise
+    the validated constructor."""
+    new_instance = object.__new__
+    set_attribute = object.__setattr__
+
+    def text_delta(key: str, text: str) -> DeltaMessage:
+        message = new_instance(DeltaMessage)
+        state = {"role": None, "content": None, "reasoning": None, "tool_calls": []}
+        state[key] = text
+        set_attribute(message, "__dict__", state)
+        set_attribute(message, "__pydantic_fields_set__", {key})
+        set_attribute(message, "__pydantic_extra__", {})
+        set_attribute(message, "__pydantic_private__", None)
+        return message
+
+    try:
+        for key in ("content", "reasoning"):
+            fast, validated = text_delta(key, "x<y"), DeltaMessage(**{key: "x<y"})
+            same = (
+                fast == validated
+                and vars(fast) == vars(validated)
+                and fast.model_fields_set == validated.model_fields_set
+                and fast.__pydantic_extra__ == validated.__pydantic_extra__
+                and fast.model_dump_json(exclude_unset=True)
+                == validated.model_dump_json(exclude_unset=True)
+                and fast.model_dump_json() == validated.model_dump_json()
+            )
+            if not same:
+                return _validated_text_delta
+    except Exception:  # a pydantic whose instances are laid out otherwise
+        return _validated_text_delta
+    return text_delta
+
+
+_text_delta = _text_delta_factory()
+
+
 def _no_id(index: int) -> str:
     return ""
 
@@ -594,7 +661,9 @@ class _ReasoningTokenCounter:
         self.parser = plan.module.ResponseParser(prefix, errors="keep")
         self.token_ids: list[int] = []
         self.confirmed = 0
-        self.held = 0
+        self.held = 0  # tokens held back inside reasoning (counted until a closer arrives)
+        self.held_chars = 0  # how much of their text
+        self.written = 0  # reasoning text the last feed wrote
         self.open = False
         self.body_started = False  # the open reasoning region has text (or held text) already
         self._events(self.parser.initial_events)
@@ -613,18 +682,26 @@ class _ReasoningTokenCounter:
                 continue
             opened, wrote, closed = self._events(self.parser.feed(text))
             if wrote or (opened and closed):  # (an empty region inside the token counts it too)
-                self.confirmed += self.held + 1
-                self.held = 0
+                # the held tokens' text came out as reasoning; this token counts if more did
+                own = self.written > self.held_chars or not self.held or (opened and closed)
+                self.confirmed += self.held + own
+                self.held = self.held_chars = 0
             elif self.open and (not opened or not text.endswith(self.openers)):
                 # text held back (after the opener, when it opened here): it may start the closer
                 self.held += 1
+                self.held_chars += len(text) - (self._opener_end(text) if opened else 0)
                 self.body_started = True
             elif closed:
-                self.held = 0
+                self.held = self.held_chars = 0
         return self.confirmed + self.held
+
+    def _opener_end(self, text: str) -> int:
+        ends = [text.rfind(o) + len(o) for o in self.openers if o and o in text]
+        return max(ends, default=0)
 
     def _events(self, events: list[dict]) -> tuple[bool, bool, bool]:
         opened = wrote = closed = False
+        self.written = 0
         for event in events:
             if event["field"] != self.field:
                 continue
@@ -635,11 +712,12 @@ class _ReasoningTokenCounter:
             elif kind == "region_chunk":
                 if event["text"]:
                     wrote = self.body_started = True
+                    self.written += len(event["text"])
             else:
                 self.open = False
                 closed = True
                 if not wrote:
-                    self.held = 0
+                    self.held = self.held_chars = 0
         return opened, wrote, closed
 
 
@@ -857,7 +935,7 @@ class RtcompileParser(Parser):
         generation = self._new_generation(
             request, enable_auto_tools=enable_auto_tools, include_reasoning=True
         )
-        delta = generation.feed(model_output, finished=True)
+        delta = generation.feed(model_output, True)
         if delta is None:
             return None, None, None
         calls = [
@@ -880,6 +958,21 @@ class RtcompileParser(Parser):
         finished: bool,
     ) -> DeltaMessage | None:
         generation = self._generation
+        if generation is not None and generation.fast and delta_text and not finished:
+            # The hot path of a server, `_Generation.feed`'s common case inlined (one call less
+            # per token): more text of one region; the stream needs only tool-call text.
+            generation.wrote = True
+            events = generation.parser_feed(delta_text)
+            if not events:
+                return None
+            if len(events) == 1:
+                event = events[0]
+                if event["type"] == "region_chunk":
+                    key = generation.text_keys.get(event["field"], _TOOL_TEXT)
+                    if key is not _TOOL_TEXT:
+                        chunk = event["text"]
+                        return _text_delta(key, chunk) if key is not None and chunk else None
+            return generation.through_stream(delta_text, events)
         if generation is None:
             self._initialize_history_tool_call_cnt(request)
             if self._prompt_token_ids is None and prompt_token_ids is not None:
@@ -889,7 +982,7 @@ class RtcompileParser(Parser):
                 enable_auto_tools=self._enable_auto_tools,
                 include_reasoning=request.include_reasoning,
             )
-        return generation.feed(delta_text, finished=finished)
+        return generation.feed(delta_text, finished)
 
     def _new_generation(
         self, request: Any, *, enable_auto_tools: bool, include_reasoning: bool

@@ -1,0 +1,357 @@
+"""Serving benchmark: the per-chunk cost of vLLM's `parse_delta`, run in the vLLM environment.
+
+    python -m bench serving [--quick] [--templates qwen3 ...] [--sizes 1K 16K 128K] [--json FILE]
+    # with vllm installed beside rtcompile (the environment .ci/run builds:
+    #   PYTHONPATH=<rtcompile site> /var/cache/rtcompile-ci/vllm-<key>/bin/python -m bench serving)
+
+For each workload (bench/workloads.py: long reasoning, some content, one to three tool calls,
+rendered in the model's own format) three of vLLM's unified parsers are fed the same token-like
+chunks through `parse_delta`, exactly as vLLM's chat serving calls it (one call per engine step,
+`finished=True` on the last):
+
+- `vllm-template`: vLLM's `ResponseTemplateParser` (`--reasoning-parser hf --tool-call-parser hf`)
+  on the bundled template with its reasoning field named `thinking` (the only name it serves);
+- `rtcompile`: `RtcompileParser` (`--reasoning-parser rtcompile --tool-call-parser rtcompile`) on
+  the bundled template;
+- `vllm-handwritten`: vLLM's own parsers for the format (qwen3: `--reasoning-parser qwen3
+  --tool-call-parser hermes`; qwen3_5: `qwen3` + `qwen3_xml`; gemma4: `gemma4` + `gemma4`).
+
+Chunks are 1-6 characters (fixed-seed sizes), except that each special token of the model's
+tokenizer (`<think>`, `<tool_call>`, `<|channel>` ...) is one chunk of its own, with its own token
+id, as vLLM's engine delivers it (its hand-written parsers read special tokens by id).
+
+Method: one process, implementations interleaved (each repetition runs every implementation once,
+in a rotated order); the figure is the median over repetitions of process CPU time per chunk (wall
+time beside it). Parser construction is not timed (vLLM builds one per request). Before timing,
+each implementation's accumulated deltas (reasoning, content, calls with `json.loads` arguments)
+are compared with the generation that was rendered; `vllm-template` and `rtcompile` must match it
+(the run stops otherwise), a hand-written parser that does not is reported in the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any
+
+from . import workloads
+
+TEMPLATES = ("qwen3", "qwen3_5", "gemma4")
+SIZES = ("1K", "16K", "128K")
+HANDWRITTEN = {  # (reasoning parser, tool parser) of vLLM's own for the format
+    "qwen3": ("qwen3", "hermes"),
+    "qwen3_5": ("qwen3", "qwen3_xml"),
+    "gemma4": ("gemma4", "gemma4"),
+}
+SPECIAL_TOKENS = {  # added tokens of the models' tokenizers that occur in the outputs
+    "qwen3": ("<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_end|>", "<|im_start|>"),
+    "qwen3_5": ("<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_end|>", "<|im_start|>"),
+    "gemma4": (
+        "<|turn>", "<turn|>", "<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>",
+        "<|tool_response>", "<tool_response|>", '<|"|>', "<|think|>",
+    ),
+}
+IMPLEMENTATIONS = ("vllm-template", "rtcompile", "vllm-handwritten")
+
+
+class ChunkTokenizer:
+    """A tokenizer for the chunks: each special token has an id of its own, any other chunk text is
+    one token. What vLLM's parsers read of a tokenizer: vocab, encode, decode, the template."""
+
+    def __init__(self, specials: tuple[str, ...], response_template: dict | None):
+        self.response_template = response_template
+        self.init_kwargs: dict = {}
+        self.name_or_path = ""
+        self.texts: list[str] = list(specials)
+        self.vocab: dict[str, int] = {text: index for index, text in enumerate(specials)}
+        self.all_special_tokens = list(specials)
+        self.all_special_ids = list(range(len(specials)))
+
+    def id_of(self, text: str) -> int:
+        token = self.vocab.get(text)
+        if token is None:
+            token = self.vocab[text] = len(self.texts)
+            self.texts.append(text)
+        return token
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self.vocab)
+
+    def encode(self, text: str, add_special_tokens: bool = False, **_: Any) -> list[int]:
+        return [self.id_of(text)] if text else []
+
+    def decode(self, ids: Any, skip_special_tokens: bool = False, **_: Any) -> str:
+        return "".join(self.texts[i] for i in ids)
+
+    def convert_tokens_to_ids(self, tokens: Any) -> Any:
+        if isinstance(tokens, str):
+            return self.vocab.get(tokens)
+        return [self.vocab.get(token) for token in tokens]
+
+    def convert_ids_to_tokens(self, ids: Any, skip_special_tokens: bool = False) -> Any:
+        if isinstance(ids, int):
+            return self.texts[ids]
+        return [self.texts[i] for i in ids]
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+def token_chunks(text: str, specials: tuple[str, ...], seed: int) -> list[str]:
+    """bench's token-like chunks (1-6 characters), with every special token a chunk of its own."""
+    import re
+
+    pieces = re.split("(" + "|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)) + ")", text)
+    chunks: list[str] = []
+    for index, piece in enumerate(pieces):
+        if not piece:
+            continue
+        if index % 2:  # a special token
+            chunks.append(piece)
+        else:
+            chunks.extend(workloads.chunk_text(piece, seed + index))
+    return chunks
+
+
+def thinking_copy(template: dict) -> dict:
+    copy = json.loads(json.dumps(template))
+    if "reasoning_content" in copy["fields"]:
+        copy["fields"]["thinking"] = copy["fields"].pop("reasoning_content")
+    return copy
+
+
+class Case:
+    """One workload and the three parser classes, composed by vLLM's parser manager."""
+
+    def __init__(self, name: str, size: str):
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.parser.parser_manager import ParserManager
+
+        from rtcompile.library import template_for
+
+        self.name, self.size = name, size
+        workload = workloads.build_workload(name, size)
+        self.workload = workload
+        specials = SPECIAL_TOKENS[name]
+        self.chunks = token_chunks(workload.text, specials, workloads.stable_seed("serving", name, size))
+        assert "".join(self.chunks) == workload.text
+        template = template_for(name)
+        self.request = ChatCompletionRequest(
+            messages=[{"role": "user", "content": workloads.USER_QUERY}],
+            model="bench",
+            tools=workload.tools,
+        )
+
+        def compose(reasoning: str, tool: str, tokenizer: ChunkTokenizer):
+            return ParserManager.get_parser(
+                tool_parser_name=tool,
+                reasoning_parser_name=reasoning,
+                enable_auto_tools=True,
+                model_name="bench",
+                tokenizer=tokenizer,
+            )
+
+        self.parsers: dict[str, tuple[type, ChunkTokenizer]] = {}
+        tokenizer = ChunkTokenizer(specials, thinking_copy(template))
+        self.parsers["vllm-template"] = (compose("hf", "hf", tokenizer), tokenizer)
+        tokenizer = ChunkTokenizer(specials, template)
+        self.parsers["rtcompile"] = (compose("rtcompile", "rtcompile", tokenizer), tokenizer)
+        reasoning, tool = HANDWRITTEN[name]
+        tokenizer = ChunkTokenizer(specials, None)
+        self.parsers["vllm-handwritten"] = (compose(reasoning, tool, tokenizer), tokenizer)
+        self.token_ids = {
+            impl: [[tok.id_of(chunk)] for chunk in self.chunks] for impl, (_, tok) in self.parsers.items()
+        }
+        self.prompt_ids = {impl: tok.encode(workload.prefix) for impl, (_, tok) in self.parsers.items()}
+
+    def new_parser(self, impl: str):
+        cls, tokenizer = self.parsers[impl]
+        parser = cls(tokenizer, self.request.tools, chat_template_kwargs={})
+        request = parser.adjust_request(self.request.model_copy())
+        parser.set_prompt_token_ids(self.prompt_ids[impl])
+        return parser, request
+
+    def stream(self, impl: str, parser, request) -> list:
+        chunks, ids, prompt = self.chunks, self.token_ids[impl], self.prompt_ids[impl]
+        last = len(chunks) - 1
+        parse_delta = parser.parse_delta
+        return [
+            parse_delta(chunk, ids[k], request, prompt, finished=k == last)
+            for k, chunk in enumerate(chunks)
+        ]
+
+    def expected(self) -> dict:
+        generation = self.workload.generation
+        return {
+            "reasoning": generation.reasoning.strip(),
+            "content": generation.content.strip(),
+            "calls": [[name, arguments] for name, arguments in generation.calls],
+        }
+
+
+def accumulate(deltas: list) -> dict:
+    reasoning, content, calls = [], [], {}
+    for delta in deltas:
+        if delta is None:
+            continue
+        reasoning.append(delta.reasoning or "")
+        content.append(delta.content or "")
+        for entry in delta.tool_calls or ():
+            call = calls.setdefault(entry.index, ["", ""])
+            if entry.function is not None:
+                call[0] += entry.function.name or ""
+                call[1] += entry.function.arguments or ""
+    loaded = []
+    for index in sorted(calls):
+        name, arguments = calls[index]
+        try:
+            loaded.append([name, json.loads(arguments)])
+        except ValueError:
+            loaded.append([name, arguments])
+    return {"reasoning": "".join(reasoning).strip(), "content": "".join(content).strip(), "calls": loaded}
+
+
+def check(case: Case) -> dict[str, bool]:
+    expected = case.expected()
+    matches = {}
+    for impl in IMPLEMENTATIONS:
+        parser, request = case.new_parser(impl)
+        view = accumulate(case.stream(impl, parser, request))
+        matches[impl] = view == expected
+        if not matches[impl] and impl != "vllm-handwritten":
+            raise SystemExit(
+                f"{case.name} {case.size}: {impl} does not give back the generation:\n"
+                f"{json.dumps(view)[:2000]}\nexpected\n{json.dumps(expected)[:2000]}"
+            )
+    return matches
+
+
+def sample(case: Case, impl: str) -> tuple[float, float]:
+    parser, request = case.new_parser(impl)
+    gc.collect()
+    cpu, wall = time.process_time(), time.perf_counter()
+    case.stream(impl, parser, request)
+    return time.process_time() - cpu, time.perf_counter() - wall
+
+
+def measure(case: Case, reps: int) -> dict[str, dict[str, float]]:
+    samples: dict[str, list[tuple[float, float]]] = {impl: [] for impl in IMPLEMENTATIONS}
+    order = list(IMPLEMENTATIONS)
+    for rep in range(reps):
+        for impl in order[rep % len(order) :] + order[: rep % len(order)]:
+            samples[impl].append(sample(case, impl))
+    per_chunk = 1e6 / len(case.chunks)
+    return {
+        impl: {
+            "cpu": statistics.median(s[0] for s in values) * per_chunk,
+            "wall": statistics.median(s[1] for s in values) * per_chunk,
+        }
+        for impl, values in samples.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench serving", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    parser.add_argument("--templates", nargs="+", choices=TEMPLATES, default=list(TEMPLATES))
+    parser.add_argument("--sizes", nargs="+", choices=SIZES, default=list(SIZES))
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    arguments = parser.parse_args(argv)
+    try:
+        import vllm
+        import vllm.plugins
+    except ImportError:
+        print(
+            "python -m bench serving needs vllm beside rtcompile: run it with the Python of the "
+            "vLLM environment .ci/run builds (see the README's vLLM section)",
+            file=sys.stderr,
+        )
+        return 2
+
+    import rtcompile
+
+    vllm.plugins.load_general_plugins()  # as vllm serve does: registers rtcompile's parsers
+    reps = {"1K": 5, "16K": 5, "128K": 3} if arguments.quick else {"1K": 15, "16K": 9, "128K": 5}
+    results: dict[str, Any] = {
+        "environment": {
+            "python": platform.python_version(),
+            "vllm": vllm.__version__,
+            "rtcompile": rtcompile.__version__,
+            "cpus": os.cpu_count(),
+            "load_before": " ".join(f"{v:.2f}" for v in os.getloadavg()),
+        },
+        "cases": {},
+    }
+    for name in arguments.templates:
+        for size in arguments.sizes:
+            case = Case(name, size)
+            matches = check(case)
+            figures = measure(case, reps[size])
+            results["cases"][f"{name}:{size}"] = {
+                "chunks": len(case.chunks),
+                "chars": len(case.workload.text),
+                "figures": figures,
+                "handwritten_matches": matches["vllm-handwritten"],
+            }
+            print(f"  {name} {size}: {len(case.chunks)} chunks measured", file=sys.stderr, flush=True)
+    results["environment"]["load_after"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(render(results))
+    if arguments.json:
+        with open(arguments.json, "w", encoding="utf-8") as file:
+            json.dump(results, file, indent=1)
+    return 0
+
+
+def render(results: dict) -> str:
+    lines = [
+        "parse_delta in vLLM's chat-serving loop: microseconds of CPU per chunk (median; wall in brackets)",
+        "",
+        "| template | size | chunks | vLLM response template | rtcompile | vLLM hand-written | "
+        "rtcompile vs template | rtcompile vs hand-written |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    cases = results["cases"]
+    for key, case in cases.items():
+        name, size = key.split(":")
+        f = case["figures"]
+        cells = [
+            f"{f[impl]['cpu']:.2f} ({f[impl]['wall']:.2f})" for impl in IMPLEMENTATIONS
+        ]
+        if not case["handwritten_matches"]:
+            cells[2] += " *"
+        template_ratio = f["vllm-template"]["cpu"] / f["rtcompile"]["cpu"]
+        handwritten_ratio = f["vllm-handwritten"]["cpu"] / f["rtcompile"]["cpu"]
+        lines.append(
+            f"| {name} | {size} | {case['chunks']} | {' | '.join(cells)} | "
+            f"{template_ratio:.1f}x | {handwritten_ratio:.1f}x |"
+        )
+    lines.append("")
+    for name in dict.fromkeys(key.split(":")[0] for key in cases):
+        small, large = cases.get(f"{name}:16K"), cases.get(f"{name}:128K")
+        if small and large:
+            growth = {
+                impl: large["figures"][impl]["cpu"] / small["figures"][impl]["cpu"]
+                for impl in IMPLEMENTATIONS
+            }
+            lines.append(
+                f"{name}: growth 16K->128K per chunk: "
+                + ", ".join(f"{impl} {value:.2f}" for impl, value in growth.items())
+            )
+    if any(not case["handwritten_matches"] for case in cases.values()):
+        lines.append("* the hand-written parser's accumulated deltas differ from the generation")
+    env = results["environment"]
+    lines.append(
+        f"\nvllm {env['vllm']}, rtcompile {env['rtcompile']}, Python {env['python']}, "
+        f"{env['cpus']} CPUs, load {env['load_before']} -> {env['load_after']}"
+    )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
