@@ -1186,6 +1186,11 @@ def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serving"]:  # vLLM's parse_delta, in the vLLM environment (bench/serving.py)
+        from . import serving
+
+        return serving.main(argv[1:])
     arguments = parse_arguments(argv)
     started = time.perf_counter()
     try:
