@@ -225,17 +225,17 @@ def verbatim_tool_field(tool: dict) -> dict:
         groups = regex.compile(plain["open_pattern"]).groupindex
         # every named group must be used by the transform (the compiler checks)
         plain["transform"] = {"text": "{content}", **{g: "{" + g + "}" for g in groups}}
-    # A literal closer stays: it is sent when its region closes by it (not when the output ends
-    # inside the region). Any other closer becomes a lookbehind, so its matched text ends the
-    # region's own text. (That costs: the parser then keeps its whole buffer for the unbounded
-    # lookbehind. A region_close that carried its closer's text would avoid it.)
+    # The closer stays as it is: a literal one is sent when its region closes by it (not when the
+    # output ends inside the region); what a pattern matched is read back from the output
+    # (`TemplateStream`). (A lookbehind closer, whose text would end the region's own text, would
+    # make the parser keep its whole buffer: an unbounded lookbehind.)
     close = tool.get("close")
     if isinstance(close, str):
         plain["close"] = close
     else:
         pattern = tool.get("close_pattern") or "|".join(regex.escape(c) for c in literals(close))
         if pattern:
-            plain["close_pattern"] = f"(?<=(?:{pattern}))"
+            plain["close_pattern"] = pattern
     return plain
 
 
@@ -383,6 +383,23 @@ class TemplateStream:
         self._verbatim_spec = {
             name: template["fields"][name] for name in self.verbatim_keys
         }
+        # Verbatim regions closed by a pattern: the text fed since the region opened (with what the
+        # parser held back before), its opener and body, to read the closer's text back at close.
+        self._close_res = {
+            name: regex.compile(spec["close_pattern"])
+            for name, spec in self._verbatim_spec.items()
+            if "close_pattern" in spec
+        }
+        self._raw: list[str] | None = None
+        self._unread_at_end = ""
+        self._feeds = 0  # feeds so far, and the feed whose raw text a closer was last read from
+        self._searched_feed = -1
+        self._searched_from = 0
+        self._searched_end = 0
+        self._held_before = ""
+        self._fed = ""
+        self._opener_text = ""
+        self._body: list[str] = []
         self._open_tool_text: list[str] = []
         self._verbatim_pending: list[str] | None = None  # a verbatim region whose opener is unknown
         self.finished = False
@@ -424,6 +441,12 @@ class TemplateStream:
             deltas = self.stream.feed(text)
             events = recorder.events
         else:
+            if self._close_res:
+                self._held_before = _held_text(self.recorder.parser)
+                if self._raw is not None:
+                    self._raw.append(text)
+                self._fed = text
+                self._feeds += 1
             deltas = _EMPTY
             events = self._parser_feed(text)
         if self._tail_length:
@@ -451,6 +474,7 @@ class TemplateStream:
         if rest:  # a closer completed here is a closer the model wrote but for the anchor
             routed = self.feed(rest)
             self.finished = True
+        self._unread_at_end = _held_text(recorder.parser)
         if self.stream is not None:
             deltas = self.stream.finish()
             events = recorder.events
@@ -535,6 +559,21 @@ class TemplateStream:
             self._opener_cut = held
         return event
 
+    def _closer_text(self, close_re: Any) -> str:
+        """What the closer pattern matched: the output fed since the region opened holds its opener
+        and its body, and the closer right after them."""
+        raw = "".join(self._raw or ())
+        written = self._opener_text + "".join(self._body)
+        start = raw.find(written, self._searched_from)
+        if start < 0:  # (an opener written in the prompt: the closer's text is not known)
+            return ""
+        match = close_re.match(raw, start + len(written))
+        end = match.end() if match else start + len(written)
+        # a region opened later in the same feed is searched for after this one
+        self._searched_end = end - (len(raw) - len(self._fed))  # (relative to this feed's text)
+        self._searched_feed = self._feeds
+        return match.group() if match else ""
+
     def _cut_opener(self, opener: str) -> str:
         cut, self._opener_cut = self._opener_cut, ""
         return opener[len(cut) :] if cut and opener.startswith(cut) else opener
@@ -545,7 +584,15 @@ class TemplateStream:
         close; until then the region's text waits."""
         spec = self._verbatim_spec[event["field"]]
         kind = event["type"]
+        close_re = self._close_res.get(event["field"])
         if kind == "region_open":
+            if close_re is not None:
+                self._searched_from = 0
+                if self._searched_feed == self._feeds:  # after a region closed in this same feed
+                    self._searched_from = max(0, len(self._held_before) + self._searched_end)
+                self._raw = [self._held_before, self._fed]
+                self._body = []
+                self._opener_text = spec.get("open", "")
             if "open" in spec:
                 out.append(spec["open"])
                 self._verbatim_pending = None
@@ -554,11 +601,14 @@ class TemplateStream:
             captures = self.recorder.region_captures if live else {}
             opener = captures.get(OPENER_GROUP)
             if isinstance(opener, str):
+                self._opener_text = opener
                 out.append(self._cut_opener(opener))
                 self._verbatim_pending = None
             else:
                 self._verbatim_pending = []
         elif kind == "region_chunk":
+            if close_re is not None:
+                self._body.append(event["text"])
             if self._verbatim_pending is not None:
                 self._verbatim_pending.append(event["text"])
             else:
@@ -567,7 +617,13 @@ class TemplateStream:
             if self._verbatim_pending is not None:
                 value = event.get("value")
                 opener = value.get(OPENER_GROUP) if isinstance(value, dict) else None
+                self._opener_text = opener or ""
                 out.append(self._cut_opener(opener or "") + "".join(self._verbatim_pending))
                 self._verbatim_pending = None
-            if not finalizing and isinstance(spec.get("close"), str):
-                out.append(spec["close"])  # (a lookbehind closer's text was the region's own)
+            if close_re is not None:  # (at the end too: the parser may hold a closer back)
+                out.append(self._closer_text(close_re))
+                self._raw = None
+            elif isinstance(spec.get("close"), str):
+                # closed by its closer, or at the end with the closer held back unread
+                if not finalizing or self._unread_at_end.startswith(spec["close"]):
+                    out.append(spec["close"])

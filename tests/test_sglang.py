@@ -455,3 +455,35 @@ def test_prefilled_reasoning_and_the_tool_call_text_the_reasoning_parser_passes_
     ours = reasoning_whole("rtcompile", Tokenizer(template), prefix, text)
     assert ours == reasoning_whole("response_template", Tokenizer(thinking_copy(template)), prefix, text)
     assert QWEN3_CALL in ours[1]
+
+
+QWEN3_5_CALL = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        # a pattern closer, read back from the output; two identical calls in one chunk
+        ("qwen3_5", "plan\n</think>\n\nOK." + "\n" + QWEN3_5_CALL + "\n" + QWEN3_5_CALL + "<|im_end|>"),
+        # two identical calls in one chunk, closed by a lookahead then by '</s>'
+        ("ministral3", "[TOOL_CALLS]get_weather[ARGS]{}[TOOL_CALLS]get_weather[ARGS]{}</s>"),
+        # a closer the parser holds back at the end of the output
+        ("llama3_json", '{"name": "get_weather", "parameters": {"city": "Paris"}}<|eot_id|>'),
+        # a literal closer at the very end
+        ("qwen3", "<think>a</think>b\n" + QWEN3_CALL),
+    ],
+)
+def test_tool_call_text_passes_through_the_reasoning_detector_with_its_closer(name, text):
+    template = template_for(name)
+    prefix = {
+        "qwen3_5": QWEN3_PREFIX + "<think>\n",
+        "llama3_json": "<|start_header_id|>assistant<|end_header_id|>\n\n",
+        "qwen3": QWEN3_PREFIX,
+        "ministral3": "[/INST]",
+    }[name]
+    ours = reasoning_whole("rtcompile", Tokenizer(template), prefix, text)
+    theirs = reasoning_whole("response_template", Tokenizer(thinking_copy(template)), prefix, text)
+    assert ours == theirs
+    for size in (1, 3, len(text)):
+        chunks = [text[i : i + size] for i in range(0, len(text), size)]
+        assert reasoning_streamed("rtcompile", Tokenizer(template), prefix, chunks) == theirs
