@@ -451,6 +451,8 @@ class TemplateStream:
             events = self._parser_feed(text)
         if self._tail_length:
             self._tail = (self._tail + text)[-self._tail_length :]
+        if not events and not deltas:
+            return Routed()  # all held back (a possible delimiter), or nothing to route
         if (
             not deltas
             and len(events) == 1

@@ -370,6 +370,8 @@ class RtcompileToolDetector(ResponseTemplateToolDetector):
         return accepted
 
     def _emit(self, routed) -> ToolStreamingParseResult:
+        if not routed.calls and not routed.failed and not routed.closed:  # text, or nothing
+            return ToolStreamingParseResult(normal_text=routed.text.get(_NORMAL, ""))
         items: list[ToolCallItem] = []
         slots = self._call_slots
         for entry in routed.calls:
