@@ -487,3 +487,30 @@ def test_tool_call_text_passes_through_the_reasoning_detector_with_its_closer(na
     for size in (1, 3, len(text)):
         chunks = [text[i : i + size] for i in range(0, len(text), size)]
         assert reasoning_streamed("rtcompile", Tokenizer(template), prefix, chunks) == theirs
+
+
+@pytest.mark.parametrize("text", ["<think>only reasoning", "<think>a</think>", "<think>a</think>b"])
+def test_force_nonempty_content_as_sglangs_detector(text):
+    """A request with force_nonempty_content: reasoning stands in for missing content (one-shot),
+    and reasoning the stream leaves open comes back as content at its end."""
+    from sglang.srt.parser.response_template import ResponseTemplateReasoningDetector
+
+    template = template_for("qwen3")
+    ours = RtcompileReasoningDetector(
+        tokenizer=Tokenizer(template), prefix=QWEN3_PREFIX, force_nonempty_content=True
+    )
+    theirs = ResponseTemplateReasoningDetector(
+        tokenizer=Tokenizer(thinking_copy(template)), prefix=QWEN3_PREFIX, force_nonempty_content=True
+    )
+
+    def whole(detector):
+        result = detector.detect_and_parse(text)
+        return result.reasoning_text, result.normal_text
+
+    def streamed(detector):
+        results = [detector.parse_streaming_increment(c) for c in (text[:5], text[5:])]
+        results.append(detector.finish())
+        return [(r.reasoning_text, r.normal_text) for r in results]
+
+    assert whole(ours) == whole(theirs)
+    assert streamed(ours) == streamed(theirs)
