@@ -425,7 +425,7 @@ class TemplateStream:
         self._prompt_held = _held_text(self.recorder.parser)
         self._initial: Routed | None = Routed(calls=initial.calls)
 
-    def initial_region_text(self) -> Routed:
+    def from_prefix(self) -> Routed:
         """What the prefix gave (once; empty afterwards): only a call the prefix left open and
         whose name it wrote."""
         initial, self._initial = self._initial, None

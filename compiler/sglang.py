@@ -231,7 +231,7 @@ class RtcompileReasoningDetector(ResponseTemplateReasoningDetector):
 
     def detect_and_parse(self, text: str) -> ReasoningStreamingParseResult:
         stream = self._new_stream()
-        routed = [stream.initial_region_text(), stream.feed(text), stream.finish()]
+        routed = [stream.from_prefix(), stream.feed(text), stream.finish()]
         reasoning = "".join(r.text.get(_REASONING, "") for r in routed)
         normal = "".join(r.text.get(_NORMAL, "") for r in routed)
         if self._force_nonempty_content and not normal:
@@ -325,7 +325,7 @@ class RtcompileToolDetector(ResponseTemplateToolDetector):
         calls: dict[int, ToolCallItem] = {}
         slots: dict[int, int | None] = {}
         normal = []
-        for routed in (stream.initial_region_text(), stream.feed(text), stream.finish()):
+        for routed in (stream.from_prefix(), stream.feed(text), stream.finish()):
             normal.append(routed.text.get(_NORMAL, ""))
             for entry in routed.calls:
                 if "name" in entry:
@@ -344,7 +344,7 @@ class RtcompileToolDetector(ResponseTemplateToolDetector):
         if self._stream is None:
             self._stream = self._new_stream(tools)
             self._tool_indices = self._get_tool_indices(tools)
-            first = self._emit(self._stream.initial_region_text())
+            first = self._emit(self._stream.from_prefix())
             rest = self._emit(self._stream.feed(new_text))
             return ToolStreamingParseResult(
                 normal_text=first.normal_text + rest.normal_text, calls=first.calls + rest.calls
@@ -352,9 +352,14 @@ class RtcompileToolDetector(ResponseTemplateToolDetector):
         return self._emit(self._stream.feed(new_text))
 
     def finish(self, tools: list) -> ToolStreamingParseResult:
-        if self._stream is None:
+        if self._stream is None:  # nothing was streamed: the prefix alone, then the end
             self._stream = self._new_stream(tools)
             self._tool_indices = self._get_tool_indices(tools)
+            first = self._emit(self._stream.from_prefix())
+            rest = self._emit(self._stream.finish())
+            return ToolStreamingParseResult(
+                normal_text=first.normal_text + rest.normal_text, calls=first.calls + rest.calls
+            )
         return self._emit(self._stream.finish())
 
     def _accepted_names(self, tools: list):
