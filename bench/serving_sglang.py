@@ -48,7 +48,14 @@ from . import workloads
 TEMPLATES = ("qwen3", "qwen3_5")
 SIZES = ("1K", "16K", "128K")
 HANDWRITTEN = {"qwen3": ("qwen3", "hermes"), "qwen3_5": ("qwen3", "qwen3_coder")}
-SPECIAL_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_end|>", "<|im_start|>")
+SPECIAL_TOKENS = (
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|im_end|>",
+    "<|im_start|>",
+)
 IMPLEMENTATIONS = ("sglang-template", "rtcompile", "sglang-handwritten")
 END_OF_TURN = "<|im_end|>"  # the engine's stop token: servers cut it before the client sees it
 
@@ -100,7 +107,12 @@ class Case:
         reasoning, tool = HANDWRITTEN[name]
         # (reasoning parser name, tool parser name, tokenizer, extra ReasoningParser arguments)
         self.setups: dict[str, tuple[str, str, Tokenizer, dict]] = {
-            "sglang-template": ("response_template", "response_template", Tokenizer(thinking_copy(template)), {}),
+            "sglang-template": (
+                "response_template",
+                "response_template",
+                Tokenizer(thinking_copy(template)),
+                {},
+            ),
             "rtcompile": ("rtcompile", "rtcompile", Tokenizer(template), {}),
             # the prompt opened the reasoning block where it ends with <think>: as SGLang's serving
             # tells the hand-written detector (force_reasoning)
@@ -119,14 +131,19 @@ class Case:
         reasoning, tool, tokenizer, extra = self.setups[impl]
         prefix = self.workload.prefix
         return (
-            ReasoningParser(reasoning, tokenizer=tokenizer, prefix=prefix, tool_call_parser_active=True, **extra),
+            ReasoningParser(
+                reasoning, tokenizer=tokenizer, prefix=prefix, tool_call_parser_active=True, **extra
+            ),
             FunctionCallParser(self.tools, tool, tokenizer=tokenizer, prefix=prefix),
         )
 
     def stream(self, parsers) -> list:
         """SGLang's chat-serving loop, reduced to the parsing: what each chunk gives."""
         reasoning_parser, tool_parser = parsers
-        reasoning_chunk, tool_chunk = reasoning_parser.parse_stream_chunk, tool_parser.parse_stream_chunk
+        reasoning_chunk, tool_chunk = (
+            reasoning_parser.parse_stream_chunk,
+            tool_parser.parse_stream_chunk,
+        )
         out = []
         for chunk in self.chunks:
             reasoning, normal = reasoning_chunk(chunk)
@@ -210,7 +227,9 @@ def measure(case: Case, reps: int) -> dict[str, dict[str, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.serving_sglang", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.serving_sglang", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
     parser.add_argument("--templates", nargs="+", choices=TEMPLATES, default=list(TEMPLATES))
     parser.add_argument("--sizes", nargs="+", choices=SIZES, default=list(SIZES))
@@ -253,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
                 "figures": figures,
                 "handwritten_matches": matches["sglang-handwritten"],
             }
-            print(f"  {name} {size}: {len(case.chunks)} chunks measured", file=sys.stderr, flush=True)
+            print(
+                f"  {name} {size}: {len(case.chunks)} chunks measured", file=sys.stderr, flush=True
+            )
     results["environment"]["load_after"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
     print(render(results))
     if arguments.json:
@@ -275,7 +296,9 @@ def render(results: dict) -> str:
     for key, case in cases.items():
         name, size = key.split(":")
         figures = case["figures"]
-        cells = [f"{figures[impl]['cpu']:.2f} ({figures[impl]['wall']:.2f})" for impl in IMPLEMENTATIONS]
+        cells = [
+            f"{figures[impl]['cpu']:.2f} ({figures[impl]['wall']:.2f})" for impl in IMPLEMENTATIONS
+        ]
         if not case["handwritten_matches"]:
             cells[2] += " *"
         template_ratio = figures["sglang-template"]["cpu"] / figures["rtcompile"]["cpu"]

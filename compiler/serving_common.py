@@ -380,9 +380,7 @@ class TemplateStream:
                 tool_calls_field=self.tool_field,
                 call_id=lambda index: "",  # ids are the server's business
             )
-        self._verbatim_spec = {
-            name: template["fields"][name] for name in self.verbatim_keys
-        }
+        self._verbatim_spec = {name: template["fields"][name] for name in self.verbatim_keys}
         # Verbatim regions closed by a pattern: the text fed since the region opened (with what the
         # parser held back before), its opener and body, to read the closer's text back at close.
         self._close_res = {

@@ -91,7 +91,10 @@ def register() -> None:
 
     ReasoningParser.DetectorMap[PARSER_NAME] = RtcompileReasoningDetector
     FunctionCallParser.ToolCallParserEnum[PARSER_NAME] = RtcompileToolDetector
-    for names in (reasoning_parser_names.REASONING_PARSER_NAMES, parser_names.TOOL_CALL_PARSER_NAMES):
+    for names in (
+        reasoning_parser_names.REASONING_PARSER_NAMES,
+        parser_names.TOOL_CALL_PARSER_NAMES,
+    ):
         if PARSER_NAME not in names:
             names.append(PARSER_NAME)
 
@@ -137,7 +140,9 @@ class _Plans:
         self.reasoning_field = served_fields(template)
         fields = template["fields"]
         anchors = {
-            key: template[key] for key in ("start_anchor", "start_anchor_pattern") if key in template
+            key: template[key]
+            for key in ("start_anchor", "start_anchor_pattern")
+            if key in template
         }
         # The reasoning detector: reasoning apart, the rest normal text, tool calls verbatim (the
         # tool detector reads them from the normal text).
@@ -225,7 +230,9 @@ class RtcompileReasoningDetector(ResponseTemplateReasoningDetector):
             plans.reasoning,
             prefix=self._rtc_prefix,
             text_keys=keys,
-            verbatim_keys={TOOL_FIELD: _NORMAL} if TOOL_FIELD in plans.reasoning["fields"] else None,
+            verbatim_keys=(
+                {TOOL_FIELD: _NORMAL} if TOOL_FIELD in plans.reasoning["fields"] else None
+            ),
             module=plans.reasoning_module,
         )
 
@@ -390,7 +397,9 @@ class RtcompileToolDetector(ResponseTemplateToolDetector):
                     self.incomplete_tool_call_indices.add(slot)
                     self.current_tool_id = slot
                     self.current_tool_name_sent = True
-                    items.append(ToolCallItem(tool_index=slot, name=name, parameters=entry["arguments"]))
+                    items.append(
+                        ToolCallItem(tool_index=slot, name=name, parameters=entry["arguments"])
+                    )
                 else:
                     logger.warning("Model attempted to call undefined function: %s", name)
                     slots[index] = None
@@ -402,7 +411,9 @@ class RtcompileToolDetector(ResponseTemplateToolDetector):
             if items and items[-1].tool_index == slot:
                 items[-1].parameters += entry["arguments"]
             else:
-                items.append(ToolCallItem(tool_index=slot, name=None, parameters=entry["arguments"]))
+                items.append(
+                    ToolCallItem(tool_index=slot, name=None, parameters=entry["arguments"])
+                )
         self._failed_slots.update(slots.get(index) for index in routed.failed)
         if TOOL_FIELD in routed.closed:
             self._complete_calls()

@@ -96,7 +96,10 @@ def sglang_accepts(template: dict) -> bool:
 
 def sglang_tools(tools: list[dict]) -> list[Tool]:
     # a tool the model never calls keeps the list non-empty (no tools: no parsing at all)
-    spare = {"type": "function", "function": {"name": "never_called", "parameters": {"type": "object"}}}
+    spare = {
+        "type": "function",
+        "function": {"name": "never_called", "parameters": {"type": "object"}},
+    }
     return [Tool.model_validate(tool) for tool in [*tools, spare]]
 
 
@@ -144,7 +147,10 @@ def tools_streamed(name, tools, tokenizer, prefix, chunks, items=None) -> tuple[
                 call["name"] = item.name
             call["arguments"] += item.parameters
     assert sorted(calls) == list(range(len(calls))), "tool indices count up from 0"
-    view = [(index, calls[index]["name"], json.loads(calls[index]["arguments"])) for index in sorted(calls)]
+    view = [
+        (index, calls[index]["name"], json.loads(calls[index]["arguments"]))
+        for index in sorted(calls)
+    ]
     return "".join(normal), view
 
 
@@ -164,7 +170,9 @@ def test_sglangs_plugin_loader_registers_the_detectors():
     assert FunctionCallParser.ToolCallParserEnum["rtcompile"] is RtcompileToolDetector
     assert "rtcompile" in REASONING_PARSER_NAMES and "rtcompile" in TOOL_CALL_PARSER_NAMES
     tokenizer = Tokenizer(template_for("qwen3"))
-    assert isinstance(ReasoningParser("rtcompile", tokenizer=tokenizer).detector, RtcompileReasoningDetector)
+    assert isinstance(
+        ReasoningParser("rtcompile", tokenizer=tokenizer).detector, RtcompileReasoningDetector
+    )
     parser = FunctionCallParser(sglang_tools([]), "rtcompile", tokenizer=tokenizer, prefix="")
     assert isinstance(parser.detector, RtcompileToolDetector)
 
@@ -186,7 +194,9 @@ def test_a_fresh_process_gets_the_names_from_the_entry_point_alone():
         "assert ReasoningParser.DetectorMap['rtcompile'].__module__ == 'rtcompile.sglang'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
-    typo = code.replace("'--tool-call-parser', 'rtcompile'", "'--tool-call-parser', 'rtcompile-typo'")
+    typo = code.replace(
+        "'--tool-call-parser', 'rtcompile'", "'--tool-call-parser', 'rtcompile-typo'"
+    )
     failed = subprocess.run([sys.executable, "-c", typo], capture_output=True, text=True)
     assert failed.returncode != 0 and "invalid choice" in failed.stderr
 
@@ -299,8 +309,12 @@ def test_reasoning_normal_text_and_calls_equal_sglangs_detectors(name, data):
     assert tools_streamed("rtcompile", tools, ours_tokenizer, prefix, chunks) == ours_alone
 
     # the calls are the ones rtcompile's own parser finds in the output
-    message = rtcompile.parse_response(text, template, prefix=prefix, tools=tools_for(turn.calls) or None)
-    found = [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or ()]
+    message = rtcompile.parse_response(
+        text, template, prefix=prefix, tools=tools_for(turn.calls) or None
+    )
+    found = [
+        (c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or ()
+    ]
     if all(call_name in {t.function.name for t in tools} for call_name, _ in found):
         assert [(n, a) for _, n, a in ours_calls[1]] == found
 
@@ -309,10 +323,15 @@ def test_reasoning_normal_text_and_calls_equal_sglangs_detectors(name, data):
     if has_reasoning:
         theirs_reasoning = reasoning_whole("response_template", theirs_tokenizer, prefix, text)
         assert ours_reasoning == theirs_reasoning
-        assert reasoning_streamed("response_template", theirs_tokenizer, prefix, chunks) == ours_reasoning
+        assert (
+            reasoning_streamed("response_template", theirs_tokenizer, prefix, chunks)
+            == ours_reasoning
+        )
     theirs_calls = tools_whole("response_template", tools, theirs_tokenizer, prefix, normal)
     assert ours_calls == theirs_calls
-    theirs_streamed = tools_streamed("response_template", tools, theirs_tokenizer, prefix, normal_chunks)
+    theirs_streamed = tools_streamed(
+        "response_template", tools, theirs_tokenizer, prefix, normal_chunks
+    )
     assert ours_calls == theirs_streamed
     assert ours_alone == tools_whole("response_template", tools, theirs_tokenizer, prefix, text)
 
@@ -327,7 +346,9 @@ def test_every_bundled_template_is_served(name):
     expected = "" if "open" in content or "open_pattern" in content else "Hello, world"
     assert (reasoning, normal) == ("", expected)
     if sglang_accepts(thinking_copy(template)):
-        theirs = reasoning_streamed("response_template", Tokenizer(thinking_copy(template)), "", ["Hello", ", world"])
+        theirs = reasoning_streamed(
+            "response_template", Tokenizer(thinking_copy(template)), "", ["Hello", ", world"]
+        )
         assert theirs == (reasoning, normal)
 
 
@@ -347,14 +368,18 @@ WEATHER = [
     }
 ]
 QWEN3_PREFIX = "<|im_start|>assistant\n"
-QWEN3_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>'
+QWEN3_CALL = (
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>'
+)
 
 
 def test_a_calls_name_goes_out_first_and_its_arguments_while_they_are_written():
     tools = sglang_tools(WEATHER)
     text = "Let me check.\n" + QWEN3_CALL
     chunks = [text[i : i + 4] for i in range(0, len(text), 4)]
-    parser = FunctionCallParser(tools, "rtcompile", tokenizer=Tokenizer(template_for("qwen3")), prefix=QWEN3_PREFIX)
+    parser = FunctionCallParser(
+        tools, "rtcompile", tokenizer=Tokenizer(template_for("qwen3")), prefix=QWEN3_PREFIX
+    )
     seen = []
     written = ""
     for chunk in chunks:
@@ -372,7 +397,9 @@ def test_a_calls_name_goes_out_first_and_its_arguments_while_they_are_written():
     assert json.loads(arguments) == {"city": "Paris", "days": 3}
     # what SGLang's serving checks at the end of the stream: nothing left to send
     detector = parser.detector
-    assert detector.prev_tool_call_arr == [{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]
+    assert detector.prev_tool_call_arr == [
+        {"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}
+    ]
     assert detector.streamed_args_for_tool == [json.dumps({"city": "Paris", "days": 3})]
     assert detector.incomplete_tool_call_indices == set()
 
@@ -383,7 +410,9 @@ def test_calls_to_functions_not_in_the_tools_are_dropped_as_sglang_drops_them():
     text = other + "\n" + QWEN3_CALL
     template = template_for("qwen3")
     ours = tools_whole("rtcompile", tools, Tokenizer(template), QWEN3_PREFIX, text)
-    theirs = tools_whole("response_template", tools, Tokenizer(thinking_copy(template)), QWEN3_PREFIX, text)
+    theirs = tools_whole(
+        "response_template", tools, Tokenizer(thinking_copy(template)), QWEN3_PREFIX, text
+    )
     assert ours == theirs
     assert [name for _, name, _ in ours[1]] == ["get_weather"]
     chunks = [text[i : i + 3] for i in range(0, len(text), 3)]
@@ -401,12 +430,17 @@ def test_a_truncated_call_loses_nothing(cut):
     # the text is kept as normal text; a call already announced is closed with what was complete
     assert normal == "Checking." + body
     assert calls == ([] if cut < 40 else [(0, "get_weather", {})])
-    parser = FunctionCallParser(tools, "rtcompile", tokenizer=Tokenizer(template), prefix=QWEN3_PREFIX)
+    parser = FunctionCallParser(
+        tools, "rtcompile", tokenizer=Tokenizer(template), prefix=QWEN3_PREFIX
+    )
     for chunk in chunks:
         parser.parse_stream_chunk(chunk)
     parser.parse_stream_end()
     assert parser.detector.incomplete_tool_call_indices == ({0} if calls else set())
-    assert tools_whole("rtcompile", tools, Tokenizer(template), QWEN3_PREFIX, text) == (normal, calls)
+    assert tools_whole("rtcompile", tools, Tokenizer(template), QWEN3_PREFIX, text) == (
+        normal,
+        calls,
+    )
     # SGLang's detector drops the call and its text
     theirs = tools_streamed(
         "response_template", tools, Tokenizer(thinking_copy(template)), QWEN3_PREFIX, chunks
@@ -433,17 +467,25 @@ def test_a_malformed_call_keeps_its_text_and_later_calls_still_parse():
     assert '{"name": "get_weather", "arguments": {"city": "Par' in normal
     assert calls[-1][1:] == ("get_weather", {"city": "Paris", "days": 3})
     chunks = [text[i : i + 2] for i in range(0, len(text), 2)]
-    assert tools_streamed("rtcompile", tools, Tokenizer(template), QWEN3_PREFIX, chunks) == (normal, calls)
+    assert tools_streamed("rtcompile", tools, Tokenizer(template), QWEN3_PREFIX, chunks) == (
+        normal,
+        calls,
+    )
 
 
 def test_reasoning_waits_for_its_close_without_stream_reasoning():
     template = template_for("qwen3")
-    parser = ReasoningParser("rtcompile", stream_reasoning=False, tokenizer=Tokenizer(template), prefix=QWEN3_PREFIX)
+    parser = ReasoningParser(
+        "rtcompile", stream_reasoning=False, tokenizer=Tokenizer(template), prefix=QWEN3_PREFIX
+    )
     out = [parser.parse_stream_chunk(chunk) for chunk in ["<think>ab", "cd</th", "ink>Answer"]]
     assert out[0] == ("", "") and out[1] == ("", "")
     assert out[2] == ("abcd", "Answer")
     theirs = ReasoningParser(
-        "response_template", stream_reasoning=False, tokenizer=Tokenizer(thinking_copy(template)), prefix=QWEN3_PREFIX
+        "response_template",
+        stream_reasoning=False,
+        tokenizer=Tokenizer(thinking_copy(template)),
+        prefix=QWEN3_PREFIX,
     )
     assert [theirs.parse_stream_chunk(c) for c in ["<think>ab", "cd</th", "ink>Answer"]] == out
 
@@ -453,7 +495,9 @@ def test_prefilled_reasoning_and_the_tool_call_text_the_reasoning_parser_passes_
     prefix = QWEN3_PREFIX + "<think>\n"
     text = "plan</think>\n\nSure." + "\n" + QWEN3_CALL + "<|im_end|>"
     ours = reasoning_whole("rtcompile", Tokenizer(template), prefix, text)
-    assert ours == reasoning_whole("response_template", Tokenizer(thinking_copy(template)), prefix, text)
+    assert ours == reasoning_whole(
+        "response_template", Tokenizer(thinking_copy(template)), prefix, text
+    )
     assert QWEN3_CALL in ours[1]
 
 
@@ -464,7 +508,10 @@ QWEN3_5_CALL = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</
     "name, text",
     [
         # a pattern closer, read back from the output; two identical calls in one chunk
-        ("qwen3_5", "plan\n</think>\n\nOK." + "\n" + QWEN3_5_CALL + "\n" + QWEN3_5_CALL + "<|im_end|>"),
+        (
+            "qwen3_5",
+            "plan\n</think>\n\nOK." + "\n" + QWEN3_5_CALL + "\n" + QWEN3_5_CALL + "<|im_end|>",
+        ),
         # two identical calls in one chunk, closed by a lookahead then by '</s>'
         ("ministral3", "[TOOL_CALLS]get_weather[ARGS]{}[TOOL_CALLS]get_weather[ARGS]{}</s>"),
         # a closer the parser holds back at the end of the output
@@ -500,7 +547,9 @@ def test_force_nonempty_content_as_sglangs_detector(text):
         tokenizer=Tokenizer(template), prefix=QWEN3_PREFIX, force_nonempty_content=True
     )
     theirs = ResponseTemplateReasoningDetector(
-        tokenizer=Tokenizer(thinking_copy(template)), prefix=QWEN3_PREFIX, force_nonempty_content=True
+        tokenizer=Tokenizer(thinking_copy(template)),
+        prefix=QWEN3_PREFIX,
+        force_nonempty_content=True,
     )
 
     def whole(detector):
