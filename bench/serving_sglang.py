@@ -1,9 +1,9 @@
 """Serving benchmark for SGLang: the per-chunk cost of `parse_streaming_increment`, in the SGLang
 environment.
 
-    /var/cache/rtcompile-ci/sglang-0.5.23/bin/python -m bench.serving_sglang [--quick]
+    PYTHONPATH=<rtcompile target>:. /var/cache/rtcompile-ci/sglang-0.5.23/bin/python -m bench.serving_sglang [--quick]
         [--templates qwen3 qwen3_5] [--sizes 1K 16K 128K] [--json FILE]
-    # (rtcompile importable there: an editable install, or PYTHONPATH as .ci/sglang.sh sets it)
+    # (rtcompile installed with pip install --no-deps --target <rtcompile target> ., as .ci/sglang.sh does)
 
 For each workload (bench/workloads.py: long reasoning, some content, one to three tool calls,
 rendered in the model's own format) three pairs of SGLang detectors are fed the same token-like
