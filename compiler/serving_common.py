@@ -275,14 +275,8 @@ def _merged(first: Routed, second: Routed) -> Routed:
 
 
 def _held_text(parser: Any) -> str:
-    """The text at the end of the prefix the parser holds back unread. (Read from the generated
-    parser's buffer: the runtime has no public accessor for it yet.)"""
-    buffer = getattr(parser, "_buf", "")
-    position = getattr(parser, "_pos", 0)
-    held = getattr(parser, "_held", ())
-    if not isinstance(buffer, str) or not isinstance(position, int):
-        return ""
-    return buffer[position:] + "".join(held)
+    """The text at the end of what the parser was given that it holds back unread."""
+    return parser.unread_text
 
 
 class _RecordingParser:

@@ -244,6 +244,12 @@ class Machine:
         return self._memo
 
     @property
+    def unread_text(self) -> str:
+        """The text fed so far that no event has reported yet: held back as the possible start of
+        a delimiter (it is reported once more text, or the end, decides)."""
+        return self._buf[self._pos :] + "".join(self._held)
+
+    @property
     def errors(self) -> str:
         """The error mode this parser was made with: "strict" or "keep"."""
         return "keep" if self._keep_errors else "strict"

@@ -73,6 +73,7 @@ Standard library and `regex` only: servers import this at run time.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -749,6 +750,7 @@ class _JsonScanner:
         return None
 
 
+@functools.lru_cache(maxsize=256)  # (read once per pattern, not once per call region)
 def _literal_suffix(pattern: str) -> str:
     """The literal text every match of `pattern` ends with ("" if unknown)."""
     try:

@@ -362,3 +362,18 @@ def test_well_formed_content_args_are_prepared_once_not_per_region(name, args):
     from rtcompile.runtime.content_parsers import FACTORIES
 
     FACTORIES[name](args)  # must not raise
+
+
+def test_unread_text_is_what_no_event_has_reported_yet():
+    template = {"start_anchor": "@", "fields": {"content": {"close": "<end>"}}}
+    parser = rtcompile.ResponseParser(template, "")
+    events = parser.feed("hello <en")
+    assert "".join(e.get("text", "") for e in events) == "hello "
+    assert parser.unread_text == "<en"
+    parser.feed("d> after")
+    assert parser.unread_text == ""
+    flood = rtcompile.ResponseParser(rtcompile.template_for("qwen3"), "")
+    flood.feed("answer")
+    for _ in range(3):
+        flood.feed("  \n")  # a run of lead characters is held (as pieces) until it ends
+    assert flood.unread_text == "  \n" * 3
