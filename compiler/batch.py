@@ -1023,18 +1023,40 @@ def parse_with_ray(
     )
     write = parsed.write_parquet if target_format == "parquet" else parsed.write_json
     if _is_uri(output_path):  # object storage: no rename there; Ray writes each file whole
+        # (Ray names each file by the index of its write task, given as tasks start: under load
+        # that order can differ from the rows' own, so the files' order is not the rows' here.)
         write(str(output_path))
     else:
         output_path = Path(output_path)
         with _atomic_output(output_path, directory=True, replaceable=_only_data_files) as temporary:
-            os.rmdir(temporary)  # Ray creates the folder itself
-            write(str(temporary))
+            _write_in_order(parsed, Path(temporary), target_format)
     written = ray.data.read_parquet if target_format == "parquet" else ray.data.read_json
     summary = Summary()
     for batch in written(str(output_path)).select_columns([columns.error]).iter_batches(batch_format="pyarrow"):
         summary.rows += batch.num_rows
         summary.errors += batch.num_rows - batch.column(0).null_count
     return summary
+
+
+def _write_in_order(parsed, folder: Path, target_format: str) -> None:
+    """The parsed rows into `folder` in the input's order: the driver streams the batches Ray
+    yields in order (preserve_order) into one file. Ray's own writers name files by the order
+    their tasks start, which under load is not always the rows' order."""
+    import pyarrow.parquet as pq
+
+    path = folder / f"part-00000.{'parquet' if target_format == 'parquet' else 'json'}"
+    writer = None
+    with open(path, "wb") as out:
+        for batch in parsed.iter_batches(batch_format="pyarrow", batch_size=None):
+            if target_format == "parquet":
+                if writer is None:
+                    writer = pq.ParquetWriter(out, batch.schema)
+                writer.write_table(batch)  # (a pyarrow Table)
+            else:
+                for row in batch.to_pylist():
+                    out.write(json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n")
+        if writer is not None:
+            writer.close()
 
 
 def _only_data_files(folder: Path) -> bool:
