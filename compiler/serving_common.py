@@ -274,11 +274,6 @@ def _merged(first: Routed, second: Routed) -> Routed:
     )
 
 
-def _held_text(parser: Any) -> str:
-    """The text at the end of what the parser was given that it holds back unread."""
-    return parser.unread_text
-
-
 class _RecordingParser:
     """The parser as `OpenAIStream` sees it, keeping the events of its last call: the stream builds
     the tool calls from them, `TemplateStream` routes their text."""
@@ -414,7 +409,7 @@ class TemplateStream:
         self._verbatim_pending = None  # (an opener in the prompt is not output)
         # Prompt text the parser holds back at the prefix's end (it may start a delimiter) comes
         # out with the first output; it is the prompt's, so it is cut from what is routed.
-        self._prompt_held = _held_text(self.recorder.parser)
+        self._prompt_held = self.recorder.parser.unread_text
         self._initial: Routed | None = Routed(calls=initial.calls)
 
     def from_prefix(self) -> Routed:
@@ -434,7 +429,7 @@ class TemplateStream:
             events = recorder.events
         else:
             if self._close_res:
-                self._held_before = _held_text(self.recorder.parser)
+                self._held_before = self.recorder.parser.unread_text
                 if self._raw is not None:
                     self._raw.append(text)
                 self._fed = text
@@ -468,7 +463,7 @@ class TemplateStream:
         if rest:  # a closer completed here is a closer the model wrote but for the anchor
             routed = self.feed(rest)
             self.finished = True
-        self._unread_at_end = _held_text(recorder.parser)
+        self._unread_at_end = recorder.parser.unread_text
         if self.stream is not None:
             deltas = self.stream.finish()
             events = recorder.events

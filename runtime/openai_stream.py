@@ -914,7 +914,6 @@ class _LineArgs:
 _CL_BEFORE, _CL_BETWEEN, _CL_NAME, _CL_ARGUMENTS, _CL_DONE = range(5)
 _CL_SPACE = " \t\n\r"
 _CL_NAME_START = frozenset(string.ascii_letters + "_")
-_CL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[-.][A-Za-z0-9_]+)*")
 # What can end or nest an argument's value, outside strings.
 _CL_ARGUMENT_STOP = re.compile(r"[\[\]{}()'\",]")
 _CL_STRING_STOP = {"'": re.compile(r"['\\]"), '"': re.compile(r'["\\]')}
@@ -973,7 +972,13 @@ class _CallListArgs:
     def _name(self) -> None:
         name = "".join(self.piece).rstrip(_CL_SPACE)
         self.piece = []
-        if _CL_NAME.fullmatch(name) is None:
+        reader = CallListReader(name)  # (the grammar's own name rule)
+        try:
+            reader.read_name("a function name")
+            whole = reader.at_end()
+        except ValueError:
+            whole = False
+        if not whole:
             self.state = _CL_DONE
             return
         self.region.element(self.slot)
