@@ -220,10 +220,11 @@ class Machine:
         self._finalized = self._halted = True
         return message
 
-    def _parse_to_end(self, text: str) -> dict | None:
+    def _parse_to_end(self, text: str, head: str = "") -> dict | None:
         """The message for `text` as the rest of the output, in one pass at the end of the stream:
         what feed(text) then finalize() give, or None where the two may differ (see parse_whole).
-        """
+        `head`: unread text before it (a truncated prefix this machine was not given)."""
+        self._buf += head
         self._buf += text
         try:
             if self._process(None, eos=True):  # (no events: only the message is wanted)
@@ -452,9 +453,14 @@ def parse_whole(machine_class: type, text: str, prefix: str | None, tools: list 
     stop at a zero-width close of an empty region (finalize starts reading again after it), the
     count of zero-width commits in a row (ParserLoopError), and patterns with `\\G` (which match
     only where a search starts: ONE_PASS is false for their templates). When the one pass meets
-    either of the first two, the parse is done again as feed then finalize."""
-    machine = machine_class(prefix, tools=tools, **options)
-    message = machine._parse_to_end(text) if machine_class.ONE_PASS else None
+    either of the first two, the parse is done again as feed then finalize.
+
+    The prefix is read in the same pass, for the same reason: what the constructor commits while
+    reading it (before the stream's end) is what the one pass commits there too."""
+    message = None
+    if machine_class.ONE_PASS and prefix is not None:
+        machine = machine_class("", tools=tools, **options)
+        message = machine._parse_to_end(text, machine_class._truncate_prefix(prefix) if prefix else "")
     if message is None:
         machine = machine_class(prefix, tools=tools, **options)
         machine.feed(text)

@@ -187,10 +187,20 @@ def test_a_whole_message_is_one_pass_except_where_feed_then_finalize_would_diffe
     passes = []
     one_pass = machine.Machine._parse_to_end
     monkeypatch.setattr(
-        machine.Machine, "_parse_to_end", lambda self, text: passes.append(one_pass(self, text)) or passes[-1]
+        machine.Machine,
+        "_parse_to_end",
+        lambda self, text, head="": passes.append(one_pass(self, text, head)) or passes[-1],
     )
     template = {"start_anchor": "@", "fields": {"text": {"close_pattern": "(?=<)"}, "tag": {"open": "<t>", "close": "</t>"}}}
-    cases = [("before<t>x</t>after", "", True), ("ab<u>cd<t>x</t>", "", False), ("<u><t>x</t>z", "@<", False), ("ab<", "", False)]
+    cases = [
+        ("before<t>x</t>after", "", True),
+        ("ab<u>cd<t>x</t>", "", False),
+        ("<u><t>x</t>z", "@<", False),
+        ("ab<", "", False),
+        # The prefix is read in the same pass: a region it opens, a delimiter it starts.
+        ("y</t>after", "sys@<t>x", True),
+        ("t>x</t>after", "sys@before<", True),
+    ]
     for text, prefix, in_one_pass in cases:
         passes.clear()
         expected = interpreter.parse_response(text, template, prefix=prefix)
