@@ -23,7 +23,7 @@ from . import canonical, ir
 from .patterns import WHITESPACE
 from .version import INTERPRETER_RELEASE, __version__
 
-RUNTIME_ABI = 3  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
+RUNTIME_ABI = 4  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
 # Sets of first characters up to this size are checked with chained str.find; larger ones with
 # one character-class search.
 MAX_FIND_CHAIN = 2

@@ -25,7 +25,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(3)
+check_abi(4)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -221,7 +221,7 @@ class ResponseParser(Machine):
                 hold = s
         # open of field 1
         if best is None and n - pos < SHORT_BUFFER:
-            m = OPEN_1.search(buf, pos, partial=not eos, timeout=self._timeout)
+            m = OPEN_1.scan(buf, pos, eos, self._timeout)
         else:
             m = OPEN_1_WINDOW.search(buf, pos, eos, n if best is None else best[0], self._timeout)
         if m is not None:

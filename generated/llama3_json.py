@@ -25,7 +25,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(3)
+check_abi(4)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -139,11 +139,11 @@ class ResponseParser(Machine):
             if s < hold:
                 hold = s
         # open of field 0
-        if n - pos < SHORT_BUFFER:
-            m = OPEN_0.search(buf, pos, partial=not eos, timeout=self._timeout)
+        if n - pos < SHORT_BUFFER or eos:
+            m = OPEN_0.scan(buf, pos, eos, self._timeout)
         else:  # a plain search is linear; a partial one only counts without a complete match
             m = OPEN_0.search(buf, pos, timeout=self._timeout)
-            if m is None and not eos:
+            if m is None:
                 m = OPEN_0.search(buf, pos, partial=True, timeout=self._timeout)
         if m is not None:
             s, e = m.span()

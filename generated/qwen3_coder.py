@@ -25,7 +25,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(3)
+check_abi(4)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -186,7 +186,7 @@ class ResponseParser(Machine):
                 hold = s
         # open of field 0
         if best is None and n - pos < SHORT_BUFFER:
-            m = OPEN_0.search(buf, pos, partial=not eos, timeout=self._timeout)
+            m = OPEN_0.scan(buf, pos, eos, self._timeout)
         else:
             m = OPEN_0_WINDOW.search(
                 buf, pos, eos, n if best is None else best[0], self._timeout, memo
@@ -222,7 +222,7 @@ class ResponseParser(Machine):
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # close of field 0
         if best is None and n - pos < SHORT_BUFFER:
-            m = CLOSE_0.search(buf, pos, partial=not eos, timeout=self._timeout)
+            m = CLOSE_0.scan(buf, pos, eos, self._timeout)
         else:
             m = CLOSE_0_WINDOW.search(
                 buf, pos, eos, n if best is None else best[0], self._timeout, memo

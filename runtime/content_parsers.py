@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextvars
 import functools
 import json
+import re
+from json.encoder import encode_basestring_ascii
 from typing import Any, Callable
 
 import regex
@@ -35,6 +37,14 @@ def unquoted_key() -> Any:
     double-quoted string, kept as it is (so key-like text inside a string value is left alone),
     or a bare identifier key after `{` or `,`, with the whitespace around it (group 2 is the key)."""
     return regex.compile(r'"(?:\\.|[^"\\])*"|(?<=[{,])(\s*)(\w+)(\s*):')
+
+
+@functools.lru_cache(maxsize=None)
+def unquoted_key_ascii() -> Any:
+    """unquoted_key() for ASCII text, compiled by the faster stdlib engine: on ASCII characters
+    `regex` reads \\s as [\\t\\n\\v\\f\\r ] and \\w as [0-9A-Za-z_], spelled out here (`re`'s \\s
+    would add U+001C..U+001F). A test checks that the two rewrite every ASCII text alike."""
+    return re.compile(r'"(?:\\.|[^"\\])*"|(?<=[{,])([\t\n\x0b\x0c\r ]*)([0-9A-Za-z_]+)([\t\n\x0b\x0c\r ]*):')
 
 
 def _quote_key(match: Any) -> str:
@@ -103,30 +113,67 @@ def _json(text: str, args: Any) -> Any:
     unquoted_keys = args.get("unquoted_keys", False)
     if string_delims and (SENTINEL_OPEN in text or SENTINEL_CLOSE in text):
         raise ValueError(_SENTINEL_MESSAGE)
-    patterns = [
-        regex.compile(regex.escape(open_d) + r"(.*?)" + regex.escape(close_d), regex.DOTALL)
+    stashers = [
+        _regex_stasher(regex.compile(regex.escape(open_d) + r"(.*?)" + regex.escape(close_d), regex.DOTALL))
         for open_d, close_d in string_delims
     ]
-    return _run_json(text, args, patterns, unquoted_keys, bool(string_delims))
+    return _run_json(text, args, stashers, unquoted_keys, bool(string_delims))
 
 
 _SENTINEL_MESSAGE = "json: input contains reserved sentinel characters (\\x01/\\x02); cannot parse safely."
 
 
-def _run_json(text: str, args: dict, patterns: list, unquoted_keys: Any, check_sentinels: bool) -> Any:
-    working = text
-    captured: list[str] = []
-    for pattern in patterns:
+def _regex_stasher(pattern: Any) -> Callable[[str, list], str]:
+    """A string_delims pair as its pattern `open(.*?)close` (DOTALL): each match is replaced by a
+    numbered placeholder, its text appended to `captured`."""
 
+    def stash_all(working: str, captured: list) -> str:
         def stash(match: Any) -> str:
             captured.append(match.group(1))
             return f"{SENTINEL_OPEN}{len(captured) - 1}{SENTINEL_CLOSE}"
 
-        working = pattern.sub(stash, working)
+        return pattern.sub(stash, working)
+
+    return stash_all
+
+
+def _literal_stasher(open_d: str, close_d: str) -> Callable[[str, list], str]:
+    """_regex_stasher of `open(.*?)close` for two non-empty literals, by str.find (the same
+    matches: the leftmost match starts at the first `open` that has a `close` after it, and if the
+    first has none, no later one has; the lazy group ends at the first `close`)."""
+    open_len, close_len = len(open_d), len(close_d)
+
+    def stash_all(working: str, captured: list) -> str:
+        find = working.find
+        start = find(open_d)
+        if start < 0:
+            return working
+        pieces = []
+        done = 0
+        while start >= 0:
+            close = find(close_d, start + open_len)
+            if close < 0:
+                break
+            pieces.append(working[done:start])
+            captured.append(working[start + open_len : close])
+            pieces.append(f"{SENTINEL_OPEN}{len(captured) - 1}{SENTINEL_CLOSE}")
+            done = close + close_len
+            start = find(open_d, done)
+        pieces.append(working[done:])
+        return "".join(pieces)
+
+    return stash_all
+
+
+def _run_json(text: str, args: dict, stashers: list, unquoted_keys: Any, check_sentinels: bool) -> Any:
+    working = text
+    captured: list[str] = []
+    for stash_all in stashers:
+        working = stash_all(working, captured)
     if unquoted_keys:
-        working = unquoted_key().sub(_quote_key, working)
-    for i, value in enumerate(captured):
-        working = working.replace(f"{SENTINEL_OPEN}{i}{SENTINEL_CLOSE}", json.dumps(value))
+        working = (unquoted_key_ascii() if working.isascii() else unquoted_key()).sub(_quote_key, working)
+    for i, value in enumerate(captured):  # (json.dumps of a str is this C function)
+        working = working.replace(f"{SENTINEL_OPEN}{i}{SENTINEL_CLOSE}", encode_basestring_ascii(value))
     try:
         return json.loads(working)
     except json.JSONDecodeError as e:
@@ -143,11 +190,14 @@ def _run_json(text: str, args: dict, patterns: list, unquoted_keys: Any, check_s
 def _json_factory(args: dict) -> Callable[[str], Any]:
     string_delims = args.get("string_delims", [])
     unquoted_keys = args.get("unquoted_keys", False)
-    patterns = [  # (compiled on first use: see LazyRegex)
-        LazyRegex(regex.escape(open_d) + r"(.*?)" + regex.escape(close_d)) for open_d, close_d in string_delims
+    stashers = [
+        _literal_stasher(open_d, close_d)
+        if isinstance(open_d, str) and isinstance(close_d, str) and open_d and close_d
+        else _regex_stasher(LazyRegex(regex.escape(open_d) + r"(.*?)" + regex.escape(close_d)))
+        for open_d, close_d in string_delims
     ]
     check_sentinels = bool(string_delims)
-    if not patterns and not unquoted_keys:
+    if not stashers and not unquoted_keys:
         allow_non_json = args.get("allow_non_json")
 
         def plain_json(text: str) -> Any:
@@ -165,7 +215,7 @@ def _json_factory(args: dict) -> Callable[[str], Any]:
     def dialect_json(text: str) -> Any:
         if check_sentinels and (SENTINEL_OPEN in text or SENTINEL_CLOSE in text):
             raise ValueError(_SENTINEL_MESSAGE)
-        return _run_json(text, args, patterns, unquoted_keys, check_sentinels)
+        return _run_json(text, args, stashers, unquoted_keys, check_sentinels)
 
     return dialect_json
 
@@ -220,9 +270,14 @@ def _xml_inline_factory(args: dict) -> Callable[[str], dict]:
     compiled = LazyRegex(tag_pattern)  # (compiled on first use)
     value_parser = args.get("value_parser")
     merge = args.get("merge_duplicates", False)
-    return lambda text: _run_xml_inline(
-        text, compiled.finditer(text, timeout=MATCH_TIMEOUT.get()), tag_pattern, value_parser, merge
-    )
+
+    def xml_inline(text: str) -> dict:
+        timeout = MATCH_TIMEOUT.get()
+        # (without a time bound, the plain engine: the stdlib twin where one exists, see twin.py)
+        matches = compiled.plain().finditer(text) if timeout is None else compiled.finditer(text, timeout=timeout)
+        return _run_xml_inline(text, matches, tag_pattern, value_parser, merge)
+
+    return xml_inline
 
 
 def _kv_lines(text: str, args: Any) -> dict:

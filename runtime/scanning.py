@@ -66,11 +66,12 @@ class LazyRegex:
     parser loads in well under a millisecond, and only patterns actually needed are compiled (each
     once per process). The methods are the compiled pattern's."""
 
-    __slots__ = ("source", "_compiled")
+    __slots__ = ("source", "_compiled", "_plain")
 
     def __init__(self, source: str):
         self.source = source
         self._compiled: Any = None
+        self._plain: Any = None
 
     def compiled(self) -> Any:
         compiled = self._compiled
@@ -79,6 +80,22 @@ class LazyRegex:
 
             compiled = self._compiled = regex.compile(self.source, regex.DOTALL)
         return compiled
+
+    def plain(self) -> Any:
+        """The pattern for complete matches without a time bound: its stdlib twin where one exists
+        (the faster engine, see twin.py), else the `regex` pattern. No `partial=`, no `timeout=`."""
+        plain = self._plain
+        if plain is None:
+            from .twin import stdlib_twin
+
+            plain = self._plain = stdlib_twin(self.source) or self.compiled()
+        return plain
+
+    def scan(self, buf: str, pos: int, eos: bool, timeout: float | None) -> Any:
+        """A scanner's search: partial while the stream goes on, complete at its end."""
+        if eos and timeout is None:
+            return self.plain().search(buf, pos)
+        return self.compiled().search(buf, pos, partial=not eos, timeout=timeout)
 
     def search(self, *args: Any, **kwargs: Any) -> Any:
         return self.compiled().search(*args, **kwargs)
@@ -239,12 +256,14 @@ class PatternWindow:
         self._prefix_search = LiteralSearch((prefix,), lead) if prefix else None
 
     def search(self, buf: str, pos: int, eos: bool, bound: int, timeout: float | None = None, memo: dict | None = None) -> Any:
+        if eos:  # complete matches only: the plain engine unless time is bounded (see LazyRegex.plain)
+            pattern = self.pattern.plain() if timeout is None else self.pattern.compiled()
+            complete = self._leftmost_complete(pattern, buf, pos, bound, timeout, memo)[0]
+            return complete if complete is not None and complete.start() <= bound else None
         pattern = self.pattern.compiled()
         complete, later = self._leftmost_complete(pattern, buf, pos, bound, timeout, memo)
         if complete is not None:
             return complete if complete.start() <= bound else None
-        if eos:
-            return None
         floor = _partial_floor(buf, pos, len(buf), self._tail, self._lead if self._lead_run else "")
         partial = self._leftmost_partial(pattern, buf, pos, bound, floor, timeout, memo)
         if partial is None or (later >= 0 and pattern.search(buf, later, timeout=timeout) is not None):
@@ -255,8 +274,10 @@ class PatternWindow:
         self, pattern: Any, buf: str, pos: int, bound: int, timeout: float | None, memo: dict | None
     ) -> tuple[Any, int]:
         """(the leftmost complete match, or None; where candidates after the window start, or -1
-        when no match exists at all)."""
+        when no match exists at all). `pattern` is compiled by either engine: with no time bound
+        it is called without `timeout=`, which `re` does not take."""
         lead, prefix_search = self._lead, self._prefix_search
+        match = pattern.match
         n = len(buf)
         tried = pos
         tries = 0
@@ -275,7 +296,8 @@ class PatternWindow:
             if start > bound:
                 return None, start
             for p in range(start, q + 1):
-                m = pattern.match(buf, p, _reach(buf, p, n, self._tail, lead, self._lead_run), timeout=timeout)
+                reach = _reach(buf, p, n, self._tail, lead, self._lead_run)
+                m = match(buf, p, reach) if timeout is None else match(buf, p, reach, timeout=timeout)
                 if m is not None:
                     return m, -1
             tried = q + 1
@@ -283,7 +305,7 @@ class PatternWindow:
             if tries >= 8 and not lead and prefix_search is None:
                 # Many candidates that do not match: the engine's own search is faster from here.
                 # (Not with a lead: the engine would try every lead character, slowly.)
-                return pattern.search(buf, tried, timeout=timeout), -1
+                return (pattern.search(buf, tried) if timeout is None else pattern.search(buf, tried, timeout=timeout)), -1
 
     def _leftmost_partial(
         self, pattern: Any, buf: str, pos: int, bound: int, floor: int, timeout: float | None, memo: dict | None

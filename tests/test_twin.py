@@ -1,0 +1,176 @@
+"""The faster engines stand in for `regex` only where they give exactly its results.
+
+* runtime/twin.py: a pattern's stdlib `re` twin, for complete matches without a time bound.
+* content_parsers.unquoted_key_ascii: the unquoted-keys rewrite on ASCII text.
+* content_parsers._literal_stasher: json string_delims replaced by str.find.
+"""
+
+import sys
+
+import regex
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from rtcompile.runtime import content_parsers
+from rtcompile.runtime.scanning import LazyRegex
+from rtcompile.runtime.twin import REGEX_WHITESPACE, stdlib_twin
+
+# ---- the whitespace set the twin spells out ---------------------------------------------------
+
+
+def test_regex_whitespace_is_the_spelled_out_set_over_every_code_point():
+    every = "".join(map(chr, range(sys.maxunicode + 1)))
+    assert "".join(regex.findall(r"\s", every)) == REGEX_WHITESPACE
+
+
+def test_ascii_spellings_of_s_and_w_are_regexs():
+    ascii_chars = "".join(map(chr, range(128)))
+    assert "".join(regex.findall(r"\s", ascii_chars)) == "\t\n\x0b\x0c\r "
+    assert "".join(regex.findall(r"\w", ascii_chars)) == "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
+
+
+# ---- which patterns get a twin ---------------------------------------------------------------
+
+
+def test_the_bundled_formats_patterns_have_twins():
+    for source in [
+        r"<parameter=(?P<key>[^>\n]+)>\n?(?P<value>.*?)\n?</parameter>",
+        r"\s*<tool_call>\s*<function=(?P<name>[^>\n]+)>",
+        r"\s*</function>\s*</tool_call>",
+        r"<\|tool_call>call:(?P<name>[^{<\s]+)",
+        r"(?:<\|start\|>assistant)?\s*to=functions\.(?P<name>[^\s<]+)\S*(?=<)",
+    ]:
+        assert stdlib_twin(source) is not None, source
+
+
+def test_patterns_the_engines_read_differently_get_none():
+    for source in [r"\w+", r"\d", r"a\b", r"\Ba", r"(?i)abc", r"(a)\1", r"a++", r"(?>a)", r"[\S\n]", r"[^\S]x\p{L}",
+                   r"(?x) a b", r"(?m)^a", r"[[a]", r"(?<=a|bc)x", r"(?|(a)|(b))", r"(?(1)a|b)", r"a{2}+"]:
+        assert stdlib_twin(source) is None, source
+
+
+def test_a_class_of_s_excludes_the_separators_re_would_add():
+    twin = stdlib_twin(r"\s+|[^\s]")
+    assert twin is not None
+    assert [m.group() for m in twin.finditer("\x1c\t \x1f")] == ["\x1c", "\t ", "\x1f"]
+
+
+# ---- differential: twin against regex ----------------------------------------------------------
+
+TEXT_ALPHABET = "ab<>/ \n\t\x1c\x1f\x85\xa0\u2028é|"
+_LITERALS = ["a", "b", "<", ">", "/", " ", "\\n", "\\t", "\\|", "é", "\\x1c", "\\.", "="]
+_CLASS_ITEMS = ["a", "b", "<", "a-c", "\\s", "\\n", " ", "\\x1c-\\x1f", "/", "\\S", "\\d"]
+_ODD = ["\\w", "\\b", "\\d", "(?i)a", "a++"]  # outside the core: must get no twin, never a wrong one
+
+
+@st.composite
+def _classes(draw) -> str:
+    items = draw(st.lists(st.sampled_from(_CLASS_ITEMS), min_size=1, max_size=3))
+    return "[" + ("^" if draw(st.booleans()) else "") + "".join(items) + "]"
+
+
+def _atoms() -> st.SearchStrategy[str]:
+    return st.one_of(
+        st.sampled_from(_LITERALS),
+        st.just("."),
+        st.just("\\s"),
+        st.just("\\S"),
+        _classes(),
+        st.sampled_from(["^", "$", "\\A", "\\Z"]),
+        st.sampled_from(_ODD),
+    )
+
+
+def _quantified(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    quantifier = st.sampled_from(["", "", "*", "+", "?", "{1,2}", "{2}", "{0,3}"])
+    lazy = st.sampled_from(["", "", "?"])
+    return st.tuples(inner, quantifier, lazy).map(lambda t: t[0] + t[1] + (t[2] if t[1] else ""))
+
+
+def _grouped(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    alternatives = st.lists(inner, min_size=1, max_size=3).map("|".join)
+    opener = st.sampled_from(["(", "(?:", "(?P<G>", "(?=", "(?!", "(?<="])
+    return st.tuples(opener, alternatives).map(lambda t: t[0] + t[1] + ")")
+
+
+def _sequences(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    return st.lists(_quantified(inner), min_size=1, max_size=4).map("".join)
+
+
+patterns = st.recursive(_sequences(_atoms()), lambda inner: _sequences(st.one_of(_atoms(), _grouped(inner))), max_leaves=8)
+
+
+def _named(source: str) -> str:
+    count = 0
+    while "(?P<G>" in source:
+        source = source.replace("(?P<G>", f"(?P<g{count}>", 1)
+        count += 1
+    return source
+
+
+def _outcome(match):
+    return None if match is None else (match.span(), match.groups(), match.groupdict())
+
+
+@settings(max_examples=1500, deadline=None)
+@given(patterns.map(_named), st.text(TEXT_ALPHABET, max_size=10))
+def test_a_twin_matches_exactly_as_regex(source, text):
+    try:
+        reference = regex.compile(source, regex.DOTALL)
+    except regex.error:
+        assume(False)
+    twin = stdlib_twin(source)
+    if twin is None:
+        return
+    for odd in _ODD:
+        assert odd not in source.replace("\\\\", ""), (source, "got a twin")
+    n = len(text)
+    for pos in range(n + 1):
+        assert _outcome(twin.search(text, pos)) == _outcome(reference.search(text, pos)), (source, text, pos)
+        for end in (pos, (pos + n) // 2, n):
+            assert _outcome(twin.match(text, pos, end)) == _outcome(reference.match(text, pos, end)), (source, text, pos, end)
+    assert [_outcome(m) for m in twin.finditer(text)] == [_outcome(m) for m in reference.finditer(text)], (source, text)
+
+
+def test_lazy_regex_plain_is_the_twin_or_the_regex_pattern():
+    assert LazyRegex(r"<a>(.*?)</a>").plain() is stdlib_twin(r"<a>(.*?)</a>")
+    fallback = LazyRegex(r"\w+")
+    assert fallback.plain() is fallback.compiled()
+
+
+def test_scan_at_the_end_gives_the_complete_search_and_partial_before():
+    pattern = LazyRegex(r"\s*<tool_call>")
+    assert pattern.scan("x <tool", 0, False, None).partial
+    assert pattern.scan("x <tool", 0, True, None) is None
+    assert pattern.scan("x <tool_call> y", 0, True, None).span() == (1, 13)
+    assert pattern.scan("x <tool_call> y", 0, True, 1.0).span() == (1, 13)  # (a time bound: regex)
+
+
+# ---- unquoted keys on ASCII text ---------------------------------------------------------------
+
+KEY_ALPHABET = 'ab_9 {},:"\\\n\t\x0b\x1c\x01'
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.text(KEY_ALPHABET, max_size=30))
+def test_unquoted_keys_rewrite_ascii_text_alike(text):
+    expected = content_parsers.unquoted_key().sub(content_parsers._quote_key, text)
+    assert content_parsers.unquoted_key_ascii().sub(content_parsers._quote_key, text) == expected
+
+
+# ---- json string_delims by str.find ------------------------------------------------------------
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["<", "<|", "'", "<s>", "|>", "ab"]), st.sampled_from([">", "|>", "'", "</s>", "<|", "b"])), min_size=1, max_size=2),
+    st.text("<|>'/sab x", max_size=24),
+)
+def test_literal_string_delims_stash_as_the_pattern_does(pairs, text):
+    by_find, by_regex = [], []
+    working_find, working_regex = text, text
+    for open_d, close_d in pairs:
+        pattern = regex.compile(regex.escape(open_d) + r"(.*?)" + regex.escape(close_d), regex.DOTALL)
+        working_find = content_parsers._literal_stasher(open_d, close_d)(working_find, by_find)
+        working_regex = content_parsers._regex_stasher(pattern)(working_regex, by_regex)
+    assert (working_find, by_find) == (working_regex, by_regex)
