@@ -19,7 +19,7 @@ import regex
 
 from . import ir
 from .canonical import TemplateError, TemplateTypeError, canonical_text, sha256_of
-from .patterns import analyse_pattern, literal_charsets, literal_run, reads_past_match, uses_search_anchor
+from .patterns import analyse_pattern, literal_charsets, literal_run, match_is_final, reads_past_match, uses_search_anchor
 
 # A set, like the interpreter's dict: an unhashable `content` value raises TypeError there too.
 CONTENT_PARSERS = frozenset({"text", "int", "float", "bool", "json", "xml-inline", "kv-lines", "python-call-list"})
@@ -185,6 +185,8 @@ def _lower_delimiter(path: tuple, spec: dict, literal_key: str, pattern_key: str
             group_names=(),
             context=0,
             charsets=literal_charsets(literals),
+            # (one inside another: a partial "xabz" of "xabzq" may hide behind a complete "ab")
+            final=not any(a != b and b in a for a in literals for b in literals),
         )
     if pattern_key in spec:
         where = json_path(*path, pattern_key)
@@ -208,6 +210,7 @@ def _lower_delimiter(path: tuple, spec: dict, literal_key: str, pattern_key: str
             literal_run=None if group_names else literal_run(source),
             search_anchored=uses_search_anchor(source),
             reads_past_match=reads_past_match(source),
+            final=match_is_final(source),
         )
     return None
 

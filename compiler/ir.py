@@ -81,6 +81,9 @@ class Delimiter:
     # as text arrives (it tests the end, or can match the "\x00" the interpreter extends the buffer
     # with): then such a match is re-checked before it commits (transformers 5.24.0).
     reads_past_match: bool = False
+    # Whether a match that ends before the buffer's end is the one found once more text arrives
+    # (patterns.match_is_final; literal lists: none occurs in another).
+    final: bool = False
 
     @property
     def alternation(self) -> str:
@@ -166,6 +169,12 @@ class Template:
         """Whether a whole message may be parsed in one pass at the end of the stream (see
         Machine.ONE_PASS): not when a delimiter's matches depend on where a scan starts."""
         return not any(d.search_anchored for f in self.fields for d in (f.open, f.close) if d is not None)
+
+    @property
+    def prefix_in_one_pass(self) -> bool:
+        """Whether parse_response may read the prefix in its one pass too (Machine.PREFIX_IN_ONE_PASS):
+        when what the constructor commits while reading the prefix cannot change as the rest arrives."""
+        return self.one_pass and all(d.final for f in self.fields for d in (f.open, f.close) if d is not None)
 
     @property
     def context(self) -> int | None:

@@ -69,6 +69,156 @@ def reads_past_match(source: str) -> bool:
 _START_ASSERTIONS = {sre.AT_BEGINNING, sre.AT_BEGINNING_STRING}
 
 
+def match_is_final(source: str) -> bool:
+    """Whether a match found before the buffer's end is the one found once any text is appended
+    (Machine.PREFIX_IN_ONE_PASS). True only when provably so: the engine then never reads past the
+    match, and a match attempt cannot run into the end of the buffer while a later one completes.
+    That holds for sequences of one-character items, repeats of one character that nothing after
+    them can start with (`\\s*<`, `[^>]+>`) or that end the pattern, groups of those, branches of
+    literals none of which occurs in another, and lookbehinds; not for `.*<a` (it reads to the end
+    and backs off), lookaheads, end assertions, back references."""
+    parsed = _parse(source)
+    return parsed is not None and _final_sequence(_flattened(parsed))
+
+
+# A character set as (negated, chars): (False, S) is S, (True, S) every character but S.
+_EVERYTHING = (True, frozenset())
+
+
+def _flattened(items) -> list | None:
+    """The items with plain groups opened up (their items in their place), None if a group sets flags."""
+    out: list = []
+    for op, av in items:
+        if op is sre.SUBPATTERN:
+            if av[1] or av[2]:
+                return None
+            inner = _flattened(av[3])
+            if inner is None:
+                return None
+            out.extend(inner)
+        else:
+            out.append((op, av))
+    return out
+
+
+def _one_char_set(op, av) -> tuple[bool, frozenset] | None:
+    """The characters a one-character item matches, as (negated, chars); None if not one, or unknown."""
+    if op is sre.LITERAL:
+        return False, frozenset(chr(av))
+    if op is sre.NOT_LITERAL:
+        return True, frozenset(chr(av))
+    if op is sre.ANY:
+        return _EVERYTHING
+    if op is not sre.IN:
+        return None
+    negated = bool(av) and av[0][0] is sre.NEGATE
+    chars: set[str] = set()
+    for item_op, item_av in av[1:] if negated else av:
+        if item_op is sre.LITERAL:
+            chars.add(chr(item_av))
+        elif item_op is sre.RANGE and item_av[1] - item_av[0] <= MAX_SET_SIZE:
+            chars.update(map(chr, range(item_av[0], item_av[1] + 1)))
+        elif item_op is sre.CATEGORY and item_av is sre.CATEGORY_SPACE:
+            chars |= whitespace()
+        elif item_op is sre.CATEGORY and item_av is sre.CATEGORY_NOT_SPACE and len(av) == 1:
+            return True, frozenset(whitespace())
+        else:
+            return None
+    return negated, frozenset(chars)
+
+
+def _disjoint(a: tuple[bool, frozenset], b: tuple[bool, frozenset]) -> bool:
+    if a[0] and b[0]:
+        return False  # two complements always share characters
+    if a[0]:
+        return b[1] <= a[1]
+    if b[0]:
+        return a[1] <= b[1]
+    return not (a[1] & b[1])
+
+
+def _literal_branch(av) -> list[str] | None:
+    """The alternatives of a branch as strings, if each is a non-empty run of literals and none
+    starts another (so at most one matches at a place, decided within its own length)."""
+    words = []
+    for alternative in av[1]:
+        items = _flattened(alternative)
+        if not items or any(op is not sre.LITERAL for op, _ in items):
+            return None
+        words.append("".join(chr(av_) for _, av_ in items))
+    for i, word in enumerate(words):
+        if any(j != i and word in other for j, other in enumerate(words)):
+            return None  # (one inside another: a partial of the longer may hide behind the shorter)
+    return words
+
+
+def _first_of_rest(items) -> tuple[bool, frozenset] | None | bool:
+    """The characters the rest of a sequence can start with, as (negated, chars); True if the
+    rest can match the empty string to the end of the pattern; None when unknown."""
+    sets: list[tuple[bool, frozenset]] = []
+    for op, av in items:
+        if (op is sre.ASSERT and av[0] < 0) or (op is sre.AT and av in _START_ASSERTIONS):
+            continue  # reads nothing ahead
+        if op in REPEATS:
+            body = _flattened(av[2])
+            one = _one_char_set(*body[0]) if body and len(body) == 1 else None
+            if one is None:
+                return None
+            sets.append(one)
+            if av[0] > 0:
+                break
+            continue  # optional: what follows it may come first
+        if op is sre.BRANCH:
+            words = _literal_branch(av)
+            if words is None:
+                return None
+            sets.append((False, frozenset(word[0] for word in words)))
+            break
+        one = _one_char_set(op, av)
+        if one is None:
+            return None
+        sets.append(one)
+        break
+    else:
+        return True
+    plain = frozenset().union(*(chars for negated, chars in sets if not negated))
+    complements = [chars for negated, chars in sets if negated]
+    if complements:  # a union of complements is the complement of their intersection
+        return True, frozenset.intersection(*complements) - plain
+    return False, plain
+
+
+def _final_sequence(items) -> bool:
+    if items is None:
+        return False
+    for i, (op, av) in enumerate(items):
+        if op in (sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN):
+            continue
+        if op is sre.AT and av in _START_ASSERTIONS:
+            continue
+        if op is sre.ASSERT and av[0] < 0:
+            continue  # lookbehind: reads before the match only
+        if op is sre.BRANCH:
+            if _literal_branch(av) is None:
+                return False
+            continue
+        if op is sre.MAX_REPEAT or op is sre.MIN_REPEAT:
+            body = _flattened(av[2])
+            one = _one_char_set(*body[0]) if body and len(body) == 1 else None
+            if one is None:
+                return False
+            if av[0] == av[1]:
+                continue  # a fixed count: no choice to make
+            rest = _first_of_rest(items[i + 1 :])
+            if rest is True:
+                continue  # the rest can end the match here: the repeat stops at the first char it refuses
+            if rest is None or not _disjoint(one, rest):
+                return False
+            continue
+        return False  # lookaheads, end assertions, references, possessive and atomic, flags...
+    return True
+
+
 def _may_see_the_end(items) -> bool:
     for op, av in items:
         if op is sre.AT:

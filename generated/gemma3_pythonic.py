@@ -94,6 +94,7 @@ class ResponseParser(Machine):
     REQUIRED = ()
     IMPLICIT = 1
     CONTEXT = 1
+    PREFIX_IN_ONE_PASS = False  # a delimiter's match may still change as text arrives
     DEFAULT_KEYS = frozenset(("role",))
     STATE_SCANS = ("_scan_in_0_tool_calls", "_scan_in_1_content")
     FINISH = (

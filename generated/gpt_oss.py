@@ -120,6 +120,7 @@ class ResponseParser(Machine):
     REQUIRED = ()
     IMPLICIT = None
     CONTEXT = 0
+    PREFIX_IN_ONE_PASS = False  # a delimiter's match may still change as text arrives
     DEFAULT_KEYS = frozenset(("role",))
     STATE_SCANS = ("_scan_in_0_reasoning_content", "_scan_in_1_tool_calls", "_scan_in_2_content")
     FINISH = (

@@ -53,6 +53,9 @@ class Machine:
     # Whether parse_whole may read a whole message in one pass (see there): not when a delimiter's
     # matches depend on where a scan starts (`\G`), since the passes start at different places.
     ONE_PASS: bool = True
+    # Whether parse_whole may read the prefix in that pass too: not when a delimiter's match found
+    # before the buffer's end may still change as more text arrives (`.*<a` does; see there).
+    PREFIX_IN_ONE_PASS: bool = True
     FINISH: tuple[Callable[[str, dict], Any], ...] = ()  # per field: (body, captures) -> value
     STATE_SCANS: tuple[str, ...] = ()  # per field: name of the scan method used inside it
     DEFAULT_KEYS: frozenset = frozenset()
@@ -455,12 +458,18 @@ def parse_whole(machine_class: type, text: str, prefix: str | None, tools: list 
     only where a search starts: ONE_PASS is false for their templates). When the one pass meets
     either of the first two, the parse is done again as feed then finalize.
 
-    The prefix is read in the same pass, for the same reason: what the constructor commits while
-    reading it (before the stream's end) is what the one pass commits there too."""
+    The prefix is read in the same pass where that is the same too (PREFIX_IN_ONE_PASS): where no
+    match the constructor commits while reading the prefix, before its end, can change once the
+    rest is there. A greedy `.*<a` can: the interpreter commits the last `<a` of the prefix (the
+    match survives its check for text leaning on the end), the one pass would take one later."""
     message = None
     if machine_class.ONE_PASS and prefix is not None:
-        machine = machine_class("", tools=tools, **options)
-        message = machine._parse_to_end(text, machine_class._truncate_prefix(prefix) if prefix else "")
+        if machine_class.PREFIX_IN_ONE_PASS or not prefix:
+            machine = machine_class("", tools=tools, **options)
+            message = machine._parse_to_end(text, machine_class._truncate_prefix(prefix) if prefix else "")
+        else:
+            machine = machine_class(prefix, tools=tools, **options)
+            message = machine._parse_to_end(text)
     if message is None:
         machine = machine_class(prefix, tools=tools, **options)
         machine.feed(text)

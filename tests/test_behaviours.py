@@ -209,6 +209,28 @@ def test_a_whole_message_is_one_pass_except_where_feed_then_finalize_would_diffe
     assert rtcompile.parse_response("ab<u>cd<t>x</t>", template, prefix="") == {"text": "ab"}
 
 
+def test_a_prefix_whose_matches_may_still_grow_is_read_before_the_pass():
+    """The interpreter commits a close `<a>.*<a` at the last `<a` of the prefix (the match survives
+    its check for text leaning on the end); read in the same pass as the text, the greedy match
+    would run on to a later `<a` (a differential run found this). Such templates read the prefix
+    first, as the constructor does; templates whose matches are final read it in the pass."""
+    template = {
+        "start_anchor": "<|a|>\n",
+        "fields": {
+            "reasoning_content": {},
+            "a": {"open": "<a>", "close_pattern": "<a>.*<a", "content": "bool"},
+        },
+    }
+    prefix, text = "<a>true<a><a<a>", "<a>"
+    expected = interpreter.parse_response(text, template, prefix=prefix)
+    assert expected == {"a": False, "reasoning_content": ">"}
+    assert rtcompile.parse_response(text, template, prefix=prefix) == expected
+    assert rtcompile.load(template).ResponseParser.PREFIX_IN_ONE_PASS is False
+    from rtcompile.library import template_for
+
+    assert rtcompile.load(template_for("qwen3_5")).ResponseParser.PREFIX_IN_ONE_PASS is True
+
+
 def test_repeats_collect_and_join_concatenates():
     template = {
         "start_anchor": "@",

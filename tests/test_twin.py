@@ -174,3 +174,42 @@ def test_literal_string_delims_stash_as_the_pattern_does(pairs, text):
         working_find = content_parsers._literal_stasher(open_d, close_d)(working_find, by_find)
         working_regex = content_parsers._regex_stasher(pattern)(working_regex, by_regex)
     assert (working_find, by_find) == (working_regex, by_regex)
+
+
+# ---- final matches (compiler/patterns.match_is_final, Machine.PREFIX_IN_ONE_PASS) ---------------
+
+
+@settings(max_examples=max(settings().max_examples, 4000), deadline=None)
+@given(
+    patterns.map(_named),
+    st.one_of(st.text(TEXT_ALPHABET, max_size=10), st.text("ab<> \n", min_size=2, max_size=12)),
+    st.text(TEXT_ALPHABET, min_size=1, max_size=6),
+    st.data(),
+)
+def test_a_final_match_stays_when_text_is_appended(source, head, more, data):
+    """What the parser commits while reading a prefix (a complete match before the buffer's end,
+    by the partial search the interpreter makes) is what the search finds once the rest is there."""
+    from rtcompile.patterns import match_is_final
+
+    try:
+        compiled = regex.compile(source, regex.DOTALL)
+    except regex.error:
+        assume(False)
+    if not match_is_final(source):
+        return
+    pos = data.draw(st.integers(0, len(head)))
+    found = compiled.search(head, pos, partial=True)
+    if found is None or found.partial or found.end() >= len(head) or found.start() >= len(head):
+        return  # (held back by the parser, not committed)
+    later = compiled.search(head + more, pos, partial=True)
+    assert _outcome(later) == _outcome(found), (source, head, more, pos)
+
+
+def test_finality_of_the_bundled_formats_delimiters():
+    from rtcompile.patterns import match_is_final
+
+    assert match_is_final(r"\s*<tool_call>\s*<function=(?P<name>[^>\n]+)>")
+    assert match_is_final(r"\s*(?:<\|im_end\|>|<\|endoftext\|>)")
+    assert not match_is_final(r"<a>.*<a")  # reads to the end and backs off
+    assert not match_is_final(r"(?:xabzq|ab)")  # a partial xabz... hides behind a complete ab
+    assert not match_is_final(r"a(?=b)")
