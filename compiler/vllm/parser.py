@@ -607,15 +607,24 @@ def _text_delta_factory() -> Any:
     the validated constructor."""
     new_instance = object.__new__
     set_attribute = object.__setattr__
+    try:  # pydantic's instance slots, set through their descriptors (a lookup less per delta)
+        set_fields_set = DeltaMessage.__pydantic_fields_set__.__set__
+        set_extra = DeltaMessage.__pydantic_extra__.__set__
+        set_private = DeltaMessage.__pydantic_private__.__set__
+    except AttributeError:  # not slots in this pydantic
+        return _validated_text_delta
 
     def text_delta(key: str, text: str) -> DeltaMessage:
         message = new_instance(DeltaMessage)
-        state = {"role": None, "content": None, "reasoning": None, "tool_calls": []}
-        state[key] = text
+        if key == "content":
+            state = {"role": None, "content": text, "reasoning": None, "tool_calls": []}
+        else:
+            state = {"role": None, "content": None, "reasoning": None, "tool_calls": []}
+            state[key] = text
         set_attribute(message, "__dict__", state)
-        set_attribute(message, "__pydantic_fields_set__", {key})
-        set_attribute(message, "__pydantic_extra__", {})
-        set_attribute(message, "__pydantic_private__", None)
+        set_fields_set(message, {key})
+        set_extra(message, {})
+        set_private(message, None)
         return message
 
     try:
@@ -662,7 +671,6 @@ class _ReasoningTokenCounter:
         self.token_ids: list[int] = []
         self.confirmed = 0
         self.held = 0  # tokens held back inside reasoning (counted until a closer arrives)
-        self.held_chars = 0  # how much of their text
         self.written = 0  # reasoning text the last feed wrote
         self.open = False
         self.body_started = False  # the open reasoning region has text (or held text) already
@@ -680,24 +688,21 @@ class _ReasoningTokenCounter:
                 if self.open and self.body_started:
                     self.held += 1
                 continue
+            # Text of earlier tokens still held back inside reasoning comes out first: this token
+            # counts only if more than that came out as reasoning.
+            carried = len(self.parser.unread_text) if self.open else 0
             opened, wrote, closed = self._events(self.parser.feed(text))
             if wrote or (opened and closed):  # (an empty region inside the token counts it too)
-                # the held tokens' text came out as reasoning; this token counts if more did
-                own = self.written > self.held_chars or not self.held or (opened and closed)
+                own = self.written > carried or (opened and closed)
                 self.confirmed += self.held + own
-                self.held = self.held_chars = 0
+                self.held = 0
             elif self.open and (not opened or not text.endswith(self.openers)):
                 # text held back (after the opener, when it opened here): it may start the closer
                 self.held += 1
-                self.held_chars += len(text) - (self._opener_end(text) if opened else 0)
                 self.body_started = True
             elif closed:
-                self.held = self.held_chars = 0
+                self.held = 0
         return self.confirmed + self.held
-
-    def _opener_end(self, text: str) -> int:
-        ends = [text.rfind(o) + len(o) for o in self.openers if o and o in text]
-        return max(ends, default=0)
 
     def _events(self, events: list[dict]) -> tuple[bool, bool, bool]:
         opened = wrote = closed = False
@@ -717,7 +722,7 @@ class _ReasoningTokenCounter:
                 self.open = False
                 closed = True
                 if not wrote:
-                    self.held = self.held_chars = 0
+                    self.held = 0
         return opened, wrote, closed
 
 
