@@ -480,23 +480,30 @@ def test_reasoning_tokens_and_reasoning_end_equal_vllms_class(name, data):
     assert ours.count_reasoning_tokens(ours_ids) == theirs.count_reasoning_tokens(theirs_ids)
 
 
-def test_a_reasoning_character_held_back_counts_for_its_own_token():
-    """Reasoning ending in "<" (it may start "</think>") is held until the next token, which
-    brings the closer: that "<" is the first token's text, the second token is not reasoning
-    (a differential run found rtcompile counting 2 here, vLLM 1)."""
-    from test_openai_stream import Turn
+HELD_REASONING_CASES = [
+    # Reasoning ending in "<" (it may start "</think>") is held until the next token, which brings
+    # the closer: that "<" is the first token's text, the second token is no reasoning.
+    ("glm4_5", "00000000000000<", ["\n<think>00000000000000<", "</think>\n<|user|>"]),
+    # One "[" written while the next is held (it may start "[/THINK]"), then "[/" held: each
+    # token's text comes out later, credited to it.
+    ("ministral3", "[[/INST ", ["[THINK]", "[", "[", "/", "I", "N", "S", "T", " ", "[/THINK]"]),
+]
 
-    theirs_cls, vllm_tokenizer, ours_cls, ours_tokenizer = pair("glm4_5")
-    turn = Turn(reasoning="00000000000000<", content="", calls=[], prefill=False, ensure_ascii=False, call_ids=[])
-    prefix, _ = FORMATS["glm4_5"].render(turn)
-    tokens = ["\n<think>00000000000000<", "</think>\n<|user|>"]
+
+@pytest.mark.parametrize("name, reasoning, tokens", HELD_REASONING_CASES)
+def test_held_reasoning_text_counts_for_the_token_it_came_from(name, reasoning, tokens):
+    """Random test cases found both (rtcompile counted 2 against vLLM's 1, and 7 against 8)."""
+    theirs_cls, vllm_tokenizer, ours_cls, ours_tokenizer = pair(name)
+    turn = Turn(reasoning=reasoning, content="", calls=[], prefill=False, ensure_ascii=False, call_ids=[])
+    prefix, text = FORMATS[name].render(turn)
+    assert text.startswith("".join(tokens[:-1]))
     counts = []
     for cls, tokenizer in ((ours_cls, ours_tokenizer), (theirs_cls, vllm_tokenizer)):
         parser = cls(tokenizer)
         parser.set_prompt_token_ids(tokenizer.encode(prefix))
         ids = [tokenizer.id_of(token) for token in tokens]
-        counts.append([parser.count_reasoning_tokens(ids[:1]), parser.count_reasoning_tokens(ids)])
-    assert counts[0] == counts[1] == [1, 1]
+        counts.append([parser.count_reasoning_tokens(ids[:cut]) for cut in range(len(ids) + 1)])
+    assert counts[0] == counts[1]
 
 
 @pytest.mark.parametrize("name", sorted(template_names()))

@@ -655,26 +655,29 @@ def _no_id(index: int) -> str:
 
 class _ReasoningTokenCounter:
     """Counts the reasoning tokens of one growing generation, feeding each token's text once: a
-    token counts when text of it is reasoning (or it holds a whole empty reasoning region); a token
-    held back inside a reasoning region (it may start the closer) counts until a closer arrives.
-    That is vLLM's count wherever the reasoning delimiters are whole tokens (special tokens, as in
-    the models these templates serve); a delimiter split across tokens can shift the count by one
-    at that delimiter, since the parser reports no character positions."""
+    token counts when text of it comes out as reasoning (or it holds a whole empty reasoning
+    region); text held back inside a reasoning region (it may start the closer) counts its token
+    until the closer arrives. That is vLLM's count wherever the reasoning delimiters are whole
+    tokens (special tokens, as in the models these templates serve).
+
+    Held text is the end of what was fed (`unread_text`), and comes out in order: `runs` follows it
+    token by token as [characters still held, counted already], so that the reasoning a later feed
+    writes is credited to the tokens whose text it is."""
 
     def __init__(self, plan: _Plan, prefix: str, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.field = plan.reasoning_field
-        spec = plan.reasoning_spec or {}
-        # literal openers: a token that opened reasoning and ends with one holds nothing back
-        self.openers = tuple(_literals(spec.get("open"))) if "open_pattern" not in spec else ("",)
         self.parser = plan.module.ResponseParser(prefix, errors="keep")
         self.token_ids: list[int] = []
         self.confirmed = 0
-        self.held = 0  # tokens held back inside reasoning (counted until a closer arrives)
+        self.runs: list[list] = []  # the held text inside reasoning, by token: [chars, counted]
         self.written = 0  # reasoning text the last feed wrote
         self.open = False
         self.body_started = False  # the open reasoning region has text (or held text) already
         self._events(self.parser.initial_events)
+        prompt_held = len(self.parser.unread_text) if self.open else 0
+        if prompt_held:  # (the prompt's text is no token of the output)
+            self.runs.append([prompt_held, True])
 
     def continues(self, token_ids: Sequence[int]) -> bool:
         return list(token_ids[: len(self.token_ids)]) == self.token_ids
@@ -686,23 +689,36 @@ class _ReasoningTokenCounter:
             text = _decode(self.tokenizer, [token_id])
             if not text:  # an empty token counts where it sits inside reasoning text
                 if self.open and self.body_started:
-                    self.held += 1
+                    self.runs.append([0, False])
                 continue
-            # Text of earlier tokens still held back inside reasoning comes out first: this token
-            # counts only if more than that came out as reasoning.
-            carried = len(self.parser.unread_text) if self.open else 0
-            opened, wrote, closed = self._events(self.parser.feed(text))
-            if wrote or (opened and closed):  # (an empty region inside the token counts it too)
-                own = self.written > carried or (opened and closed)
-                self.confirmed += self.held + own
-                self.held = 0
-            elif self.open and (not opened or not text.endswith(self.openers)):
-                # text held back (after the opener, when it opened here): it may start the closer
-                self.held += 1
-                self.body_started = True
-            elif closed:
-                self.held = 0
-        return self.confirmed + self.held
+            self._feed(text)
+        return self.confirmed + sum(not counted for _, counted in self.runs)
+
+    def _feed(self, text: str) -> None:
+        opened, _, closed = self._events(self.parser.feed(text))
+        # The reasoning written comes first from the held runs, in order, then from this token.
+        left = self.written
+        runs = self.runs
+        while runs and left:
+            run = runs[0]
+            if not run[1]:
+                self.confirmed += 1  # text of it (or text after an empty token) is reasoning
+                run[1] = True
+            taken = min(run[0], left)
+            run[0] -= taken
+            left -= taken
+            if not run[0]:
+                runs.pop(0)
+        own = left > 0 or (opened and closed)  # (an empty region inside the token counts it too)
+        if closed:
+            runs.clear()  # what was still held was the closer
+        held = len(self.parser.unread_text) if self.open else 0
+        mine = held - sum(chars for chars, _ in runs)  # this token's own held text
+        if mine > 0:
+            runs.append([mine, own])
+            self.body_started = True
+        if own:
+            self.confirmed += 1
 
     def _events(self, events: list[dict]) -> tuple[bool, bool, bool]:
         opened = wrote = closed = False
@@ -721,8 +737,6 @@ class _ReasoningTokenCounter:
             else:
                 self.open = False
                 closed = True
-                if not wrote:
-                    self.held = 0
         return opened, wrote, closed
 
 
