@@ -262,6 +262,22 @@ def closers_ending_in_anchor(template: dict) -> dict[str, list[tuple[str, str]]]
 # ---- one generation -----------------------------------------------------------------------------
 
 
+def same_as_validated(fast: Any, validated: Any) -> bool:
+    """Whether a pydantic model instance built without validation (its instance state set
+    directly, for a server's hot path) is one its validated constructor would have built: equal,
+    with the same state, fields set, extras and private state, serializing alike."""
+    return (
+        type(fast) is type(validated)
+        and fast == validated
+        and vars(fast) == vars(validated)
+        and fast.model_fields_set == validated.model_fields_set
+        and fast.__pydantic_extra__ == validated.__pydantic_extra__
+        and fast.__pydantic_private__ == validated.__pydantic_private__
+        and fast.model_dump_json(exclude_unset=True) == validated.model_dump_json(exclude_unset=True)
+        and fast.model_dump_json() == validated.model_dump_json()
+    )
+
+
 def _merged(first: Routed, second: Routed) -> Routed:
     text = dict(first.text)
     for key, value in second.text.items():

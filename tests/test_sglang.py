@@ -563,3 +563,20 @@ def test_force_nonempty_content_as_sglangs_detector(text):
 
     assert whole(ours) == whole(theirs)
     assert streamed(ours) == streamed(theirs)
+
+
+def test_text_results_are_built_without_validation_and_equal_validated_ones():
+    """The tool detector's answer to a text chunk skips pydantic's validation where the installed
+    pydantic lays instances out as the check expects (it does in the pinned SGLang environment);
+    each such result is what the validated constructor builds."""
+    from sglang.srt.function_call.core_types import StreamingParseResult
+
+    from rtcompile import sglang
+    from rtcompile.serving_common import same_as_validated
+
+    assert sglang._text_result is not sglang._validated_text_result
+    for text in ("", "plain", "<tool_call>", "é\n"):
+        fast = sglang._text_result(text)
+        assert same_as_validated(fast, StreamingParseResult(normal_text=text))
+        fast.calls.append("x")  # a fresh list each time, as pydantic copies the default
+        assert sglang._text_result(text).calls == []

@@ -734,3 +734,21 @@ def test_the_serving_benchmark_compares_parsers_that_agree():
     for name in serving.TEMPLATES:
         matches = serving.check(serving.Case(name, "1K"))
         assert matches["vllm-template"] and matches["rtcompile"], name
+
+
+def test_text_deltas_are_built_without_validation_and_equal_validated_ones():
+    """A text chunk's DeltaMessage skips pydantic's validation where the installed pydantic lays
+    instances out as the check expects (it does in the pinned vLLM environment); each is what the
+    validated constructor builds."""
+    from vllm.entrypoints.generate.base.protocol import DeltaMessage
+
+    from rtcompile.serving_common import same_as_validated
+    from rtcompile.vllm import parser
+
+    assert parser._text_delta is not parser._validated_text_delta
+    for key in ("content", "reasoning"):
+        for text in ("plain", "<think>", "é\n"):
+            fast = parser._text_delta(key, text)
+            assert same_as_validated(fast, DeltaMessage(**{key: text}))
+            fast.tool_calls.append("x")  # a fresh list each time
+            assert parser._text_delta(key, text).tool_calls == []

@@ -66,6 +66,7 @@ from vllm.tool_parsers.utils import iter_response_function_tool_dicts
 
 import rtcompile
 from rtcompile.runtime.openai_stream import OpenAIStream
+from rtcompile.serving_common import same_as_validated
 
 if TYPE_CHECKING:
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
@@ -629,17 +630,7 @@ def _text_delta_factory() -> Any:
 
     try:
         for key in ("content", "reasoning"):
-            fast, validated = text_delta(key, "x<y"), DeltaMessage(**{key: "x<y"})
-            same = (
-                fast == validated
-                and vars(fast) == vars(validated)
-                and fast.model_fields_set == validated.model_fields_set
-                and fast.__pydantic_extra__ == validated.__pydantic_extra__
-                and fast.model_dump_json(exclude_unset=True)
-                == validated.model_dump_json(exclude_unset=True)
-                and fast.model_dump_json() == validated.model_dump_json()
-            )
-            if not same:
+            if not same_as_validated(text_delta(key, "x<y"), DeltaMessage(**{key: "x<y"})):
                 return _validated_text_delta
     except Exception:  # a pydantic whose instances are laid out otherwise
         return _validated_text_delta
