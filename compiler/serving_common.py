@@ -436,6 +436,15 @@ class TemplateStream:
 
     # ---- feeding
     def feed(self, text: str) -> Routed:
+        got = self.feed_text(text)
+        if type(got) is tuple:
+            key, chunk = got
+            return Routed({key: chunk}) if chunk else Routed()
+        return got
+
+    def feed_text(self, text: str) -> tuple[str, str] | Routed:
+        """feed(), with the common chunk (more text of one text field, nothing else) answered as
+        (key, text) instead of a Routed: a server's detectors build their own result from it."""
         if self.finished or not text:
             return Routed()
         recorder = self.recorder
@@ -465,7 +474,7 @@ class TemplateStream:
             event = events[0]  # the common case: more text of one field
             key = self.text_keys.get(event["field"])
             if key is not None:
-                return Routed({key: event["text"]}) if event["text"] else Routed()
+                return key, event["text"]
         return self._route(events, deltas, live=True)
 
     def finish(self) -> Routed:

@@ -58,6 +58,7 @@ import rtcompile
 from .serving_common import (
     CONTENT_FIELD,
     TOOL_FIELD,
+    Routed,
     TemplateStream,
     every_field_optional,
     resolve_template,
@@ -247,8 +248,15 @@ class RtcompileReasoningDetector(ResponseTemplateReasoningDetector):
         return ReasoningStreamingParseResult(normal_text=normal, reasoning_text=reasoning)
 
     def parse_streaming_increment(self, new_text: str) -> ReasoningStreamingParseResult:
-        routed = self._stream.feed(new_text)
-        if self._plain and not routed.closed:  # the common case: text as it is written
+        routed = self._stream.feed_text(new_text)
+        if type(routed) is tuple:  # more text of one field
+            if self._plain:  # the common case: text as it is written
+                key, text = routed
+                if key == _REASONING:
+                    return ReasoningStreamingParseResult(None, text)
+                return ReasoningStreamingParseResult(text if key == _NORMAL else None, None)
+            routed = Routed({routed[0]: routed[1]}) if routed[1] else Routed()
+        if self._plain and not routed.closed:
             text = routed.text
             return ReasoningStreamingParseResult(text.get(_NORMAL), text.get(_REASONING))
         return self._result(routed, at_end=False)
@@ -398,7 +406,11 @@ class RtcompileToolDetector(ResponseTemplateToolDetector):
             return ToolStreamingParseResult(
                 normal_text=first.normal_text + rest.normal_text, calls=first.calls + rest.calls
             )
-        return self._emit(self._stream.feed(new_text))
+        routed = self._stream.feed_text(new_text)
+        if type(routed) is tuple:  # more text of one field: normal text, or nothing to send
+            key, text = routed
+            return _text_result(text if key == _NORMAL else "")
+        return self._emit(routed)
 
     def finish(self, tools: list) -> ToolStreamingParseResult:
         if self._stream is None:  # nothing was streamed: the prefix alone, then the end
