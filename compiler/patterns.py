@@ -139,7 +139,8 @@ def _disjoint(a: tuple[bool, frozenset], b: tuple[bool, frozenset]) -> bool:
 
 def _literal_branch(av) -> list[str] | None:
     """The alternatives of a branch as strings, if each is a non-empty run of literals and none
-    starts another (so at most one matches at a place, decided within its own length)."""
+    occurs in another: then at most one matches at a place, decided within its own length, and
+    no attempt at an earlier place can run into the buffer's end across a complete one."""
     words = []
     for alternative in av[1]:
         items = _flattened(alternative)
