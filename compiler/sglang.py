@@ -61,6 +61,7 @@ from .serving_common import (
     Routed,
     TemplateStream,
     every_field_optional,
+    pydantic_slot_setters,
     resolve_template,
     same_as_validated,
     served_fields,
@@ -298,15 +299,10 @@ def _text_result_factory() -> Any:
     here, once, against the pydantic installed); otherwise the validated constructor."""
     new_instance = object.__new__
     set_attribute = object.__setattr__
-    try:  # pydantic's instance slots, set through their descriptors
-        set_fields_set = ToolStreamingParseResult.__pydantic_fields_set__.__set__
-        set_extra = ToolStreamingParseResult.__pydantic_extra__.__set__
-        set_private = ToolStreamingParseResult.__pydantic_private__.__set__
-        extra = ToolStreamingParseResult(normal_text="").__pydantic_extra__
-    except AttributeError:  # not slots in this pydantic
+    setters = pydantic_slot_setters(ToolStreamingParseResult)
+    if setters is None:
         return _validated_text_result
-    if extra is not None:  # (a model that keeps extra fields: not this one)
-        return _validated_text_result
+    set_fields_set, set_extra, set_private = setters
 
     def text_result(text: str) -> ToolStreamingParseResult:
         result = new_instance(ToolStreamingParseResult)

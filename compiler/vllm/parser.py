@@ -40,9 +40,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 from collections.abc import Sequence
-from math import inf
 from typing import TYPE_CHECKING, Any
 
 import regex
@@ -66,7 +64,18 @@ from vllm.tool_parsers.utils import iter_response_function_tool_dicts
 
 import rtcompile
 from rtcompile.runtime.openai_stream import OpenAIStream
-from rtcompile.serving_common import same_as_validated
+from rtcompile.serving_common import (
+    CONTENT_FIELD,
+    OPENER_GROUP,
+    TOOL_FIELD,
+    closers_ending_in_anchor,
+    has_opener,
+    literals,
+    pydantic_slot_setters,
+    same_as_validated,
+    served_fields,
+)
+from rtcompile.serving_common import resolve_template as shared_resolve_template
 
 if TYPE_CHECKING:
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
@@ -83,107 +92,25 @@ __all__ = [
 ]
 
 TEMPLATE_ENVIRONMENT_VARIABLE = "RTCOMPILE_VLLM_TEMPLATE"
-CONTENT_FIELD = "content"
-TOOL_FIELD = "tool_calls"
-REASONING_FIELDS = ("reasoning_content", "thinking")
-_SERVED_FIELDS = frozenset({CONTENT_FIELD, TOOL_FIELD, *REASONING_FIELDS})
-_OPENER_GROUP = "rtcompile_opener"
 _TOOL_TEXT = object()  # (`_Generation.text_keys`: a field whose text only the stream reads)
 
 
 # ---- the template ---------------------------------------------------------------------------------
 
 
-def _tokenizer_template(tokenizer: Any) -> Any:
-    """The tokenizer's own `response_template`, read as vLLM reads it."""
-    if tokenizer is None:
-        return None
-    template = getattr(tokenizer, "response_template", None)
-    if template is None:
-        template = (getattr(tokenizer, "init_kwargs", None) or {}).get("response_template")
-    return template
-
-
-def _model_type(tokenizer: Any, model_config: Any) -> str | None:
-    """The model's `model_type`: from vLLM's model config, else from the `config.json` that sits
-    beside the tokenizer (a local directory, or the hub cache vLLM downloaded it to; never the
-    network)."""
-    hf_config = getattr(model_config, "hf_config", None)
-    model_type = getattr(hf_config, "model_type", None)
-    if isinstance(model_type, str):
-        return model_type
-    source = getattr(tokenizer, "name_or_path", None)
-    if not isinstance(source, str) or not source:
-        return None
-    path = os.path.join(source, "config.json")
-    if not os.path.isfile(path):
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            cached = try_to_load_from_cache(source, "config.json")
-        except Exception:  # not a repository id, or no hub client: no model type to go on
-            return None
-        if not isinstance(cached, str):
-            return None
-        path = cached
-    try:
-        with open(path, encoding="utf-8") as file:
-            model_type = json.load(file).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return model_type if isinstance(model_type, str) else None
-
-
 def resolve_template(
     tokenizer: Any, template: Any = None, model_config: Any = None
 ) -> tuple[dict, str]:
-    """(the response template, where it came from), in the order the module docstring gives.
+    """(the response template, where it came from), in the order the module docstring gives
+    (serving_common.resolve_template, with the model type vLLM's model config names, if any).
     Raises `ValueError` naming every place looked at when there is none."""
-    if template is not None:
-        return _as_template(template), "the response_template argument"
-    own = _tokenizer_template(tokenizer)
-    if own is not None:
-        if not isinstance(own, dict):
-            raise ValueError(
-                f"the tokenizer's response_template is a {type(own).__name__}, not a JSON object"
-            )
-        return own, "the tokenizer's response_template"
-    model_type = _model_type(tokenizer, model_config)
-    if model_type is not None:
-        try:
-            return rtcompile.template_for(model_type), f"rtcompile's template for {model_type!r}"
-        except rtcompile.UnknownTemplateError:
-            pass
-    named = os.environ.get(TEMPLATE_ENVIRONMENT_VARIABLE)
-    if named:
-        return _as_template(named), f"{TEMPLATE_ENVIRONMENT_VARIABLE}={named}"
-    raise ValueError(
-        "no response template: the tokenizer has no `response_template`, rtcompile bundles none "
-        f"for model_type {model_type!r}, and {TEMPLATE_ENVIRONMENT_VARIABLE} is not set (a bundled "
-        "template's name, e.g. 'qwen3', or a path to a template JSON)"
+    model_type = getattr(getattr(model_config, "hf_config", None), "model_type", None)
+    return shared_resolve_template(
+        tokenizer,
+        template,
+        model_type=model_type if isinstance(model_type, str) else None,
+        environment_variable=TEMPLATE_ENVIRONMENT_VARIABLE,
     )
-
-
-def _as_template(value: Any) -> dict:
-    if isinstance(value, dict):
-        return value
-    if isinstance(value, (str, os.PathLike)):
-        from rtcompile import api
-
-        return api.read_template(value)  # a bundled name or model_type, or a path
-    raise ValueError(f"a response template must be a dict, a name or a path, not {type(value).__name__}")
-
-
-def _has_opener(field: dict) -> bool:
-    return "open" in field or "open_pattern" in field
-
-
-def _literals(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [item for item in value if isinstance(item, str)]
-    return []
 
 
 class _Plan:
@@ -191,27 +118,8 @@ class _Plan:
     the template as served, and the names of its fields. Built once per template and mode."""
 
     def __init__(self, template: dict, parse_tools: bool):
-        fields = template.get("fields")
-        if not isinstance(fields, dict):
-            raise ValueError("response_template has no `fields` object")
-        unsupported = sorted(
-            (set(fields) - _SERVED_FIELDS)
-            # a default reaches no client either: deltas carry only what the model wrote
-            | {f"defaults.{name}" for name in set(template.get("defaults") or {}) - {"role"}}
-        )
-        if unsupported:
-            raise ValueError(
-                f"response_template contains fields rtcompile cannot serve: {unsupported}; "
-                f"supported fields are {sorted(_SERVED_FIELDS)}"
-            )
-        reasoning = [name for name in REASONING_FIELDS if name in fields]
-        if len(reasoning) > 1:
-            raise ValueError(
-                "response_template has both `reasoning_content` and `thinking` fields; "
-                "name one reasoning field"
-            )
-        self.reasoning_field = reasoning[0] if reasoning else None
-        self.has_tools = TOOL_FIELD in fields
+        self.reasoning_field = served_fields(template)
+        self.has_tools = TOOL_FIELD in template["fields"]
         self.served = _served_template(template, parse_tools)
         # tool parsing off: the tool-call field's text goes out as content, with its literal
         # delimiters (what a pattern matched reaches the text otherwise: `_plain_tool_field`)
@@ -222,21 +130,11 @@ class _Plan:
                 spec[key] if isinstance(spec.get(key), str) else "" for key in ("open", "close")
             )
         self.module = rtcompile.load(self.served)
-        served_fields = self.served["fields"]
-        self.reasoning_spec = served_fields.get(self.reasoning_field) if self.reasoning_field else None
-        self.open_fields = {name for name, spec in served_fields.items() if _has_opener(spec)}
-        anchors = _literals(self.served.get("start_anchor"))
-        # Closers that end with the next message's start anchor, for outputs that stop after the
-        # part a generation writes (vLLM completes them the same way).
-        self.closers_ending_in_anchor = {
-            name: [
-                (closer, anchor)
-                for closer in _literals(spec.get("close"))
-                for anchor in anchors
-                if anchor and closer.endswith(anchor) and closer != anchor
-            ]
-            for name, spec in served_fields.items()
-        }
+        fields = self.served["fields"]
+        self.reasoning_spec = fields.get(self.reasoning_field) if self.reasoning_field else None
+        self.open_fields = {name for name, spec in fields.items() if has_opener(spec)}
+        # (vLLM completes such closers the same way)
+        self.closers_ending_in_anchor = closers_ending_in_anchor(self.served)
 
 
 def _served_template(template: dict, parse_tools: bool) -> dict:
@@ -246,7 +144,7 @@ def _served_template(template: dict, parse_tools: bool) -> dict:
     The template itself when nothing changes, so bundled templates keep their checked-in parsers."""
     fields = template["fields"]
     plain_tools = not parse_tools and TOOL_FIELD in fields
-    add_content = CONTENT_FIELD not in fields and all(_has_opener(f) for f in fields.values() if isinstance(f, dict))
+    add_content = CONTENT_FIELD not in fields and all(has_opener(f) for f in fields.values() if isinstance(f, dict))
     required = [name for name, f in fields.items() if isinstance(f, dict) and f.get("optional") is False]
     if not (plain_tools or add_content or required):
         return template
@@ -272,15 +170,15 @@ def _plain_tool_field(tool: dict) -> dict:
     if isinstance(opener, str):
         plain["open"] = opener
     elif opener is not None or "open_pattern" in tool:
-        pattern = tool.get("open_pattern") or "|".join(regex.escape(o) for o in _literals(opener))
-        plain["open_pattern"] = f"(?P<{_OPENER_GROUP}>{pattern})"
+        pattern = tool.get("open_pattern") or "|".join(regex.escape(o) for o in literals(opener))
+        plain["open_pattern"] = f"(?P<{OPENER_GROUP}>{pattern})"
         groups = regex.compile(plain["open_pattern"]).groupindex
         plain["transform"] = {"text": "{content}", **{g: "{" + g + "}" for g in groups}}
     close = tool.get("close")
     if isinstance(close, str):
         plain["close"] = close
     elif close is not None or "close_pattern" in tool:
-        pattern = tool.get("close_pattern") or "|".join(regex.escape(c) for c in _literals(close))
+        pattern = tool.get("close_pattern") or "|".join(regex.escape(c) for c in literals(close))
         plain["close_pattern"] = f"(?<=(?:{pattern}))"
     return plain
 
@@ -558,7 +456,7 @@ class _Generation:
         else:
             if not opener:
                 value = event.get("value")
-                matched = value.get(_OPENER_GROUP) if isinstance(value, dict) else None
+                matched = value.get(OPENER_GROUP) if isinstance(value, dict) else None
                 content.append((matched or "") + "".join(self.tool_text))
             content.append(closer)
 
@@ -608,12 +506,10 @@ def _text_delta_factory() -> Any:
     the validated constructor."""
     new_instance = object.__new__
     set_attribute = object.__setattr__
-    try:  # pydantic's instance slots, set through their descriptors (a lookup less per delta)
-        set_fields_set = DeltaMessage.__pydantic_fields_set__.__set__
-        set_extra = DeltaMessage.__pydantic_extra__.__set__
-        set_private = DeltaMessage.__pydantic_private__.__set__
-    except AttributeError:  # not slots in this pydantic
+    setters = pydantic_slot_setters(DeltaMessage)
+    if setters is None:
         return _validated_text_delta
+    set_fields_set, set_extra, set_private = setters
 
     def text_delta(key: str, text: str) -> DeltaMessage:
         message = new_instance(DeltaMessage)
@@ -760,32 +656,32 @@ class RtcompileReasoningParser(ResponseTemplateReasoningParser):
 
     def _field_literals(self, key: str) -> list[str]:
         spec = self.plan.reasoning_spec
-        return _literals(spec.get(key)) if spec else []
+        return literals(spec.get(key)) if spec else []
 
     @property
     def reasoning_start_str(self) -> str | None:
-        literals = self._field_literals("open")
-        return literals[0] if literals else None
+        openers = self._field_literals("open")
+        return openers[0] if openers else None
 
     @property
     def reasoning_end_str(self) -> str | None:
-        literals = self._field_literals("close")
-        return literals[0] if literals else None
+        closers = self._field_literals("close")
+        return closers[0] if closers else None
 
     def _closer_ids(self) -> list[list[int]] | None:
         """Token ids of each literal closer of reasoning, or None when they are not all literal."""
         spec = self.plan.reasoning_spec
         if spec is None or spec.get("repeats") or "close" not in spec:
             return None
-        literals = self._field_literals("close")
-        if not literals:
+        closers = self._field_literals("close")
+        if not closers:
             return None
         vocab = self.vocab
         ids = [
-            [vocab[literal]]
-            if literal in vocab
-            else self.model_tokenizer.encode(literal, add_special_tokens=False)
-            for literal in literals
+            [vocab[closer]]
+            if closer in vocab
+            else self.model_tokenizer.encode(closer, add_special_tokens=False)
+            for closer in closers
         ]
         return ids if all(ids) else None
 
