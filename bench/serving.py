@@ -255,9 +255,11 @@ def sample(case: Case, impl: str) -> tuple[float, float]:
     return time.process_time() - cpu, time.perf_counter() - wall
 
 
-def measure(case: Case, reps: int) -> dict[str, dict[str, float]]:
-    samples: dict[str, list[tuple[float, float]]] = {impl: [] for impl in IMPLEMENTATIONS}
-    order = list(IMPLEMENTATIONS)
+def measure(case: Any, reps: int, implementations: tuple[str, ...], sample: Any) -> dict[str, dict[str, float]]:
+    """Per implementation, the medians over `reps` repetitions of `sample(case, impl)`'s (CPU, wall)
+    seconds per chunk, in µs; each repetition runs every implementation once, in a rotated order."""
+    samples: dict[str, list[tuple[float, float]]] = {impl: [] for impl in implementations}
+    order = list(implementations)
     for rep in range(reps):
         for impl in order[rep % len(order) :] + order[: rep % len(order)]:
             samples[impl].append(sample(case, impl))
@@ -269,6 +271,46 @@ def measure(case: Case, reps: int) -> dict[str, dict[str, float]]:
         }
         for impl, values in samples.items()
     }
+
+
+def run_cases(
+    arguments: Any, environment: dict, new_case: Any, check: Any, sample: Any, implementations: tuple[str, ...]
+) -> dict:
+    """Every template and size asked for: checked, then measured with the heap set up so far frozen,
+    as vLLM's API server does once it has started (`freeze_gc_heap`): modules, workloads and the
+    parsers' templates are out of the collector's sight. The last implementation is the
+    hand-written one, whose check result is kept."""
+    reps = {"1K": 5, "16K": 5, "128K": 3} if arguments.quick else {"1K": 15, "16K": 9, "128K": 5}
+    results: dict[str, Any] = {
+        "environment": {**environment, "load_before": " ".join(f"{v:.2f}" for v in os.getloadavg())},
+        "cases": {},
+    }
+    for name in arguments.templates:
+        for size in arguments.sizes:
+            case = new_case(name, size)
+            matches = check(case)
+            gc.collect()
+            gc.freeze()
+            try:
+                figures = measure(case, reps[size], implementations, sample)
+            finally:
+                gc.unfreeze()
+            results["cases"][f"{name}:{size}"] = {
+                "chunks": len(case.chunks),
+                "chars": len(case.workload.text),
+                "figures": figures,
+                "handwritten_matches": matches[implementations[-1]],
+            }
+            print(f"  {name} {size}: {len(case.chunks)} chunks measured", file=sys.stderr, flush=True)
+    results["environment"]["load_after"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    return results
+
+
+def write_results(results: dict, table: str, path: str | None) -> None:
+    print(table)
+    if path:
+        with open(path, "w", encoding="utf-8") as file:
+            json.dump(results, file, indent=1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,63 +334,50 @@ def main(argv: list[str] | None = None) -> int:
     import rtcompile
 
     vllm.plugins.load_general_plugins()  # as vllm serve does: registers rtcompile's parsers
-    reps = {"1K": 5, "16K": 5, "128K": 3} if arguments.quick else {"1K": 15, "16K": 9, "128K": 5}
-    results: dict[str, Any] = {
-        "environment": {
-            "python": platform.python_version(),
-            "vllm": vllm.__version__,
-            "rtcompile": rtcompile.__version__,
-            "cpus": os.cpu_count(),
-            "load_before": " ".join(f"{v:.2f}" for v in os.getloadavg()),
-        },
-        "cases": {},
+    environment = {
+        "python": platform.python_version(),
+        "vllm": vllm.__version__,
+        "rtcompile": rtcompile.__version__,
+        "cpus": os.cpu_count(),
     }
-    for name in arguments.templates:
-        for size in arguments.sizes:
-            case = Case(name, size)
-            matches = check(case)
-            # As vLLM's API server does once it has started (freeze_gc_heap): the heap built so far
-            # (modules, workloads, parsers' templates) is out of the collector's sight.
-            gc.collect()
-            gc.freeze()
-            try:
-                figures = measure(case, reps[size])
-            finally:
-                gc.unfreeze()
-            results["cases"][f"{name}:{size}"] = {
-                "chunks": len(case.chunks),
-                "chars": len(case.workload.text),
-                "figures": figures,
-                "handwritten_matches": matches["vllm-handwritten"],
-            }
-            print(f"  {name} {size}: {len(case.chunks)} chunks measured", file=sys.stderr, flush=True)
-    results["environment"]["load_after"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
-    print(render(results))
-    if arguments.json:
-        with open(arguments.json, "w", encoding="utf-8") as file:
-            json.dump(results, file, indent=1)
+    results = run_cases(arguments, environment, Case, check, sample, IMPLEMENTATIONS)
+    write_results(results, render(results), arguments.json)
     return 0
 
 
 def render(results: dict) -> str:
+    env = results["environment"]
+    return render_table(
+        results,
+        title="parse_delta in vLLM's chat-serving loop: microseconds of CPU per chunk (median; wall in brackets)",
+        columns=("vLLM response template", "rtcompile", "vLLM hand-written"),
+        implementations=IMPLEMENTATIONS,
+        mismatch="* the hand-written parser's accumulated deltas differ from the generation",
+        versions=f"\nvllm {env['vllm']}, rtcompile {env['rtcompile']}, Python {env['python']}",
+    )
+
+
+def render_table(
+    results: dict, *, title: str, columns: tuple[str, ...], implementations: tuple[str, ...], mismatch: str, versions: str
+) -> str:
+    """The table of `results` (implementations: the server's template parser, rtcompile, the
+    hand-written one), the growth from 16K to 128K, and the environment."""
+    template_impl, ours, handwritten = implementations
     lines = [
-        "parse_delta in vLLM's chat-serving loop: microseconds of CPU per chunk (median; wall in brackets)",
+        title,
         "",
-        "| template | size | chunks | vLLM response template | rtcompile | vLLM hand-written | "
-        "rtcompile vs template | rtcompile vs hand-written |",
+        f"| template | size | chunks | {' | '.join(columns)} | rtcompile vs template | rtcompile vs hand-written |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     cases = results["cases"]
     for key, case in cases.items():
         name, size = key.split(":")
         f = case["figures"]
-        cells = [
-            f"{f[impl]['cpu']:.2f} ({f[impl]['wall']:.2f})" for impl in IMPLEMENTATIONS
-        ]
+        cells = [f"{f[impl]['cpu']:.2f} ({f[impl]['wall']:.2f})" for impl in implementations]
         if not case["handwritten_matches"]:
             cells[2] += " *"
-        template_ratio = f["vllm-template"]["cpu"] / f["rtcompile"]["cpu"]
-        handwritten_ratio = f["vllm-handwritten"]["cpu"] / f["rtcompile"]["cpu"]
+        template_ratio = f[template_impl]["cpu"] / f[ours]["cpu"]
+        handwritten_ratio = f[handwritten]["cpu"] / f[ours]["cpu"]
         lines.append(
             f"| {name} | {size} | {case['chunks']} | {' | '.join(cells)} | "
             f"{template_ratio:.1f}x | {handwritten_ratio:.1f}x |"
@@ -359,19 +388,16 @@ def render(results: dict) -> str:
         if small and large:
             growth = {
                 impl: large["figures"][impl]["cpu"] / small["figures"][impl]["cpu"]
-                for impl in IMPLEMENTATIONS
+                for impl in implementations
             }
             lines.append(
                 f"{name}: growth 16K->128K per chunk: "
                 + ", ".join(f"{impl} {value:.2f}" for impl, value in growth.items())
             )
     if any(not case["handwritten_matches"] for case in cases.values()):
-        lines.append("* the hand-written parser's accumulated deltas differ from the generation")
+        lines.append(mismatch)
     env = results["environment"]
-    lines.append(
-        f"\nvllm {env['vllm']}, rtcompile {env['rtcompile']}, Python {env['python']}, "
-        f"{env['cpus']} CPUs, load {env['load_before']} -> {env['load_after']}"
-    )
+    lines.append(f"{versions}, {env['cpus']} CPUs, load {env['load_before']} -> {env['load_after']}")
     return "\n".join(lines)
 
 

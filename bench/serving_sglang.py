@@ -40,13 +40,12 @@ import gc
 import json
 import os
 import platform
-import re
-import statistics
 import sys
 import time
 from typing import Any
 
 from . import workloads
+from .serving import render_table, run_cases, thinking_copy, token_chunks, write_results
 
 TEMPLATES = ("qwen3", "qwen3_5")
 SIZES = ("1K", "16K", "128K")
@@ -72,27 +71,6 @@ class Tokenizer:
         self.name_or_path = ""
 
 
-def token_chunks(text: str, seed: int) -> list[str]:
-    """Token-like chunks of 1-6 characters, every special token a chunk of its own."""
-    alternatives = "|".join(re.escape(s) for s in sorted(SPECIAL_TOKENS, key=len, reverse=True))
-    chunks: list[str] = []
-    for index, piece in enumerate(re.split(f"({alternatives})", text)):
-        if not piece:
-            continue
-        if index % 2:
-            chunks.append(piece)
-        else:
-            chunks.extend(workloads.chunk_text(piece, seed + index))
-    return chunks
-
-
-def thinking_copy(template: dict) -> dict:
-    copy = json.loads(json.dumps(template))
-    if "reasoning_content" in copy["fields"]:
-        copy["fields"]["thinking"] = copy["fields"].pop("reasoning_content")
-    return copy
-
-
 class Case:
     """One workload, and how to build each implementation's pair of parsers for it."""
 
@@ -103,7 +81,7 @@ class Case:
 
         self.name, self.size = name, size
         self.workload = workloads.build_workload(name, size)
-        self.chunks = token_chunks(self.workload.text, workloads.stable_seed("serving", name, size))
+        self.chunks = token_chunks(self.workload.text, SPECIAL_TOKENS, workloads.stable_seed("serving", name, size))
         assert "".join(self.chunks) == self.workload.text
         self.tools = [Tool.model_validate(tool) for tool in self.workload.tools]
         template = template_for(name)
@@ -220,22 +198,6 @@ def sample(case: Case, impl: str) -> tuple[float, float]:
     return time.process_time() - cpu, time.perf_counter() - wall
 
 
-def measure(case: Case, reps: int) -> dict[str, dict[str, float]]:
-    samples: dict[str, list[tuple[float, float]]] = {impl: [] for impl in IMPLEMENTATIONS}
-    order = list(IMPLEMENTATIONS)
-    for rep in range(reps):
-        for impl in order[rep % len(order) :] + order[: rep % len(order)]:
-            samples[impl].append(sample(case, impl))
-    per_chunk = 1e6 / len(case.chunks)
-    return {
-        impl: {
-            "cpu": statistics.median(s[0] for s in values) * per_chunk,
-            "wall": statistics.median(s[1] for s in values) * per_chunk,
-        }
-        for impl, values in samples.items()
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.serving_sglang", description=__doc__.split("\n\n")[0]
@@ -260,88 +222,28 @@ def main(argv: list[str] | None = None) -> int:
     import rtcompile
 
     load_plugins()  # as sglang serve does: registers rtcompile's detectors
-    reps = {"1K": 5, "16K": 5, "128K": 3} if arguments.quick else {"1K": 15, "16K": 9, "128K": 5}
-    results: dict[str, Any] = {
-        "environment": {
-            "python": platform.python_version(),
-            "sglang": sglang_version,
-            "rtcompile": rtcompile.__version__,
-            "cpus": os.cpu_count(),
-            "load_before": " ".join(f"{v:.2f}" for v in os.getloadavg()),
-        },
-        "cases": {},
+    environment = {
+        "python": platform.python_version(),
+        "sglang": sglang_version,
+        "rtcompile": rtcompile.__version__,
+        "cpus": os.cpu_count(),
     }
-    for name in arguments.templates:
-        for size in arguments.sizes:
-            case = Case(name, size)
-            matches = check(case)
-            gc.collect()
-            gc.freeze()  # the heap set up so far is out of the collector's sight, as in the vLLM bench
-            try:
-                figures = measure(case, reps[size])
-            finally:
-                gc.unfreeze()
-            results["cases"][f"{name}:{size}"] = {
-                "chunks": len(case.chunks),
-                "chars": len(case.workload.text),
-                "figures": figures,
-                "handwritten_matches": matches["sglang-handwritten"],
-            }
-            print(
-                f"  {name} {size}: {len(case.chunks)} chunks measured", file=sys.stderr, flush=True
-            )
-    results["environment"]["load_after"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
-    print(render(results))
-    if arguments.json:
-        with open(arguments.json, "w", encoding="utf-8") as file:
-            json.dump(results, file, indent=1)
+    results = run_cases(arguments, environment, Case, check, sample, IMPLEMENTATIONS)
+    write_results(results, render(results), arguments.json)
     return 0
 
 
 def render(results: dict) -> str:
-    lines = [
-        "SGLang's streaming parsers (reasoning, then tool calls on the normal text): microseconds of "
-        "CPU per chunk (median; wall in brackets)",
-        "",
-        "| template | size | chunks | SGLang response template | rtcompile | SGLang hand-written | "
-        "rtcompile vs template | rtcompile vs hand-written |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    cases = results["cases"]
-    for key, case in cases.items():
-        name, size = key.split(":")
-        figures = case["figures"]
-        cells = [
-            f"{figures[impl]['cpu']:.2f} ({figures[impl]['wall']:.2f})" for impl in IMPLEMENTATIONS
-        ]
-        if not case["handwritten_matches"]:
-            cells[2] += " *"
-        template_ratio = figures["sglang-template"]["cpu"] / figures["rtcompile"]["cpu"]
-        handwritten_ratio = figures["sglang-handwritten"]["cpu"] / figures["rtcompile"]["cpu"]
-        lines.append(
-            f"| {name} | {size} | {case['chunks']} | {' | '.join(cells)} | "
-            f"{template_ratio:.1f}x | {handwritten_ratio:.1f}x |"
-        )
-    lines.append("")
-    for name in dict.fromkeys(key.split(":")[0] for key in cases):
-        small, large = cases.get(f"{name}:16K"), cases.get(f"{name}:128K")
-        if small and large:
-            growth = {
-                impl: large["figures"][impl]["cpu"] / small["figures"][impl]["cpu"]
-                for impl in IMPLEMENTATIONS
-            }
-            lines.append(
-                f"{name}: growth 16K->128K per chunk: "
-                + ", ".join(f"{impl} {value:.2f}" for impl, value in growth.items())
-            )
-    if any(not case["handwritten_matches"] for case in cases.values()):
-        lines.append("* the hand-written pair's accumulated output differs from the generation")
     env = results["environment"]
-    lines.append(
-        f"python {env['python']}, sglang {env['sglang']}, rtcompile {env['rtcompile']}, "
-        f"{env['cpus']} CPUs, load {env['load_before']} -> {env['load_after']}"
+    return render_table(
+        results,
+        title="SGLang's streaming parsers (reasoning, then tool calls on the normal text): microseconds "
+        "of CPU per chunk (median; wall in brackets)",
+        columns=("SGLang response template", "rtcompile", "SGLang hand-written"),
+        implementations=IMPLEMENTATIONS,
+        mismatch="* the hand-written pair's accumulated output differs from the generation",
+        versions=f"python {env['python']}, sglang {env['sglang']}, rtcompile {env['rtcompile']}",
     )
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":
