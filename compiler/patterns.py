@@ -127,6 +127,12 @@ def _one_char_set(op, av) -> tuple[bool, frozenset] | None:
     return negated, frozenset(chars)
 
 
+def _repeated_char_set(av) -> tuple[bool, frozenset] | None:
+    """_one_char_set of what a repeat repeats, if that is one character (a plain group of one)."""
+    body = _flattened(av[2])
+    return _one_char_set(*body[0]) if body and len(body) == 1 else None
+
+
 def _disjoint(a: tuple[bool, frozenset], b: tuple[bool, frozenset]) -> bool:
     if a[0] and b[0]:
         return False  # two complements always share characters
@@ -161,8 +167,7 @@ def _first_of_rest(items) -> tuple[bool, frozenset] | None | bool:
         if (op is sre.ASSERT and av[0] < 0) or (op is sre.AT and av in _START_ASSERTIONS):
             continue  # reads nothing ahead
         if op in REPEATS:
-            body = _flattened(av[2])
-            one = _one_char_set(*body[0]) if body and len(body) == 1 else None
+            one = _repeated_char_set(av)
             if one is None:
                 return None
             sets.append(one)
@@ -204,8 +209,7 @@ def _final_sequence(items) -> bool:
                 return False
             continue
         if op is sre.MAX_REPEAT or op is sre.MIN_REPEAT:
-            body = _flattened(av[2])
-            one = _one_char_set(*body[0]) if body and len(body) == 1 else None
+            one = _repeated_char_set(av)
             if one is None:
                 return False
             if av[0] == av[1]:
