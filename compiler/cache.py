@@ -69,7 +69,15 @@ def cache_key(template_sha256: str) -> str:
 
 # The files whose content decides what the generator emits: a change to any of them (even without
 # a version bump, as during development) must never reuse old output.
-GENERATOR_FILES = ("frontend.py", "ir.py", "patterns.py", "codegen.py", "codegen/module.py.jinja", "version.py")
+GENERATOR_FILES = (
+    "frontend.py",
+    "ir.py",
+    "patterns.py",
+    "codegen.py",
+    "codegen/module.py.jinja",
+    "codegen/common_chunk.py.jinja",
+    "version.py",
+)
 
 
 @functools.lru_cache(maxsize=None)

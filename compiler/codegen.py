@@ -319,8 +319,6 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
     for state in states:
         for w in state.watches:
             consts[w.const] = w.delimiter
-    # States whose plain chunks can skip the machine (see the generated feed). Only without
-    # lookbehind context: the fast path does not keep consumed text.
     # States whose plain chunks skip the machine (the generated feed), keyed by the current field
     # index (None: the null sink). Only without lookbehind context: these paths keep no consumed text.
     fast_states, lead_states = [], []

@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import types
 from typing import Any, Callable
 
 import regex
@@ -262,12 +263,24 @@ def closers_ending_in_anchor(template: dict) -> dict[str, list[tuple[str, str]]]
 # ---- one generation -----------------------------------------------------------------------------
 
 
-def pydantic_slot_setters(model: type) -> tuple[Any, Any, Any] | None:
-    """The setters of a pydantic model's instance slots (fields set, extra, private), to build an
-    instance on a server's hot path without validation: through the slots' descriptors, a
-    lookup less per instance. None when the installed pydantic lays instances out otherwise."""
+def pydantic_slot_setters(model: type) -> tuple[Any, Any, Any, Any] | None:
+    """The setters of a pydantic model's instance state and slots (`__dict__`, fields set, extra,
+    private), to build an instance on a server's hot path without validation: through their
+    descriptors, a lookup less each than `object.__setattr__`. None when the installed pydantic
+    lays instances out otherwise."""
+    state = next(
+        (
+            vars(klass)["__dict__"]
+            for klass in model.__mro__
+            if isinstance(vars(klass).get("__dict__"), types.GetSetDescriptorType)
+        ),
+        None,
+    )
+    if state is None:
+        return None
     try:
         return (
+            state.__set__,
             model.__pydantic_fields_set__.__set__,
             model.__pydantic_extra__.__set__,
             model.__pydantic_private__.__set__,
@@ -304,22 +317,28 @@ def _merged(first: Routed, second: Routed) -> Routed:
     )
 
 
-class _RecordingParser:
+class RecordingParser:
     """The parser as `OpenAIStream` sees it, keeping the events of its last call: the stream builds
-    the tool calls from them, `TemplateStream` routes their text."""
+    the tool calls from them, the integrations route their text. Events already read can be handed
+    to it (`pending`, returned by its next feed instead of feeding again): from an integration
+    that fed the parser itself, or whose chunk the parser's feed_text took."""
 
-    __slots__ = ("parser", "events")
+    __slots__ = ("parser", "events", "pending")
 
     def __init__(self, parser: Any) -> None:
         self.parser = parser
         self.events: list[dict] = parser.initial_events
+        self.pending: list[dict] | None = None
 
     @property
     def initial_events(self) -> list[dict]:
         return self.parser.initial_events
 
     def feed(self, text: str) -> list[dict]:
-        self.events = events = self.parser.feed(text)
+        events, self.pending = self.pending, None
+        if events is None:
+            events = self.parser.feed(text)
+        self.events = events
         return events
 
     def finalize(self) -> tuple[dict, list[dict]]:
@@ -382,7 +401,7 @@ class TemplateStream:
         module: Any = None,
     ) -> None:
         module = module if module is not None else rtcompile.load(template)
-        self.recorder = _RecordingParser(
+        self.recorder = RecordingParser(
             module.ResponseParser(prefix, tools=tools or None, errors="keep")
         )
         self.text_keys = text_keys
@@ -425,7 +444,13 @@ class TemplateStream:
             (len(closer) for pairs in self._closers.values() for closer, _ in pairs), default=0
         )
         self._tail = ""
-        self._parser_feed = self.recorder.parser.feed  # (no adapter in between: no calls to build)
+        parser = self.recorder.parser
+        self._parser_feed = parser.feed  # (no adapter in between: no calls to build)
+        # feed_text's fast path applies: no tail of the output to keep, no raw text of a verbatim
+        # region to read a closer back from (see feed_text)
+        self._plain_chunks = not self._tail_length and not self._close_res
+        self._parser_feed_text = parser.feed_text
+        self._dirty = dict(zip(parser.FIELD_NAMES, parser.DIRTY))
         self._failed_seen = 0  # stream.errors already reported
         self._prompt_held = ""  # (set below, once the prefix's own events are routed)
         self._opener_cut = ""
@@ -459,6 +484,17 @@ class TemplateStream:
     def feed_text(self, text: str) -> tuple[str, str] | Routed:
         """feed(), with the common chunk (more text of one text field, nothing else) answered as
         (key, text) instead of a Routed: a server's detectors build their own result from it."""
+        if self._plain_chunks and not self._prompt_held:
+            field = self._parser_feed_text(text)
+            if field is not None:  # more text of one region, read without building events
+                key = self.text_keys.get(field)
+                if key is not None:
+                    return key, text
+                event = {"type": "region_chunk", "field": field, "text": text, "dirty": self._dirty[field]}
+                if self.stream is None:
+                    return self._route([event], _EMPTY, live=True)
+                events = self.recorder.pending = [event]
+                return self._route(events, self.stream.feed(text), live=True)
         if self.finished or not text:
             return Routed()
         recorder = self.recorder

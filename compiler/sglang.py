@@ -298,15 +298,14 @@ def _text_result_factory() -> Any:
     state pydantic itself builds. Used only if, built both ways, the two are the same (checked
     here, once, against the pydantic installed); otherwise the validated constructor."""
     new_instance = object.__new__
-    set_attribute = object.__setattr__
     setters = pydantic_slot_setters(ToolStreamingParseResult)
     if setters is None:
         return _validated_text_result
-    set_fields_set, set_extra, set_private = setters
+    set_state, set_fields_set, set_extra, set_private = setters
 
     def text_result(text: str) -> ToolStreamingParseResult:
         result = new_instance(ToolStreamingParseResult)
-        set_attribute(result, "__dict__", {"normal_text": text, "calls": []})
+        set_state(result, {"normal_text": text, "calls": []})
         set_fields_set(result, {"normal_text"})
         set_extra(result, None)
         set_private(result, None)

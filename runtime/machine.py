@@ -150,6 +150,15 @@ class Machine:
             self._fail(e)
             raise
 
+    def feed_text(self, text: str) -> str | None:
+        """feed() for a server's common chunk only: when `text` is more text of the open region
+        that no watched delimiter can start, it is read and the field's name is returned (feed
+        would have returned one region_chunk of that field with `text` as its text). Any other
+        chunk is left unread and None is returned: feed it with feed(). Saves building the
+        events of the chunk that makes up most of a stream (the generated subclass has the fast
+        paths; this default has none)."""
+        return None
+
     # ---- a held run of lead characters (the generated feed's side of it) -----------------------
     # A flood of whitespace in a state whose delimiters start with \s* (qwen3's content, say) is
     # held back as a possible delimiter start until something else arrives. Appending each chunk

@@ -254,6 +254,9 @@ def test_the_generator_fingerprint_covers_the_generator_files():
     here = Path(cache.__file__).parent
     for name in cache.GENERATOR_FILES:
         assert (here / name).is_file(), name
+    # a module template added to the generator is part of what it emits
+    templates = {f"codegen/{path.name}" for path in (here / "codegen").glob("*.jinja")}
+    assert templates and templates <= set(cache.GENERATOR_FILES)
     assert len(cache.generator_fingerprint()) == 64
 
 

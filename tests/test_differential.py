@@ -45,7 +45,9 @@ from strategies import Case, Run, cases, get_weather, known_format_cases, tool_c
 SELF_MODE = os.environ.get("RTCOMPILE_DIFF_SELF") == "1"
 # Generous: a healthy run of one case takes milliseconds; compiling a template well under a second.
 STEP_TIME_LIMIT_SECONDS = float(os.environ.get("RTCOMPILE_DIFF_TIMEOUT", "10"))
-ENTRY_POINTS = ("api", "module")
+# "feed_text": a loaded module whose chunks go to feed_text first, as the servers' hot paths send
+# them; a chunk it takes stands for the one event that feed would have returned.
+ENTRY_POINTS = ("api", "module", "feed_text")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -139,6 +141,14 @@ def candidate(entry_point: str) -> Implementation:
             lambda text, template, prefix, tools: parse(text, template, prefix=prefix, tools=tools),
         )
     load = rtcompile.load
+    if entry_point == "feed_text":
+        return Implementation(
+            "rtcompile.load(template), feed_text first",
+            lambda template, prefix, tools: feed_text_first(load(template))(prefix, tools=tools),
+            lambda text, template, prefix, tools: load(template).parse_response(
+                text, prefix=prefix, tools=tools
+            ),
+        )
     return Implementation(
         "rtcompile.load(template)",
         lambda template, prefix, tools: load(template).ResponseParser(prefix, tools=tools),
@@ -146,6 +156,22 @@ def candidate(entry_point: str) -> Implementation:
             text, prefix=prefix, tools=tools
         ),
     )
+
+
+def feed_text_first(module: Any) -> type:
+    """The module's parser class, with feed() trying feed_text() first: where feed_text takes a
+    chunk, the one region_chunk it stands for is the chunk's event list."""
+    parser_class = module.ResponseParser
+    dirty = dict(zip(parser_class.FIELD_NAMES, parser_class.DIRTY))
+
+    class FeedTextFirst(parser_class):
+        def feed(self, text):
+            field = self.feed_text(text)
+            if field is None:
+                return super().feed(text)
+            return [{"type": "region_chunk", "field": field, "text": text, "dirty": dirty[field]}]
+
+    return FeedTextFirst
 
 
 # --------------------------------------------------------------------------------------------------

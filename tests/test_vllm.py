@@ -745,10 +745,11 @@ def test_text_deltas_are_built_without_validation_and_equal_validated_ones():
     from rtcompile.serving_common import same_as_validated
     from rtcompile.vllm import parser
 
-    assert parser._text_delta is not parser._validated_text_delta
     for key in ("content", "reasoning"):
+        make = parser._TEXT_DELTAS[key]
+        assert make is not parser._VALIDATED_TEXT_DELTAS[key]
         for text in ("plain", "<think>", "é\n"):
-            fast = parser._text_delta(key, text)
+            fast = make(text)
             assert same_as_validated(fast, DeltaMessage(**{key: text}))
             fast.tool_calls.append("x")  # a fresh list each time
-            assert parser._text_delta(key, text).tool_calls == []
+            assert make(text).tool_calls == []

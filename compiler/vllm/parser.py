@@ -68,6 +68,7 @@ from rtcompile.serving_common import (
     CONTENT_FIELD,
     OPENER_GROUP,
     TOOL_FIELD,
+    RecordingParser,
     closers_ending_in_anchor,
     has_opener,
     literals,
@@ -261,37 +262,6 @@ def _decode(tokenizer: Any, token_ids: Sequence[int]) -> str:
 # ---- one generation -------------------------------------------------------------------------------
 
 
-class _RecordingParser:
-    """The parser, as `OpenAIStream` sees it. `_Generation` feeds the parser itself and hands the
-    stream only the events it must see (`pending`: returned by the next `feed` instead of feeding
-    again); the events of `finalize` are kept for `_Generation` to route."""
-
-    __slots__ = ("parser", "events", "pending")
-
-    def __init__(self, parser: Any) -> None:
-        self.parser = parser
-        self.events: list[dict] = parser.initial_events
-        self.pending: list[dict] | None = None
-
-    @property
-    def initial_events(self) -> list[dict]:
-        return self.parser.initial_events
-
-    def feed(self, text: str) -> list[dict]:
-        events, self.pending = self.pending, None
-        if events is None:
-            events = self.parser.feed(text)
-        self.events = events
-        return events
-
-    def finalize(self) -> tuple[dict, list[dict]]:
-        message, self.events = self.parser.finalize()
-        return message, self.events
-
-    def __getattr__(self, name: str) -> Any:  # errors, tool_parameters, current_field, ...
-        return getattr(self.parser, name)
-
-
 class _Generation:
     """One generation: rtcompile's parser (errors="keep": nothing raises mid-stream, nothing is
     lost), turned into vLLM `DeltaMessage`s.
@@ -314,7 +284,7 @@ class _Generation:
         self.plan = plan
         self.new_tool_call_id = new_tool_call_id
         self.parser = plan.module.ResponseParser(prefix, tools=tools or None, errors="keep")
-        self.recorder = _RecordingParser(self.parser)
+        self.recorder = RecordingParser(self.parser)
         # Text fields are routed here (raw); the stream only builds the calls.
         self.stream = OpenAIStream(
             self.recorder,
@@ -338,15 +308,29 @@ class _Generation:
             (len(closer) for pairs in plan.closers_ending_in_anchor.values() for closer, _ in pairs),
             default=0,
         )
-        # feed's common case applies (not finished, and no tail of the output to keep)
-        self.fast = not self._tail_length
-        self.parser_feed = self.parser.feed
+        # feed's common case applies: the output wrote something (so `wrote` is already set), is
+        # not finished, and no tail of it is kept (set by _feed)
+        self.fast = False
+        self.feed_text = self.parser.feed_text
+        # What a common chunk (one that feed_text takes) of a sent text field becomes; the chunks
+        # of other fields go through the stream (stream_chunk), those of unsent ones nowhere.
+        self.chunk_delta: dict[str, Any] = {}
+        for field, key in self.text_keys.items():
+            self.chunk_delta[field] = _send_nothing if key is None else _TEXT_DELTAS[key]
+        self.dirty = dict(zip(self.parser.FIELD_NAMES, self.parser.DIRTY))
 
     def feed(self, text: str, finished: bool) -> DeltaMessage | None:
-        if not self.fast or finished or not text:
-            return self._feed(text, finished)
-        # the common case: more text of one region, of which the stream needs only tool text
-        self.wrote = True
+        if self.fast and not finished:
+            field = self.feed_text(text)
+            if field is not None:
+                make = self.chunk_delta.get(field)
+                return make(text) if make is not None else self.stream_chunk(field, text)
+            if text:
+                return self.feed_more(text)
+        return self._feed(text, finished)
+
+    def feed_more(self, text: str) -> DeltaMessage | None:
+        """More output (not the end of it) that feed_text did not take: through the parser."""
         events = self.parser.feed(text)
         if not events:
             return None
@@ -356,8 +340,18 @@ class _Generation:
                 key = self.text_keys.get(event["field"], _TOOL_TEXT)
                 if key is not _TOOL_TEXT:
                     chunk = event["text"]
-                    return _text_delta(key, chunk) if key is not None and chunk else None
+                    return _TEXT_DELTAS[key](chunk) if key is not None and chunk else None
         return self.through_stream(text, events)
+
+    def stream_chunk(self, field: str, text: str) -> DeltaMessage | None:
+        """A chunk feed_text took in a field the stream reads (a tool call's): its one event."""
+        event = {"type": "region_chunk", "field": field, "text": text, "dirty": self.dirty[field]}
+        self.recorder.pending = [event]
+        deltas = self.stream.feed(text)
+        if not deltas and field == TOOL_FIELD and self.plan.passthrough is None:
+            self.tool_text.append(text)  # (what _message does with it; most of a call's chunks)
+            return None
+        return self._message([event], deltas)
 
     def through_stream(self, text: str, events: list[dict]) -> DeltaMessage | None:
         """The parser's events for `text`, through the tool-call stream, as one message."""
@@ -369,6 +363,7 @@ class _Generation:
             return None
         if text:
             self.wrote = True
+            self.fast = not self._tail_length
             if self._tail_length:
                 self.tail = (self.tail + text)[-self._tail_length :]
             events = self.parser.feed(text)
@@ -494,46 +489,56 @@ def _delta_tool_call(call: dict) -> DeltaToolCall:
     )
 
 
-def _validated_text_delta(key: str, text: str) -> DeltaMessage:
-    return DeltaMessage(**{key: text})
+def _send_nothing(text: str) -> None:
+    return None
 
 
-def _text_delta_factory() -> Any:
-    """A `DeltaMessage` of one text field, for the common chunk, made without pydantic's
-    validation (which costs several times the parse of the chunk): the instance state pydantic
-    itself builds for `DeltaMessage(content=text)`. Used only if, built both ways, the two are
-    equal and serialize alike (checked here, once, against the pydantic installed); otherwise
-    the validated constructor."""
+_VALIDATED_TEXT_DELTAS = {
+    "content": lambda text: DeltaMessage(content=text),
+    "reasoning": lambda text: DeltaMessage(reasoning=text),
+}
+
+
+def _text_delta_makers() -> dict[str, Any]:
+    """Per text key ("content", "reasoning"), what makes the `DeltaMessage` of one text chunk for
+    the common chunk: without pydantic's validation (which costs several times the parse of the
+    chunk), the instance state pydantic itself builds for `DeltaMessage(content=text)`. Used only
+    if, built both ways, the two are equal and serialize alike (checked here, once, against the
+    pydantic installed); otherwise the validated constructor."""
+    validated = _VALIDATED_TEXT_DELTAS
     new_instance = object.__new__
-    set_attribute = object.__setattr__
     setters = pydantic_slot_setters(DeltaMessage)
     if setters is None:
-        return _validated_text_delta
-    set_fields_set, set_extra, set_private = setters
+        return validated
+    set_state, set_fields_set, set_extra, set_private = setters
 
-    def text_delta(key: str, text: str) -> DeltaMessage:
+    def content_delta(text: str) -> DeltaMessage:
         message = new_instance(DeltaMessage)
-        if key == "content":
-            state = {"role": None, "content": text, "reasoning": None, "tool_calls": []}
-        else:
-            state = {"role": None, "content": None, "reasoning": None, "tool_calls": []}
-            state[key] = text
-        set_attribute(message, "__dict__", state)
-        set_fields_set(message, {key})
+        set_state(message, {"role": None, "content": text, "reasoning": None, "tool_calls": []})
+        set_fields_set(message, {"content"})
         set_extra(message, {})
         set_private(message, None)
         return message
 
+    def reasoning_delta(text: str) -> DeltaMessage:
+        message = new_instance(DeltaMessage)
+        set_state(message, {"role": None, "content": None, "reasoning": text, "tool_calls": []})
+        set_fields_set(message, {"reasoning"})
+        set_extra(message, {})
+        set_private(message, None)
+        return message
+
+    fast = {"content": content_delta, "reasoning": reasoning_delta}
     try:
-        for key in ("content", "reasoning"):
-            if not same_as_validated(text_delta(key, "x<y"), DeltaMessage(**{key: "x<y"})):
-                return _validated_text_delta
+        for key, make in fast.items():
+            if not same_as_validated(make("x<y"), validated[key]("x<y")):
+                return validated
     except Exception:  # a pydantic whose instances are laid out otherwise
-        return _validated_text_delta
-    return text_delta
+        return validated
+    return fast
 
 
-_text_delta = _text_delta_factory()
+_TEXT_DELTAS = _text_delta_makers()
 
 
 def _no_id(index: int) -> str:
@@ -864,21 +869,15 @@ class RtcompileParser(Parser):
         finished: bool,
     ) -> DeltaMessage | None:
         generation = self._generation
-        if generation is not None and generation.fast and delta_text and not finished:
-            # The hot path of a server, `_Generation.feed`'s common case inlined (one call less
-            # per token): more text of one region; the stream needs only tool-call text.
-            generation.wrote = True
-            events = generation.parser_feed(delta_text)
-            if not events:
-                return None
-            if len(events) == 1:
-                event = events[0]
-                if event["type"] == "region_chunk":
-                    key = generation.text_keys.get(event["field"], _TOOL_TEXT)
-                    if key is not _TOOL_TEXT:
-                        chunk = event["text"]
-                        return _text_delta(key, chunk) if key is not None and chunk else None
-            return generation.through_stream(delta_text, events)
+        if generation is not None and generation.fast and not finished:
+            # The hot path of a server, `_Generation.feed` inlined (one call less per token): more
+            # text of one region (feed_text takes it), of which the stream needs only a call's.
+            field = generation.feed_text(delta_text)
+            if field is not None:
+                make = generation.chunk_delta.get(field)
+                return make(delta_text) if make is not None else generation.stream_chunk(field, delta_text)
+            if delta_text:
+                return generation.feed_more(delta_text)
         if generation is None:
             self._initialize_history_tool_call_cnt(request)
             if self._prompt_token_ids is None and prompt_token_ids is not None:
