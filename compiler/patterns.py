@@ -374,7 +374,7 @@ def _starts_with_star_of(items, lead: frozenset[str]) -> bool:
     whose matches start with a first character (no lead): then, in text without first
     characters, a partial match starts exactly where the trailing run of lead characters does."""
     stars: set[str] = set()
-    for op, av in items:
+    for op, av in _leading_groups_opened(items):
         facts = _item_starts(op, av)
         if facts is None:
             return False
@@ -385,6 +385,19 @@ def _starts_with_star_of(items, lead: frozenset[str]) -> bool:
         elif facts[0] or op is sre.AT or op in (sre.ASSERT, sre.ASSERT_NOT):
             return False  # optional lead characters, or a test of the position: no shortcut
     return False
+
+
+def _leading_groups_opened(items) -> list:
+    """The items with the groups they start with opened up: `(\\s*<a)b` matches as `\\s*<ab` (a
+    group decides what is captured, not what matches), as the openers the servers' verbatim tool
+    fields wrap in a group are."""
+    items = list(items)
+    while items and items[0][0] is sre.SUBPATTERN:
+        _group, add_flags, del_flags, sub = items[0][1]
+        if add_flags or del_flags:
+            break
+        items = list(sub) + items[1:]
+    return items
 
 
 def _parse(source: str):

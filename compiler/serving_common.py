@@ -446,9 +446,8 @@ class TemplateStream:
         self._tail = ""
         parser = self.recorder.parser
         self._parser_feed = parser.feed  # (no adapter in between: no calls to build)
-        # feed_text's fast path applies: no tail of the output to keep, no raw text of a verbatim
-        # region to read a closer back from (see feed_text)
-        self._plain_chunks = not self._tail_length and not self._close_res
+        # feed_text's fast path applies: no tail of the output to keep (see feed_text)
+        self._plain_chunks = not self._tail_length
         self._parser_feed_text = parser.feed_text
         self._dirty = dict(zip(parser.FIELD_NAMES, parser.DIRTY))
         self._failed_seen = 0  # stream.errors already reported
@@ -487,8 +486,15 @@ class TemplateStream:
         if self._plain_chunks and not self._prompt_held:
             field = self._parser_feed_text(text)
             if field is not None:  # more text of one region, read without building events
+                if self._raw is not None:  # (no region opens or closes here: see _note_fed)
+                    self._raw.append(text)
                 key = self.text_keys.get(field)
                 if key is not None:
+                    return key, text
+                key = self.verbatim_keys.get(field)
+                if key is not None and self._verbatim_pending is None:  # (see _verbatim)
+                    if field in self._close_res:
+                        self._body.append(text)
                     return key, text
                 event = {"type": "region_chunk", "field": field, "text": text, "dirty": self._dirty[field]}
                 if self.stream is None:
@@ -504,11 +510,7 @@ class TemplateStream:
             events = recorder.events
         else:
             if self._close_res:
-                self._held_before = self.recorder.parser.unread_text
-                if self._raw is not None:
-                    self._raw.append(text)
-                self._fed = text
-                self._feeds += 1
+                self._note_fed(text, self.recorder.parser.unread_text)
             deltas = _EMPTY
             events = self._parser_feed(text)
         if self._tail_length:
@@ -526,6 +528,17 @@ class TemplateStream:
             if key is not None:
                 return key, event["text"]
         return self._route(events, deltas, live=True)
+
+    def _note_fed(self, text: str, held_before: str) -> None:
+        """A verbatim region closed by a pattern reads its closer back from the raw output: keep
+        what it needs of each feed that may open or close a region (the text, what the parser held
+        back before it, its number). A chunk the parser's feed_text takes does neither: only its
+        text is kept, in the open region's raw text."""
+        self._held_before = held_before
+        if self._raw is not None:
+            self._raw.append(text)
+        self._fed = text
+        self._feeds += 1
 
     def finish(self) -> Routed:
         """The end of the output: what the parser held back, and every region closed."""

@@ -42,6 +42,9 @@ PATTERNS = [
     r"(?:\s|<)*<a",
     r"\s*(?:ab|a)b?<",
     r"\s*<x>\s*<a=(?P<n>[^>\n]+)>",
+    r"(?P<o>\s*<x>\s*<a=(?P<n>[^>\n]+)>)",
+    r"((\s*)<x)|y",
+    r"(\s*<x)?\s*<a",
     r"<x/?>a[^<]+",
 ]
 texts = st.text(alphabet=ALPHABET, max_size=14)
@@ -160,6 +163,10 @@ def test_leading_star_is_recognised():
     assert analyse_pattern(r"\s*<x>")[1].lead_run
     assert not analyse_pattern(r"\s?<x>")[1].lead_run
     assert not analyse_pattern(r"<x>")[1].lead_run
+    # inside the groups it starts with (a server's verbatim opener is wrapped in one)
+    assert analyse_pattern(r"(?P<o>\s*<x>\s*<a=(?P<n>[^>\n]+)>)")[1].lead_run
+    assert analyse_pattern(r"((?:\s*)<x)b")[1].lead_run
+    assert not analyse_pattern(r"(?s:\s*<x)")[1].lead_run  # (a group with flags stays shut)
 
 
 def test_optional_groups_before_the_first_character_are_understood():
