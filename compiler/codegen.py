@@ -329,8 +329,9 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         for index, state in sorted(by_field.items(), key=lambda item: (item[0] is None, item[0] or 0)):
             if state.quick is None:
                 continue
-            if state.quick.lead_hold:
-                lead_states.append({"index": index, "quick": state.quick})
+            if state.quick.lead_hold:  # (name: None for the null sink, which feed_text leaves to feed)
+                name = fields[index].name if index is not None else None
+                lead_states.append({"index": index, "name": name, "quick": state.quick})
             if index is not None:
                 fast_states.append({"index": index, "name": fields[index].name, "dirty": fields[index].dirty, "quick": state.quick})
     anchor = template.start_anchor

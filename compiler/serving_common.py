@@ -484,19 +484,22 @@ class TemplateStream:
         """feed(), with the common chunk (more text of one text field, nothing else) answered as
         (key, text) instead of a Routed: a server's detectors build their own result from it."""
         if self._plain_chunks and not self._prompt_held:
-            field = self._parser_feed_text(text)
-            if field is not None:  # more text of one region, read without building events
+            taken = self._parser_feed_text(text)
+            if taken is not None:  # more text of one region, read without building events
                 if self._raw is not None:  # (no region opens or closes here: see _note_fed)
                     self._raw.append(text)
+                field, read = taken
                 key = self.text_keys.get(field)
                 if key is not None:
-                    return key, text
+                    return key, read
+                if not read:  # (a whitespace run held back: it may start a delimiter)
+                    return Routed()
                 key = self.verbatim_keys.get(field)
                 if key is not None and self._verbatim_pending is None:  # (see _verbatim)
                     if field in self._close_res:
-                        self._body.append(text)
-                    return key, text
-                event = {"type": "region_chunk", "field": field, "text": text, "dirty": self._dirty[field]}
+                        self._body.append(read)
+                    return key, read
+                event = {"type": "region_chunk", "field": field, "text": read, "dirty": self._dirty[field]}
                 if self.stream is None:
                     return self._route([event], _EMPTY, live=True)
                 events = self.recorder.pending = [event]

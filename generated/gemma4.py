@@ -154,21 +154,21 @@ class ResponseParser(Machine):
         return Machine.feed(self, text)
 
     def feed_text(self, text):
-        """See Machine.feed_text: feed's first fast path, answered with the field's name."""
+        """See Machine.feed_text: feed's fast paths, answered with (field, text read)."""
         if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
             state = self._current
             if state == 0:
                 if "<" not in text and text:
                     self._parts.append(text)
-                    return "reasoning_content"
+                    return "reasoning_content", text
             elif state == 1:
                 if "<" not in text and text:
                     self._parts.append(text)
-                    return "tool_calls"
+                    return "tool_calls", text
             elif state == 2:
                 if "<" not in text and text:
                     self._parts.append(text)
-                    return "content"
+                    return "content", text
         return None
 
     @staticmethod

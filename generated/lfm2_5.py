@@ -153,21 +153,27 @@ class ResponseParser(Machine):
         return Machine.feed(self, text)
 
     def feed_text(self, text):
-        """See Machine.feed_text: feed's first fast path, answered with the field's name."""
+        """See Machine.feed_text: feed's fast paths, answered with (field, text read)."""
         if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
             state = self._current
             if state == 0:
                 if "<" not in text and text:
                     self._parts.append(text)
-                    return "reasoning_content"
+                    return "reasoning_content", text
             elif state == 1:
                 if "<" not in text and text:
                     self._parts.append(text)
-                    return "tool_calls"
+                    return "tool_calls", text
             elif state == 2:
                 if "<" not in text and text and text[-1] not in WHITESPACE:
                     self._parts.append(text)
-                    return "content"
+                    return "content", text
+        if text and self._opened and (self._lead_held or not self._buf):
+            # A trailing run of lead characters (a leading \s* of the delimiters) is held back.
+            state = self._current
+            if state == 2:
+                if "<" not in text:
+                    return "content", self._lead_text(text, trailing_run(text, 0, WHITESPACE))
         return None
 
     @staticmethod

@@ -150,13 +150,15 @@ class Machine:
             self._fail(e)
             raise
 
-    def feed_text(self, text: str) -> str | None:
-        """feed() for a server's common chunk only: when `text` is more text of the open region
-        that no watched delimiter can start, it is read and the field's name is returned (feed
-        would have returned one region_chunk of that field with `text` as its text). Any other
-        chunk is left unread and None is returned: feed it with feed(). Saves building the
-        events of the chunk that makes up most of a stream (the generated subclass has the fast
-        paths; this default has none)."""
+    def feed_text(self, text: str) -> tuple[str, str] | None:
+        """feed() for a server's common chunk only: when all `text` can do is add to the open
+        region (no watched delimiter can start in it), it is read and (field, text read) is
+        returned: feed would have returned one region_chunk of that field with that text, or no
+        event where the text read is "" (the text read is `text`, but for a trailing whitespace
+        run held back as a possible delimiter start, like the \\s* of \\s*<tool_call>, and a run
+        held before it, now read). Any other chunk is left unread and None is returned: feed it
+        with feed(). Saves building the events of the chunks that make up most of a stream (the
+        generated subclass has the fast paths; this default has none)."""
         return None
 
     # ---- a held run of lead characters (the generated feed's side of it) -----------------------
@@ -173,22 +175,36 @@ class Machine:
     def _lead_feed(self, text: str, run_start: int) -> list[dict]:
         """`text` has no first character of the current state's delimiters and the unread text is
         a bare lead run: hold text[run_start:] with that run, emit everything before it."""
+        chunk = self._lead_take(text, run_start)
+        if not chunk:
+            return []
+        events: list[dict] = []
+        self._accumulate(events, chunk)  # (the null sink discards it)
+        return events
+
+    def _lead_text(self, text: str, run_start: int) -> str:
+        """_lead_feed for feed_text, in an open field: the text read, added to the region."""
+        chunk = self._lead_take(text, run_start)
+        if chunk:
+            self._parts.append(chunk)
+        return chunk
+
+    def _lead_take(self, text: str, run_start: int) -> str:
+        """Hold text[run_start:] with the lead run held so far; return the text now read."""
         self._lead_held = True
         if run_start == 0:
             if self._buf:
                 self._held.append(text)
             else:
                 self._buf = text
-            return []
+            return ""
         chunk = text[:run_start]
         if self._buf:
             self._held.append(chunk)
             chunk = self._buf + "".join(self._held)
             self._held = []
         self._buf = text[run_start:]
-        events: list[dict] = []
-        self._accumulate(events, chunk)  # (the null sink discards it)
-        return events
+        return chunk
 
     def _drop_consumed(self) -> None:
         """Keep only unread text, plus the CONTEXT characters before it a lookbehind may read.

@@ -160,16 +160,19 @@ def candidate(entry_point: str) -> Implementation:
 
 def feed_text_first(module: Any) -> type:
     """The module's parser class, with feed() trying feed_text() first: where feed_text takes a
-    chunk, the one region_chunk it stands for is the chunk's event list."""
+    chunk, the one region_chunk it stands for (none if it read no text) is the chunk's events."""
     parser_class = module.ResponseParser
     dirty = dict(zip(parser_class.FIELD_NAMES, parser_class.DIRTY))
 
     class FeedTextFirst(parser_class):
         def feed(self, text):
-            field = self.feed_text(text)
-            if field is None:
+            taken = self.feed_text(text)
+            if taken is None:
                 return super().feed(text)
-            return [{"type": "region_chunk", "field": field, "text": text, "dirty": dirty[field]}]
+            field, read = taken
+            if not read:
+                return []
+            return [{"type": "region_chunk", "field": field, "text": read, "dirty": dirty[field]}]
 
     return FeedTextFirst
 

@@ -321,10 +321,13 @@ class _Generation:
 
     def feed(self, text: str, finished: bool) -> DeltaMessage | None:
         if self.fast and not finished:
-            field = self.feed_text(text)
-            if field is not None:
+            taken = self.feed_text(text)
+            if taken is not None:
+                field, read = taken
+                if not read:  # (a whitespace run held back: it may start a delimiter)
+                    return None
                 make = self.chunk_delta.get(field)
-                return make(text) if make is not None else self.stream_chunk(field, text)
+                return make(read) if make is not None else self.stream_chunk(field, read)
             if text:
                 return self.feed_more(text)
         return self._feed(text, finished)
@@ -343,13 +346,13 @@ class _Generation:
                     return _TEXT_DELTAS[key](chunk) if key is not None and chunk else None
         return self.through_stream(text, events)
 
-    def stream_chunk(self, field: str, text: str) -> DeltaMessage | None:
-        """A chunk feed_text took in a field the stream reads (a tool call's): its one event."""
-        event = {"type": "region_chunk", "field": field, "text": text, "dirty": self.dirty[field]}
+    def stream_chunk(self, field: str, read: str) -> DeltaMessage | None:
+        """Text feed_text read in a field the stream reads (a tool call's): its one event."""
+        event = {"type": "region_chunk", "field": field, "text": read, "dirty": self.dirty[field]}
         self.recorder.pending = [event]
-        deltas = self.stream.feed(text)
+        deltas = self.stream.feed(read)
         if not deltas and field == TOOL_FIELD and self.plan.passthrough is None:
-            self.tool_text.append(text)  # (what _message does with it; most of a call's chunks)
+            self.tool_text.append(read)  # (what _message does with it; most of a call's chunks)
             return None
         return self._message([event], deltas)
 
@@ -872,10 +875,13 @@ class RtcompileParser(Parser):
         if generation is not None and generation.fast and not finished:
             # The hot path of a server, `_Generation.feed` inlined (one call less per token): more
             # text of one region (feed_text takes it), of which the stream needs only a call's.
-            field = generation.feed_text(delta_text)
-            if field is not None:
+            taken = generation.feed_text(delta_text)
+            if taken is not None:
+                field, read = taken
+                if not read:  # (a whitespace run held back: it may start a delimiter)
+                    return None
                 make = generation.chunk_delta.get(field)
-                return make(delta_text) if make is not None else generation.stream_chunk(field, delta_text)
+                return make(read) if make is not None else generation.stream_chunk(field, read)
             if delta_text:
                 return generation.feed_more(delta_text)
         if generation is None:
