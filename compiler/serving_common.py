@@ -446,8 +446,7 @@ class TemplateStream:
         self._tail = ""
         parser = self.recorder.parser
         self._parser_feed = parser.feed  # (no adapter in between: no calls to build)
-        # feed_text's fast path applies: no tail of the output to keep (see feed_text)
-        self._plain_chunks = not self._tail_length
+        self._feed_text_first = False  # feed_text's fast path applies (set below)
         self._parser_feed_text = parser.feed_text
         self._dirty = dict(zip(parser.FIELD_NAMES, parser.DIRTY))
         self._failed_seen = 0  # stream.errors already reported
@@ -464,6 +463,7 @@ class TemplateStream:
         # Prompt text the parser holds back at the prefix's end (it may start a delimiter) comes
         # out with the first output; it is the prompt's, so it is cut from what is routed.
         self._prompt_held = self.recorder.parser.unread_text
+        self._feed_text_first = self._may_feed_text_first()
         self._initial: Routed | None = Routed(calls=initial.calls)
 
     def from_prefix(self) -> Routed:
@@ -483,7 +483,7 @@ class TemplateStream:
     def feed_text(self, text: str) -> tuple[str, str] | Routed:
         """feed(), with the common chunk (more text of one text field, nothing else) answered as
         (key, text) instead of a Routed: a server's detectors build their own result from it."""
-        if self._plain_chunks and not self._prompt_held:
+        if self._feed_text_first:
             taken = self._parser_feed_text(text)
             if taken is not None:  # more text of one region, read without building events
                 if self._raw is not None:  # (no region opens or closes here: see _note_fed)
@@ -531,6 +531,12 @@ class TemplateStream:
             if key is not None:
                 return key, event["text"]
         return self._route(events, deltas, live=True)
+
+    def _may_feed_text_first(self) -> bool:
+        """Whether feed_text may hand chunks to the parser's feed_text: not while the output's
+        tail is kept (a closer cut at the anchor) or the prompt's held-back text is still to be
+        cut from the first output."""
+        return not self._tail_length and not self._prompt_held
 
     def _note_fed(self, text: str, held_before: str) -> None:
         """A verbatim region closed by a pattern reads its closer back from the raw output: keep
@@ -631,6 +637,7 @@ class TemplateStream:
         produces no event may consume it too, so text is cut only where it starts with it."""
         held = self._prompt_held
         self._prompt_held = ""
+        self._feed_text_first = self._may_feed_text_first()
         if event["type"] == "region_chunk":
             text = event["text"]
             if text.startswith(held):

@@ -220,6 +220,7 @@ class RtcompileReasoningDetector(ResponseTemplateReasoningDetector):
         self.response_template = template
         self._rtc_prefix = prefix
         self._stream = self._new_stream()
+        self._feed_text = self._stream.feed_text
         self._pending_reasoning = ""  # stream_reasoning=False: sent when the region closes
         self._open_reasoning = ""  # force_nonempty_content: reasoning left open is content
         self._plain = self.stream_reasoning and not self._force_nonempty_content
@@ -249,7 +250,7 @@ class RtcompileReasoningDetector(ResponseTemplateReasoningDetector):
         return ReasoningStreamingParseResult(normal_text=normal, reasoning_text=reasoning)
 
     def parse_streaming_increment(self, new_text: str) -> ReasoningStreamingParseResult:
-        routed = self._stream.feed_text(new_text)
+        routed = self._feed_text(new_text)
         if type(routed) is tuple:  # more text of one field
             if self._plain:  # the common case: text as it is written
                 key, text = routed
