@@ -482,7 +482,8 @@ class TemplateStream:
 
     def feed_text(self, text: str) -> tuple[str, str] | Routed:
         """feed(), with the common chunk (more text of one text field, nothing else) answered as
-        (key, text) instead of a Routed: a server's detectors build their own result from it."""
+        (key, text) instead of a Routed: a server's detectors build their own result from it.
+        (The text may be empty: a chunk that gives nothing to send, like most of a tool call's.)"""
         if self._feed_text_first:
             taken = self._parser_feed_text(text)
             if taken is not None:  # more text of one region, read without building events
@@ -503,7 +504,12 @@ class TemplateStream:
                 if self.stream is None:
                     return self._route([event], _EMPTY, live=True)
                 events = self.recorder.pending = [event]
-                return self._route(events, self.stream.feed(text), live=True)
+                errors = len(self.stream.errors)
+                deltas = self.stream.feed(text)
+                if not deltas and field == self.tool_field and len(self.stream.errors) == errors:
+                    self._open_tool_text.append(read)  # (what _route does: a call's most chunks)
+                    return self.failed_key, ""
+                return self._route(events, deltas, live=True)
         if self.finished or not text:
             return Routed()
         recorder = self.recorder
