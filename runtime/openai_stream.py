@@ -767,6 +767,11 @@ def _literal_suffix(pattern: str) -> str:
     return "".join(reversed(chars))
 
 
+@functools.lru_cache(maxsize=256)  # (regex.compile's own cache lookup costs a few µs, once per call)
+def _tag_regex(pattern: str) -> Any:
+    return regex.compile(pattern, regex.DOTALL)
+
+
 class _TagArgs:
     """xml-inline: each `tag_pattern` match becomes one argument when it can no longer change.
 
@@ -784,7 +789,7 @@ class _TagArgs:
             self.dead = True
             return
         try:
-            self.pattern = regex.compile(tag_pattern, regex.DOTALL)
+            self.pattern = _tag_regex(tag_pattern)
         except Exception:
             self.dead = True
             return
