@@ -409,3 +409,25 @@ def test_unread_text_is_what_no_event_has_reported_yet():
     for _ in range(3):
         flood.feed("  \n")  # a run of lead characters is held (as pieces) until it ends
     assert flood.unread_text == "  \n" * 3
+
+
+def test_feed_text_reads_only_what_one_region_chunk_would_report():
+    """The servers' fast path: plain text of the open region is read and named; a whitespace run at
+    its end (it may start qwen3's `\\s*<|im_end|>`) is held and comes out with the next text; a
+    chunk that may start a delimiter is left unread for feed."""
+    module = rtcompile.load(rtcompile.template_for("qwen3"))
+    parser = module.ResponseParser("<|im_start|>assistant\n")
+    assert parser.feed_text("<think>") is None  # a delimiter: nothing read
+    assert parser.unread_text == ""
+    assert parser.feed("<think>") == [{"type": "region_open", "field": "reasoning_content"}]
+    assert parser.feed_text("a plan") == ("reasoning_content", "a plan")
+    parser.feed("</think>")
+    parser.feed("Sure")  # (the implicit field opens with its first text, through feed)
+    assert parser.feed_text(", it is ") == ("content", ", it is")
+    assert parser.feed_text("   ") == ("content", "")
+    assert parser.unread_text == "    "
+    assert parser.feed_text("sunny") == ("content", "    sunny")
+    assert parser.feed_text("<|im_end|>") is None
+    message, _ = parser.finalize()
+    assert message["reasoning_content"] == "a plan" and message["content"] == "Sure, it is    sunny"
+    assert parser.feed_text("more") is None  # finalized: feed raises, feed_text reads nothing
