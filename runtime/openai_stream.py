@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import random
 import re
 import string
@@ -102,6 +103,16 @@ __all__ = [
 _PLACEHOLDER = re.compile(r"\{(\w+(?:\.\w+)*)\}")
 _WORD = regex.compile(r"\w+")
 _ID_CHARS = string.ascii_letters + string.digits
+
+
+def _random_call_id(index: int) -> str:
+    """"call_" and 24 characters of _ID_CHARS, uniform, from the OS's random source in one read
+    (SystemRandom.choices reads it once per character: 24 reads, 32 µs a call against 5). Bytes
+    from 248 up are skipped, so that each kept one picks a character with equal chance."""
+    chars: list[str] = []
+    while len(chars) < 24:
+        chars.extend(_ID_CHARS[b % 62] for b in os.urandom(32) if b < 248)
+    return "call_" + "".join(chars[:24])
 
 
 # ---- helpers shared with servers and tests ------------------------------------------------------
@@ -1486,10 +1497,14 @@ class OpenAIStream:
                 )
                 self._text_fields[field] = handler
         if call_id is None:
-            rng = random.Random(seed) if seed is not None else random.SystemRandom()
+            if seed is not None:
+                rng = random.Random(seed)
 
-            def call_id(index: int) -> str:
-                return "call_" + "".join(rng.choices(_ID_CHARS, k=24))
+                def call_id(index: int) -> str:
+                    return "call_" + "".join(rng.choices(_ID_CHARS, k=24))
+
+            else:
+                call_id = _random_call_id
 
         if tools is not None:
             tool_params = tool_parameters(tools)

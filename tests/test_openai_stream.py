@@ -1352,6 +1352,15 @@ def test_thinking_field_and_reasoning_key():
     }
 
 
+def test_unseeded_call_ids_use_every_character_and_never_repeat():
+    from rtcompile.runtime.openai_stream import _ID_CHARS, _random_call_id
+
+    ids = [_random_call_id(0) for _ in range(2000)]
+    assert all(re.fullmatch(r"call_[A-Za-z0-9]{24}", i) for i in ids) and len(set(ids)) == 2000
+    # 48,000 characters: each of the 62 is expected about 774 times, so none may be missing
+    assert set("".join(i[5:] for i in ids)) == set(_ID_CHARS)
+
+
 def test_call_ids_seeded_random_captured_and_custom():
     template = template_for("qwen3")
     text = '<tool_call>{"name": "f", "arguments": {}}</tool_call><tool_call>{"name": "g", "arguments": {}}</tool_call>'
