@@ -448,7 +448,6 @@ class TemplateStream:
         self._parser_feed = parser.feed  # (no adapter in between: no calls to build)
         self._feed_text_first = False  # feed_text's fast path applies (set below)
         self._parser_feed_text = parser.feed_text
-        self._dirty = dict(zip(parser.FIELD_NAMES, parser.DIRTY))
         self._failed_seen = 0  # stream.errors already reported
         self._prompt_held = ""  # (set below, once the prefix's own events are routed)
         self._opener_cut = ""
@@ -500,7 +499,7 @@ class TemplateStream:
                     if field in self._close_res:
                         self._body.append(read)
                     return key, read
-                event = {"type": "region_chunk", "field": field, "text": read, "dirty": self._dirty[field]}
+                event = self.recorder.parser.chunk_event(read)
                 if self.stream is None:
                     return self._route([event], _EMPTY, live=True)
                 events = self.recorder.pending = [event]

@@ -161,6 +161,12 @@ class Machine:
         generated subclass has the fast paths; this default has none)."""
         return None
 
+    def chunk_event(self, text: str) -> dict:
+        """The region_chunk event of `text` in the open region: what feed would have returned for
+        text that feed_text read, for a caller that needs the event after all."""
+        index = self._current
+        return {"type": "region_chunk", "field": self.FIELD_NAMES[index], "text": text, "dirty": self.DIRTY[index]}
+
     # ---- a held run of lead characters (the generated feed's side of it) -----------------------
     # A flood of whitespace in a state whose delimiters start with \s* (qwen3's content, say) is
     # held back as a possible delimiter start until something else arrives. Appending each chunk

@@ -161,10 +161,7 @@ def candidate(entry_point: str) -> Implementation:
 def feed_text_first(module: Any) -> type:
     """The module's parser class, with feed() trying feed_text() first: where feed_text takes a
     chunk, the one region_chunk it stands for (none if it read no text) is the chunk's events."""
-    parser_class = module.ResponseParser
-    dirty = dict(zip(parser_class.FIELD_NAMES, parser_class.DIRTY))
-
-    class FeedTextFirst(parser_class):
+    class FeedTextFirst(module.ResponseParser):
         def feed(self, text):
             taken = self.feed_text(text)
             if taken is None:
@@ -172,7 +169,9 @@ def feed_text_first(module: Any) -> type:
             field, read = taken
             if not read:
                 return []
-            return [{"type": "region_chunk", "field": field, "text": read, "dirty": dirty[field]}]
+            event = self.chunk_event(read)
+            assert event["field"] == field, (event, field)
+            return [event]
 
     return FeedTextFirst
 

@@ -93,7 +93,6 @@ __all__ = [
 ]
 
 TEMPLATE_ENVIRONMENT_VARIABLE = "RTCOMPILE_VLLM_TEMPLATE"
-_TOOL_TEXT = object()  # (`_Generation.text_keys`: a field whose text only the stream reads)
 
 
 # ---- the template ---------------------------------------------------------------------------------
@@ -317,7 +316,6 @@ class _Generation:
         self.chunk_delta: dict[str, Any] = {}
         for field, key in self.text_keys.items():
             self.chunk_delta[field] = _send_nothing if key is None else _TEXT_DELTAS[key]
-        self.dirty = dict(zip(self.parser.FIELD_NAMES, self.parser.DIRTY))
 
     def feed(self, text: str, finished: bool) -> DeltaMessage | None:
         if self.fast and not finished:
@@ -340,15 +338,15 @@ class _Generation:
         if len(events) == 1:
             event = events[0]
             if event["type"] == "region_chunk":
-                key = self.text_keys.get(event["field"], _TOOL_TEXT)
-                if key is not _TOOL_TEXT:
+                make = self.chunk_delta.get(event["field"])
+                if make is not None:  # (a text field's: the stream reads only a call's)
                     chunk = event["text"]
-                    return _TEXT_DELTAS[key](chunk) if key is not None and chunk else None
+                    return make(chunk) if chunk else None
         return self.through_stream(text, events)
 
     def stream_chunk(self, field: str, read: str) -> DeltaMessage | None:
         """Text feed_text read in a field the stream reads (a tool call's): its one event."""
-        event = {"type": "region_chunk", "field": field, "text": read, "dirty": self.dirty[field]}
+        event = self.parser.chunk_event(read)
         self.recorder.pending = [event]
         deltas = self.stream.feed(read)
         if not deltas and field == TOOL_FIELD and self.plan.passthrough is None:
