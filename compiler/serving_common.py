@@ -590,7 +590,11 @@ class TemplateStream:
         pieces: dict[str, list[str]] = {}
         failed: list[int] = []
         closed: list[str] = []
+        # A region this feed opened is still the parser's open region (its captures are the
+        # parser's) if no other region opens or closes after it: only its chunks may follow.
         last = len(events) - 1
+        while last > 0 and events[last]["type"] == "region_chunk":
+            last -= 1
         for position, event in enumerate(events):
             name = event["field"]
             kind = event["type"]

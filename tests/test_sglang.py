@@ -404,6 +404,40 @@ def test_a_calls_name_goes_out_first_and_its_arguments_while_they_are_written():
     assert detector.incomplete_tool_call_indices == set()
 
 
+def test_a_call_opened_by_a_pattern_streams_through_the_reasoning_detector():
+    """qwen3.5's call opener is a pattern, known once the character after it arrives: a chunk that
+    brings it and the first parameter opens the region and adds to it in one feed. The reasoning
+    detector passes the call's text on from that chunk, so that the tool detector announces the
+    call and streams its arguments before the call closes (it once held the text until then)."""
+    template = template_for("qwen3_5")
+    tokenizer = Tokenizer(template)
+    prefix = QWEN3_PREFIX + "<think>\n"
+    reasoning = ReasoningParser("rtcompile", tokenizer=tokenizer, prefix=prefix)
+    tools = FunctionCallParser(sglang_tools(WEATHER), "rtcompile", tokenizer=tokenizer, prefix=prefix)
+    chunks = [
+        "a</think>\n\n",
+        "<tool_call>\n<function=get_weather>",
+        "\n<parameter=city>\nParis\n</parameter>\n",
+        "<parameter=days>\n3\n</parameter>\n",
+        "</function>\n</tool_call>",
+    ]
+    normal_seen, items = [], []
+    for chunk in chunks:
+        _, normal = reasoning.parse_stream_chunk(chunk)
+        normal_seen.append(normal or "")
+        items.append(tools.parse_stream_chunk(normal)[1] if normal else [])
+    _, normal = reasoning.parse_stream_end()
+    if normal:
+        items.append(tools.parse_stream_chunk(normal)[1])
+    items.append(tools.parse_stream_end()[1])
+    assert "<function=get_weather>\n<parameter=city>\nParis" in "".join(normal_seen[:3])
+    # the call goes out with its first parameter, the second as it is written, before the close
+    assert [(item.name, item.parameters) for item in items[2]] == [("get_weather", '{"city": "Paris"')]
+    assert [item.parameters for item in items[3]] == [', "days": 3']
+    arguments = "".join(item.parameters for batch in items for item in batch)
+    assert json.loads(arguments) == {"city": "Paris", "days": 3}
+
+
 def test_calls_to_functions_not_in_the_tools_are_dropped_as_sglang_drops_them():
     tools = sglang_tools(WEATHER)
     other = QWEN3_CALL.replace("get_weather", "launch_rockets")
