@@ -446,8 +446,8 @@ class TemplateStream:
         self._tail = ""
         parser = self.recorder.parser
         self._parser_feed = parser.feed  # (no adapter in between: no calls to build)
-        self._feed_text_first = False  # feed_text's fast path applies (set below)
-        self._parser_feed_text = parser.feed_text
+        self.reads_text_first = False  # chunks go to read_text first (set below)
+        self.read_text = parser.feed_text
         self._failed_seen = 0  # stream.errors already reported
         self._prompt_held = ""  # (set below, once the prefix's own events are routed)
         self._opener_cut = ""
@@ -462,7 +462,7 @@ class TemplateStream:
         # Prompt text the parser holds back at the prefix's end (it may start a delimiter) comes
         # out with the first output; it is the prompt's, so it is cut from what is routed.
         self._prompt_held = self.recorder.parser.unread_text
-        self._feed_text_first = self._may_feed_text_first()
+        self.reads_text_first = self._may_read_text_first()
         self._initial: Routed | None = Routed(calls=initial.calls)
 
     def from_prefix(self) -> Routed:
@@ -482,33 +482,46 @@ class TemplateStream:
     def feed_text(self, text: str) -> tuple[str, str] | Routed:
         """feed(), with the common chunk (more text of one text field, nothing else) answered as
         (key, text) instead of a Routed: a server's detectors build their own result from it.
-        (The text may be empty: a chunk that gives nothing to send, like most of a tool call's.)"""
-        if self._feed_text_first:
-            taken = self._parser_feed_text(text)
-            if taken is not None:  # more text of one region, read without building events
-                if self._raw is not None:  # (no region opens or closes here: see _note_fed)
-                    self._raw.append(text)
-                field, read = taken
-                key = self.text_keys.get(field)
-                if key is not None:
-                    return key, read
-                if not read:  # (a whitespace run held back: it may start a delimiter)
-                    return Routed()
-                key = self.verbatim_keys.get(field)
-                if key is not None and self._verbatim_pending is None:  # (see _verbatim)
-                    if field in self._close_res:
-                        self._body.append(read)
-                    return key, read
-                event = self.recorder.parser.chunk_event(read)
-                if self.stream is None:
-                    return self._route([event], _EMPTY, live=True)
-                events = self.recorder.pending = [event]
-                errors = len(self.stream.errors)
-                deltas = self.stream.feed(text)
-                if not deltas and field == self.tool_field and len(self.stream.errors) == errors:
-                    self._open_tool_text.append(read)  # (what _route does: a call's most chunks)
-                    return self.failed_key, ""
-                return self._route(events, deltas, live=True)
+        (The text may be empty: a chunk that gives nothing to send, like most of a tool call's.)
+
+        A server's hot path may take the first step itself, while `reads_text_first`: the parser's
+        `read_text(text)`; a (field, text read) for a field of `text_keys` is then all there is to
+        do with the chunk (nothing here keeps track of a text field's chunks); any other answer
+        goes to `after_read(text, answer)`, None (the chunk is unread) to `feed_unread(text)`."""
+        if self.reads_text_first:
+            taken = self.read_text(text)
+            if taken is not None:
+                return self.after_read(text, taken)
+        return self.feed_unread(text)
+
+    def after_read(self, text: str, taken: tuple[str, str]) -> tuple[str, str] | Routed:
+        """feed_text for a chunk `read_text` took: `taken` is its answer, (field, text read)."""
+        if self._raw is not None:  # (no region opens or closes here: see _note_fed)
+            self._raw.append(text)
+        field, read = taken
+        key = self.text_keys.get(field)
+        if key is not None:
+            return key, read
+        if not read:  # (a whitespace run held back: it may start a delimiter)
+            return Routed()
+        key = self.verbatim_keys.get(field)
+        if key is not None and self._verbatim_pending is None:  # (see _verbatim)
+            if field in self._close_res:
+                self._body.append(read)
+            return key, read
+        event = self.recorder.parser.chunk_event(read)
+        if self.stream is None:
+            return self._route([event], _EMPTY, live=True)
+        events = self.recorder.pending = [event]
+        errors = len(self.stream.errors)
+        deltas = self.stream.feed(text)
+        if not deltas and field == self.tool_field and len(self.stream.errors) == errors:
+            self._open_tool_text.append(read)  # (what _route does: a call's most chunks)
+            return self.failed_key, ""
+        return self._route(events, deltas, live=True)
+
+    def feed_unread(self, text: str) -> tuple[str, str] | Routed:
+        """feed_text for a chunk `read_text` left unread (or was not offered)."""
         if self.finished or not text:
             return Routed()
         recorder = self.recorder
@@ -537,8 +550,8 @@ class TemplateStream:
                 return key, event["text"]
         return self._route(events, deltas, live=True)
 
-    def _may_feed_text_first(self) -> bool:
-        """Whether feed_text may hand chunks to the parser's feed_text: not while the output's
+    def _may_read_text_first(self) -> bool:
+        """Whether chunks may go to the parser's feed_text first: not while the output's
         tail is kept (a closer cut at the anchor) or the prompt's held-back text is still to be
         cut from the first output."""
         return not self._tail_length and not self._prompt_held
@@ -646,7 +659,7 @@ class TemplateStream:
         produces no event may consume it too, so text is cut only where it starts with it."""
         held = self._prompt_held
         self._prompt_held = ""
-        self._feed_text_first = self._may_feed_text_first()
+        self.reads_text_first = self._may_read_text_first()
         if event["type"] == "region_chunk":
             text = event["text"]
             if text.startswith(held):

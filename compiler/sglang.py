@@ -220,10 +220,17 @@ class RtcompileReasoningDetector(ResponseTemplateReasoningDetector):
         self.response_template = template
         self._rtc_prefix = prefix
         self._stream = self._new_stream()
-        self._feed_text = self._stream.feed_text
+        self._read_text = self._stream.read_text
         self._pending_reasoning = ""  # stream_reasoning=False: sent when the region closes
         self._open_reasoning = ""  # force_nonempty_content: reasoning left open is content
         self._plain = self.stream_reasoning and not self._force_nonempty_content
+        # The common chunk, more text of the reasoning or the content, as it is written: its
+        # result straight from what the parser read (field -> the result for that text).
+        self._text_results: dict[str, Any] = {}
+        if self._plain:
+            self._text_results[CONTENT_FIELD] = _normal_result
+            if self.plans.reasoning_field is not None:
+                self._text_results[self.plans.reasoning_field] = _reasoning_result
 
     def _new_stream(self) -> TemplateStream:
         plans = self.plans
@@ -250,7 +257,18 @@ class RtcompileReasoningDetector(ResponseTemplateReasoningDetector):
         return ReasoningStreamingParseResult(normal_text=normal, reasoning_text=reasoning)
 
     def parse_streaming_increment(self, new_text: str) -> ReasoningStreamingParseResult:
-        routed = self._feed_text(new_text)
+        stream = self._stream
+        if stream.reads_text_first:  # (TemplateStream.feed_text, its first step taken here)
+            taken = self._read_text(new_text)
+            if taken is None:
+                routed = stream.feed_unread(new_text)
+            else:
+                result = self._text_results.get(taken[0])
+                if result is not None:
+                    return result(taken[1])
+                routed = stream.after_read(new_text, taken)
+        else:
+            routed = stream.feed_text(new_text)
         if type(routed) is tuple:  # more text of one field
             if self._plain:  # the common case: text as it is written
                 key, text = routed
@@ -284,6 +302,14 @@ class RtcompileReasoningDetector(ResponseTemplateReasoningDetector):
                 normal += unclosed
                 reasoning = ""
         return ReasoningStreamingParseResult(normal_text=normal, reasoning_text=reasoning)
+
+
+def _reasoning_result(text: str) -> ReasoningStreamingParseResult:
+    return ReasoningStreamingParseResult(None, text)
+
+
+def _normal_result(text: str) -> ReasoningStreamingParseResult:
+    return ReasoningStreamingParseResult(text, None)
 
 
 # ---- tool calls ---------------------------------------------------------------------------------
@@ -393,16 +419,32 @@ class RtcompileToolDetector(ResponseTemplateToolDetector):
                     calls[slot].parameters += entry["arguments"]
         return ToolStreamingParseResult(normal_text="".join(normal), calls=list(calls.values()))
 
+    def _start(self, tools: list) -> ToolStreamingParseResult:
+        """The stream, made on the first chunk (or at the end, if none came), with the tools
+        SGLang passes then; what the prefix gave."""
+        self._stream = self._new_stream(tools)
+        self._read_text = self._stream.read_text
+        self._tool_indices = self._get_tool_indices(tools)
+        return self._emit(self._stream.from_prefix())
+
     def parse_streaming_increment(self, new_text: str, tools: list) -> ToolStreamingParseResult:
         if self._stream is None:
-            self._stream = self._new_stream(tools)
-            self._tool_indices = self._get_tool_indices(tools)
-            first = self._emit(self._stream.from_prefix())
+            first = self._start(tools)
             rest = self._emit(self._stream.feed(new_text))
             return ToolStreamingParseResult(
                 normal_text=first.normal_text + rest.normal_text, calls=first.calls + rest.calls
             )
-        routed = self._stream.feed_text(new_text)
+        stream = self._stream
+        if stream.reads_text_first:  # (TemplateStream.feed_text, its first step taken here)
+            taken = self._read_text(new_text)
+            if taken is None:
+                routed = stream.feed_unread(new_text)
+            elif taken[0] == _NORMAL:  # more normal text (the tools plan's field is named so)
+                return _text_result(taken[1])
+            else:
+                routed = stream.after_read(new_text, taken)
+        else:
+            routed = stream.feed_text(new_text)
         if type(routed) is tuple:  # more text of one field: normal text, or nothing to send
             key, text = routed
             return _text_result(text if key == _NORMAL else "")
@@ -410,9 +452,7 @@ class RtcompileToolDetector(ResponseTemplateToolDetector):
 
     def finish(self, tools: list) -> ToolStreamingParseResult:
         if self._stream is None:  # nothing was streamed: the prefix alone, then the end
-            self._stream = self._new_stream(tools)
-            self._tool_indices = self._get_tool_indices(tools)
-            first = self._emit(self._stream.from_prefix())
+            first = self._start(tools)
             rest = self._emit(self._stream.finish())
             return ToolStreamingParseResult(
                 normal_text=first.normal_text + rest.normal_text, calls=first.calls + rest.calls
