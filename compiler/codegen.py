@@ -23,7 +23,7 @@ from . import canonical, ir
 from .patterns import WHITESPACE
 from .version import INTERPRETER_RELEASE, __version__
 
-RUNTIME_ABI = 4  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
+RUNTIME_ABI = 5  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
 # Sets of first characters up to this size are checked with chained str.find; larger ones with
 # one character-class search.
 MAX_FIND_CHAIN = 2
@@ -213,7 +213,10 @@ class QuickCheck:
     """How a state decides, without a regex call, that the unread text holds no delimiter."""
 
     absent: Code  # true when no watched delimiter's first character occurs in buf[pos:]
-    absent_in_text: Code  # the same for a fresh chunk `text`
+    # True when no watched delimiter can start in a fresh chunk `text` (bar its trailing lead run):
+    # no first character in it, or (where every delimiter's matches start with known literals
+    # after their lead run) none that starts one of those literals or, at the end, a prefix of one.
+    no_start_in_text: Code
     lead: str | None  # constant holding the lead characters (a trailing run of them may be held)
     lead_hold: bool  # with no first character, a trailing lead run is exactly what to hold
 
@@ -233,9 +236,34 @@ def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: Leads
         name = f"FIRST_CHARS_{tag}"
         triggers[name] = _char_class(first)
         absent = [f"{name}.search({t}{s}) is None" for t, s in targets]
+    no_start_in_text = absent[1]
+    starts = _start_literals(watches)
+    if starts is not None:
+        # ("x < y" in reasoning, "<parameter=" in a call: a first character that starts nothing)
+        name = f"STARTS_{tag}"
+        triggers[name] = starts
+        no_start_in_text = f"({absent[1]} or {name}.starts_nowhere(text))"
     lead_name = leads.name(lead) if lead else None
     lead_hold = bool(lead) and all(c.lead_run and c.lead == lead for c in charsets if c.lead)
-    return QuickCheck(Code(absent[0]), Code(absent[1]), lead_name, lead_hold)
+    return QuickCheck(Code(absent[0]), Code(no_start_in_text), lead_name, lead_hold)
+
+
+def _start_literals(watches: list[Watch]) -> tuple[str, ...] | None:
+    """The literals every match of the watched delimiters starts with after its lead run (a literal
+    delimiter's literals, a literal run's, a pattern's literal prefix), or None if one has none."""
+    starts: dict[str, None] = {}
+    for w in watches:
+        d = w.delimiter
+        if d.literals is not None:
+            literals = d.literals
+        elif d.literal_run is not None:
+            literals = d.literal_run.literals
+        elif d.charsets is not None and d.charsets.prefix:
+            literals = (d.charsets.prefix,)
+        else:
+            return None
+        starts.update(dict.fromkeys(literals))
+    return tuple(starts)
 
 
 def _char_class(chars: frozenset[str]) -> str:
@@ -295,7 +323,8 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
     if template.implicit is not None and fields[template.implicit].close is not None:
         f = fields[template.implicit]
         watches_in_sink.append(Watch(ir.CLOSE, f, f.close, 0, f"CLOSE_{f.index}"))
-    triggers: dict[str, str] = {}  # constant name -> character class (stdlib re) of first characters
+    # constant name -> character class (stdlib re) of first characters, or the literals they start
+    triggers: dict[str, str | tuple[str, ...]] = {}
     leads = Leads()  # characters a match may start with before those
     states = [
         _state(

@@ -48,9 +48,11 @@ def analyse_pattern(source: str) -> tuple[int | None, CharSets | None]:
     if charsets is not None:
         lead_run = bool(charsets.lead) and _starts_with_star_of(parsed, charsets.lead)
         rest = parsed[1:] if lead_run and parsed[0][0] in REPEATS else parsed
+        opened = _leading_groups_opened(parsed)  # (the literal prefix may be inside a group)
+        after_lead = opened[1:] if lead_run and opened[0][0] in REPEATS else opened
         prefix = ""
-        if not (charsets.lead & charsets.first) and (not charsets.lead or (lead_run and rest is not parsed)):
-            prefix = _literal_prefix(rest)
+        if not (charsets.lead & charsets.first) and (not charsets.lead or (lead_run and after_lead is not opened)):
+            prefix = _literal_prefix(after_lead)
         charsets = CharSets(charsets.lead, charsets.first, lead_run, _max_width(rest), prefix)
     return _context(parsed), charsets
 

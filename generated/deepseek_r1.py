@@ -25,7 +25,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(4)
+check_abi(5)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -84,6 +84,10 @@ CLOSE_1_WINDOW = PatternWindow(
 LITERALS_SCAN_SINK = LiteralSearch(
     ("<think>", "<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>")
 )  # a state's literals: where any first occurs
+STARTS_SCAN_IN_0_REASONING_CONTENT = LiteralSearch(
+    ("</think>",)
+)  # what the state's delimiters start with
+STARTS_SCAN_IN_1_TOOL_CALLS = LiteralSearch(("\n```",))  # what the state's delimiters start with
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -132,12 +136,14 @@ class ResponseParser(Machine):
     )
 
     def feed(self, text):
-        """Fast paths for the common chunk, with no character a watched delimiter can start with;
-        everything else goes through Machine.feed."""
+        """Fast paths for the common chunk, in which no watched delimiter can start; everything
+        else goes through Machine.feed."""
         if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
             state = self._current
             if state == 0:
-                if "<" not in text and text:
+                if (
+                    "<" not in text or STARTS_SCAN_IN_0_REASONING_CONTENT.starts_nowhere(text)
+                ) and text:
                     self._parts.append(text)
                     return [
                         {
@@ -148,7 +154,7 @@ class ResponseParser(Machine):
                         }
                     ]
             elif state == 1:
-                if "\n" not in text and text:
+                if ("\n" not in text or STARTS_SCAN_IN_1_TOOL_CALLS.starts_nowhere(text)) and text:
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
@@ -172,11 +178,13 @@ class ResponseParser(Machine):
         if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
             state = self._current
             if state == 0:
-                if "<" not in text and text:
+                if (
+                    "<" not in text or STARTS_SCAN_IN_0_REASONING_CONTENT.starts_nowhere(text)
+                ) and text:
                     self._parts.append(text)
                     return "reasoning_content", text
             elif state == 1:
-                if "\n" not in text and text:
+                if ("\n" not in text or STARTS_SCAN_IN_1_TOOL_CALLS.starts_nowhere(text)) and text:
                     self._parts.append(text)
                     return "tool_calls", text
             elif state == 2:

@@ -25,7 +25,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(4)
+check_abi(5)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -82,6 +82,13 @@ CLOSE_2 = LiteralSearch(("<|return|>", "<|end|>"))  # (longest first: it wins at
 LITERALS_SCAN_SINK = LiteralSearch(
     ("<|channel|>analysis<|message|>", "<|channel|>final<|message|>")
 )  # a state's literals: where any first occurs
+STARTS_SCAN_IN_0_REASONING_CONTENT = LiteralSearch(
+    ("<|end|>", "<|return|>", "<|call|>")
+)  # what the state's delimiters start with
+STARTS_SCAN_IN_1_TOOL_CALLS = LiteralSearch(("<|call|>",))  # what the state's delimiters start with
+STARTS_SCAN_IN_2_CONTENT = LiteralSearch(
+    ("<|return|>", "<|end|>")
+)  # what the state's delimiters start with
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -130,12 +137,14 @@ class ResponseParser(Machine):
     )
 
     def feed(self, text):
-        """Fast paths for the common chunk, with no character a watched delimiter can start with;
-        everything else goes through Machine.feed."""
+        """Fast paths for the common chunk, in which no watched delimiter can start; everything
+        else goes through Machine.feed."""
         if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
             state = self._current
             if state == 0:
-                if "<" not in text and text:
+                if (
+                    "<" not in text or STARTS_SCAN_IN_0_REASONING_CONTENT.starts_nowhere(text)
+                ) and text:
                     self._parts.append(text)
                     return [
                         {
@@ -146,13 +155,13 @@ class ResponseParser(Machine):
                         }
                     ]
             elif state == 1:
-                if "<" not in text and text:
+                if ("<" not in text or STARTS_SCAN_IN_1_TOOL_CALLS.starts_nowhere(text)) and text:
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
                     ]
             elif state == 2:
-                if "<" not in text and text:
+                if ("<" not in text or STARTS_SCAN_IN_2_CONTENT.starts_nowhere(text)) and text:
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
@@ -170,15 +179,17 @@ class ResponseParser(Machine):
         if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
             state = self._current
             if state == 0:
-                if "<" not in text and text:
+                if (
+                    "<" not in text or STARTS_SCAN_IN_0_REASONING_CONTENT.starts_nowhere(text)
+                ) and text:
                     self._parts.append(text)
                     return "reasoning_content", text
             elif state == 1:
-                if "<" not in text and text:
+                if ("<" not in text or STARTS_SCAN_IN_1_TOOL_CALLS.starts_nowhere(text)) and text:
                     self._parts.append(text)
                     return "tool_calls", text
             elif state == 2:
-                if "<" not in text and text:
+                if ("<" not in text or STARTS_SCAN_IN_2_CONTENT.starts_nowhere(text)) and text:
                     self._parts.append(text)
                     return "content", text
         return None

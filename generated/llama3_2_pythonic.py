@@ -25,7 +25,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(4)
+check_abi(5)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -62,6 +62,9 @@ OPEN_0 = LazyRegex(
     "^\\s*(?=\\[\\s*[A-Za-z_][A-Za-z0-9_.-]*\\s*\\(\\s*(?:\\)|[A-Za-z_][A-Za-z0-9_]*\\s*=))"
 )  # compiled (regex, DOTALL) on first use
 CLOSE_0 = LiteralSearch(("<|eot_id|>", "<|eom_id|>"))  # (longest first: it wins at one place)
+STARTS_SCAN_IN_0_TOOL_CALLS = LiteralSearch(
+    ("<|eot_id|>", "<|eom_id|>")
+)  # what the state's delimiters start with
 
 # ---- fields: content parser, then transform --------------------------------------------------
 CONTENT_0 = make_parser("python-call-list", {})

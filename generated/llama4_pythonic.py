@@ -25,7 +25,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(4)
+check_abi(5)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -64,6 +64,9 @@ OPEN_0 = LazyRegex(
 CLOSE_0 = LiteralSearch(
     ("<|python_end|>", "<|eom|>", "<|eot|>")
 )  # (longest first: it wins at one place)
+STARTS_SCAN_IN_0_TOOL_CALLS = LiteralSearch(
+    ("<|python_end|>", "<|eom|>", "<|eot|>")
+)  # what the state's delimiters start with
 
 # ---- fields: content parser, then transform --------------------------------------------------
 CONTENT_0 = make_parser("python-call-list", {})

@@ -25,7 +25,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(4)
+check_abi(5)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -70,6 +70,12 @@ CLOSE_1 = LazyRegex("(?=\\[TOOL_CALLS\\])|</s>")  # compiled (regex, DOTALL) on 
 LITERALS_SCAN_SINK = LiteralSearch(
     ("[THINK]", "</s>")
 )  # a state's literals: where any first occurs
+STARTS_SCAN_SINK = LiteralSearch(
+    ("[THINK]", "[TOOL_CALLS]", "</s>")
+)  # what the state's delimiters start with
+STARTS_SCAN_IN_0_REASONING_CONTENT = LiteralSearch(
+    ("[/THINK]",)
+)  # what the state's delimiters start with
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -118,12 +124,14 @@ class ResponseParser(Machine):
     )
 
     def feed(self, text):
-        """Fast paths for the common chunk, with no character a watched delimiter can start with;
-        everything else goes through Machine.feed."""
+        """Fast paths for the common chunk, in which no watched delimiter can start; everything
+        else goes through Machine.feed."""
         if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
             state = self._current
             if state == 0:
-                if "[" not in text and text:
+                if (
+                    "[" not in text or STARTS_SCAN_IN_0_REASONING_CONTENT.starts_nowhere(text)
+                ) and text:
                     self._parts.append(text)
                     return [
                         {
@@ -134,7 +142,9 @@ class ResponseParser(Machine):
                         }
                     ]
             elif state == 2:
-                if "<" not in text and "[" not in text and text:
+                if (
+                    "<" not in text and "[" not in text or STARTS_SCAN_SINK.starts_nowhere(text)
+                ) and text:
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
@@ -146,11 +156,15 @@ class ResponseParser(Machine):
         if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
             state = self._current
             if state == 0:
-                if "[" not in text and text:
+                if (
+                    "[" not in text or STARTS_SCAN_IN_0_REASONING_CONTENT.starts_nowhere(text)
+                ) and text:
                     self._parts.append(text)
                     return "reasoning_content", text
             elif state == 2:
-                if "<" not in text and "[" not in text and text:
+                if (
+                    "<" not in text and "[" not in text or STARTS_SCAN_SINK.starts_nowhere(text)
+                ) and text:
                     self._parts.append(text)
                     return "content", text
         return None

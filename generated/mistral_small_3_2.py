@@ -25,7 +25,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(4)
+check_abi(5)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -65,6 +65,7 @@ OPEN_0_WINDOW = PatternWindow(
     prefix="[TOOL_CALLS]",
 )
 CLOSE_0 = LazyRegex("(?=\\[TOOL_CALLS\\])|</s>")  # compiled (regex, DOTALL) on first use
+STARTS_SCAN_SINK = LiteralSearch(("[TOOL_CALLS]", "</s>"))  # what the state's delimiters start with
 
 # ---- fields: content parser, then transform --------------------------------------------------
 CONTENT_0 = make_parser("json", {})

@@ -25,7 +25,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(4)
+check_abi(5)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -62,6 +62,15 @@ CLOSE_1 = LiteralSearch(("</tool_call>",))
 LITERALS_SCAN_SINK = LiteralSearch(
     ("<think>", "<tool_call>", "<|im_end|>", "<|endoftext|>")
 )  # a state's literals: where any first occurs
+STARTS_SCAN_SINK = LiteralSearch(
+    ("<think>", "<tool_call>", "<|im_end|>", "<|endoftext|>")
+)  # what the state's delimiters start with
+STARTS_SCAN_IN_0_REASONING_CONTENT = LiteralSearch(
+    ("</think>",)
+)  # what the state's delimiters start with
+STARTS_SCAN_IN_1_TOOL_CALLS = LiteralSearch(
+    ("</tool_call>",)
+)  # what the state's delimiters start with
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -105,12 +114,14 @@ class ResponseParser(Machine):
     )
 
     def feed(self, text):
-        """Fast paths for the common chunk, with no character a watched delimiter can start with;
-        everything else goes through Machine.feed."""
+        """Fast paths for the common chunk, in which no watched delimiter can start; everything
+        else goes through Machine.feed."""
         if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
             state = self._current
             if state == 0:
-                if "<" not in text and text:
+                if (
+                    "<" not in text or STARTS_SCAN_IN_0_REASONING_CONTENT.starts_nowhere(text)
+                ) and text:
                     self._parts.append(text)
                     return [
                         {
@@ -121,13 +132,17 @@ class ResponseParser(Machine):
                         }
                     ]
             elif state == 1:
-                if "<" not in text and text:
+                if ("<" not in text or STARTS_SCAN_IN_1_TOOL_CALLS.starts_nowhere(text)) and text:
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
                     ]
             elif state == 2:
-                if "<" not in text and text and text[-1] not in WHITESPACE:
+                if (
+                    ("<" not in text or STARTS_SCAN_SINK.starts_nowhere(text))
+                    and text
+                    and text[-1] not in WHITESPACE
+                ):
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
@@ -136,7 +151,7 @@ class ResponseParser(Machine):
             # A trailing run of lead characters (a leading \s* of the delimiters) is held back.
             state = self._current
             if state == 2:
-                if "<" not in text:
+                if "<" not in text or STARTS_SCAN_SINK.starts_nowhere(text):
                     return self._lead_feed(text, trailing_run(text, 0, WHITESPACE))
         return Machine.feed(self, text)
 
@@ -145,22 +160,28 @@ class ResponseParser(Machine):
         if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
             state = self._current
             if state == 0:
-                if "<" not in text and text:
+                if (
+                    "<" not in text or STARTS_SCAN_IN_0_REASONING_CONTENT.starts_nowhere(text)
+                ) and text:
                     self._parts.append(text)
                     return "reasoning_content", text
             elif state == 1:
-                if "<" not in text and text:
+                if ("<" not in text or STARTS_SCAN_IN_1_TOOL_CALLS.starts_nowhere(text)) and text:
                     self._parts.append(text)
                     return "tool_calls", text
             elif state == 2:
-                if "<" not in text and text and text[-1] not in WHITESPACE:
+                if (
+                    ("<" not in text or STARTS_SCAN_SINK.starts_nowhere(text))
+                    and text
+                    and text[-1] not in WHITESPACE
+                ):
                     self._parts.append(text)
                     return "content", text
         if text and self._opened and (self._lead_held or not self._buf):
             # A trailing run of lead characters (a leading \s* of the delimiters) is held back.
             state = self._current
             if state == 2:
-                if "<" not in text:
+                if "<" not in text or STARTS_SCAN_SINK.starts_nowhere(text):
                     return "content", self._lead_text(text, trailing_run(text, 0, WHITESPACE))
         return None
 

@@ -25,7 +25,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(4)
+check_abi(5)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -78,6 +78,12 @@ CLOSE_0_WINDOW = PatternWindow(
     lead_run=True,
     prefix="</function>",
 )
+STARTS_SCAN_SINK = LiteralSearch(
+    ("<tool_call>", "<|im_end|>", "<|endoftext|>")
+)  # what the state's delimiters start with
+STARTS_SCAN_IN_0_TOOL_CALLS = LiteralSearch(
+    ("</function>",)
+)  # what the state's delimiters start with
 
 # ---- fields: content parser, then transform --------------------------------------------------
 CONTENT_0 = make_parser(
@@ -118,18 +124,26 @@ class ResponseParser(Machine):
     )
 
     def feed(self, text):
-        """Fast paths for the common chunk, with no character a watched delimiter can start with;
-        everything else goes through Machine.feed."""
+        """Fast paths for the common chunk, in which no watched delimiter can start; everything
+        else goes through Machine.feed."""
         if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
             state = self._current
             if state == 0:
-                if "<" not in text and text and text[-1] not in WHITESPACE:
+                if (
+                    ("<" not in text or STARTS_SCAN_IN_0_TOOL_CALLS.starts_nowhere(text))
+                    and text
+                    and text[-1] not in WHITESPACE
+                ):
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
                     ]
             elif state == 1:
-                if "<" not in text and text and text[-1] not in WHITESPACE:
+                if (
+                    ("<" not in text or STARTS_SCAN_SINK.starts_nowhere(text))
+                    and text
+                    and text[-1] not in WHITESPACE
+                ):
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
@@ -138,10 +152,10 @@ class ResponseParser(Machine):
             # A trailing run of lead characters (a leading \s* of the delimiters) is held back.
             state = self._current
             if state == 0:
-                if "<" not in text:
+                if "<" not in text or STARTS_SCAN_IN_0_TOOL_CALLS.starts_nowhere(text):
                     return self._lead_feed(text, trailing_run(text, 0, WHITESPACE))
             elif state == 1:
-                if "<" not in text:
+                if "<" not in text or STARTS_SCAN_SINK.starts_nowhere(text):
                     return self._lead_feed(text, trailing_run(text, 0, WHITESPACE))
         return Machine.feed(self, text)
 
@@ -150,21 +164,29 @@ class ResponseParser(Machine):
         if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
             state = self._current
             if state == 0:
-                if "<" not in text and text and text[-1] not in WHITESPACE:
+                if (
+                    ("<" not in text or STARTS_SCAN_IN_0_TOOL_CALLS.starts_nowhere(text))
+                    and text
+                    and text[-1] not in WHITESPACE
+                ):
                     self._parts.append(text)
                     return "tool_calls", text
             elif state == 1:
-                if "<" not in text and text and text[-1] not in WHITESPACE:
+                if (
+                    ("<" not in text or STARTS_SCAN_SINK.starts_nowhere(text))
+                    and text
+                    and text[-1] not in WHITESPACE
+                ):
                     self._parts.append(text)
                     return "content", text
         if text and self._opened and (self._lead_held or not self._buf):
             # A trailing run of lead characters (a leading \s* of the delimiters) is held back.
             state = self._current
             if state == 0:
-                if "<" not in text:
+                if "<" not in text or STARTS_SCAN_IN_0_TOOL_CALLS.starts_nowhere(text):
                     return "tool_calls", self._lead_text(text, trailing_run(text, 0, WHITESPACE))
             elif state == 1:
-                if "<" not in text:
+                if "<" not in text or STARTS_SCAN_SINK.starts_nowhere(text):
                     return "content", self._lead_text(text, trailing_run(text, 0, WHITESPACE))
         return None
 

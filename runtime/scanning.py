@@ -179,6 +179,19 @@ class LiteralSearch:
             memo[self] = (-1, -1, origin, n + 1 if stop == n else limit + 1)
         return (-1, -1) if stop == n else (-2, -2)
 
+    def starts_nowhere(self, text: str) -> bool:
+        """Whether no position of `text` starts one of the literals, nor, at its end, a proper
+        prefix of one: for the generated fast path, where every match of a state's delimiters starts
+        (after its run of lead characters) with one of these, no delimiter can start in `text`."""
+        for literal in self.literals:
+            first = literal[0]
+            at = text.find(first)
+            while at >= 0:
+                if literal.startswith(text[at : at + len(literal)]):
+                    return False
+                at = text.find(first, at + 1)
+        return True
+
     def pending(self, buf: str, pos: int, found: int) -> int:
         """Where a partial match of these literals at the end of `buf` starts (len(buf): none),
         for a scan that found the first literal of its state at `found` (-1: none at all), and

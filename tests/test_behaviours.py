@@ -431,3 +431,27 @@ def test_feed_text_reads_only_what_one_region_chunk_would_report():
     message, _ = parser.finalize()
     assert message["reasoning_content"] == "a plan" and message["content"] == "Sure, it is    sunny"
     assert parser.feed_text("more") is None  # finalized: feed raises, feed_text reads nothing
+
+
+def test_a_first_character_that_starts_no_delimiter_keeps_the_fast_path():
+    """`x < y` in reasoning, `<parameter=` in qwen3.5's call: the '<' starts neither `</think>` nor
+    `</function>`, so feed_text reads the chunk; a '<' that may still start one leaves it unread,
+    and the text comes out as feed would give it."""
+    module = rtcompile.load(rtcompile.template_for("qwen3_5"))
+    parser = module.ResponseParser("<|im_start|>assistant\n<think>\n")
+    assert parser.feed_text("so x < 3") == ("reasoning_content", "so x < 3")
+    assert parser.feed_text(" and </b>") == ("reasoning_content", " and </b>")
+    assert parser.feed_text(" </th") is None  # (may start </think>)
+    assert parser.feed(" </th") == [
+        {"type": "region_chunk", "field": "reasoning_content", "text": " ", "dirty": False}
+    ]
+    parser.feed("ink>\n\n<tool_call>\n<function=f>\n")
+    assert parser.current_field == "tool_calls"
+    # (with the newline held after the opener: it might have started `\s*</function>`)
+    assert parser.feed_text("<parameter=a>\n1") == ("tool_calls", "\n<parameter=a>\n1")
+    assert parser.feed_text("\n</parameter>\n</fun") is None  # (may start </function>)
+    parser.feed("\n</parameter>\n</fun")
+    parser.feed("ction>\n</tool_call>")
+    message, _ = parser.finalize()
+    assert message["reasoning_content"] == "so x < 3 and </b>"
+    assert message["tool_calls"][0]["function"] == {"name": "f", "arguments": {"a": "1"}}

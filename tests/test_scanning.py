@@ -159,6 +159,33 @@ def test_without_first_characters_a_leading_star_holds_exactly_the_trailing_run(
     assert trailing_run(text, pos, "".join(charsets.lead)) == expected
 
 
+@given(st.sampled_from([p for p in PATTERNS if analyse_pattern(p)[1].prefix]), texts)
+def test_where_no_literal_prefix_starts_no_match_starts(pattern, text):
+    """The generated fast path's test on a fresh chunk: every match starts, after its lead run, with
+    the pattern's literal prefix; where no position starts it (or a prefix of it at the end) and
+    the text does not end in a lead character, a partial search finds nothing."""
+    _, charsets = analyse_pattern(pattern)
+    if not LiteralSearch((charsets.prefix,)).starts_nowhere(text) or (text and text[-1] in charsets.lead):
+        return
+    m = regex.compile(pattern, regex.DOTALL).search(text, partial=True)
+    assert m is None or m.start() == len(text), (pattern, text, m)
+
+
+@given(st.lists(st.text(alphabet="ab<>", min_size=1, max_size=4), min_size=1, max_size=3), texts)
+def test_starts_nowhere_is_no_complete_or_partial_literal(literals, text):
+    literals = list(dict.fromkeys(literals))
+    alternation = regex.compile("|".join(regex.escape(s) for s in sorted(literals, key=len, reverse=True)))
+    m = alternation.search(text, partial=True)
+    found = m is not None and m.start() < len(text)
+    assert LiteralSearch(tuple(literals)).starts_nowhere(text) == (not found)
+
+
+def test_literal_prefixes_are_found_inside_leading_groups():
+    assert analyse_pattern(r"(?P<o>\s*<x>\s*<a=(?P<n>[^>\n]+)>)")[1].prefix == "<x>"
+    assert analyse_pattern(r"\s*</x>\s*</y>")[1].prefix == "</x>"
+    assert analyse_pattern(r"(?s:\s*<x>)")[1].prefix == ""  # (a group with flags stays shut)
+
+
 def test_leading_star_is_recognised():
     assert analyse_pattern(r"\s*<x>")[1].lead_run
     assert not analyse_pattern(r"\s?<x>")[1].lead_run
