@@ -320,8 +320,8 @@ def _merged(first: Routed, second: Routed) -> Routed:
 class RecordingParser:
     """The parser as `OpenAIStream` sees it, keeping the events of its last call: the stream builds
     the tool calls from them, the integrations route their text. Events already read can be handed
-    to it (`pending`, returned by its next feed instead of feeding again): from an integration
-    that fed the parser itself, or whose chunk the parser's feed_text took."""
+    to it (`pending`, returned by its next feed instead of feeding again), from an integration
+    that fed the parser itself. (Text the parser's feed_text took goes to `OpenAIStream.read`.)"""
 
     __slots__ = ("parser", "events", "pending")
 
@@ -509,16 +509,14 @@ class TemplateStream:
             if field in self._close_res:
                 self._body.append(read)
             return key, read
-        event = self.recorder.parser.chunk_event(read)
         if self.stream is None:
-            return self._route([event], _EMPTY, live=True)
-        events = self.recorder.pending = [event]
+            return self._route([self.recorder.parser.chunk_event(read)], _EMPTY, live=True)
         errors = len(self.stream.errors)
-        deltas = self.stream.feed(text)
+        deltas = self.stream.read(field, read)
         if not deltas and field == self.tool_field and len(self.stream.errors) == errors:
             self._open_tool_text.append(read)  # (what _route does: a call's most chunks)
             return self.failed_key, ""
-        return self._route(events, deltas, live=True)
+        return self._route([self.recorder.parser.chunk_event(read)], deltas, live=True)
 
     def feed_unread(self, text: str) -> tuple[str, str] | Routed:
         """feed_text for a chunk `read_text` left unread (or was not offered)."""

@@ -1553,6 +1553,16 @@ class OpenAIStream:
             self._handle(events)
         return self._deltas.take()
 
+    def read(self, field: str, text: str) -> list[dict]:
+        """The deltas of `text` that the parser's `feed_text` read into `field`'s open region (the
+        region_chunk event feed would have returned), for a caller that fed the parser itself."""
+        if self._finished:
+            raise RuntimeError("OpenAIStream already finished")
+        handler = self._chunk_handlers.get(field)
+        if handler is not None and text:
+            handler(text)
+        return self._deltas.take()
+
     def finish(self, length: bool = False) -> list[dict]:
         """End the stream (`length=True`: the generation hit its token limit). Returns the last
         deltas; `finish_reason` and `message` (the parser's final message) are set afterwards."""

@@ -626,6 +626,34 @@ def test_bundled_templates_client_view_equals_message(name, data):
     event(f"calls: {len(turn.calls)}")
 
 
+@pytest.mark.parametrize("name", sorted(FORMATS))
+@given(data=st.data())
+def test_text_the_parser_read_first_gives_the_deltas_feed_gives(name, data):
+    """The servers' path: each chunk to the parser's feed_text first, what it read to
+    `OpenAIStream.read`, the rest to `feed`; the deltas and the message are feed's."""
+    template = template_for(name)
+    turn = data.draw(turns(name), label="turn")
+    prefix, text = FORMATS[name].render(turn)
+    chunks = data.draw(chunkings(text), label="chunks")
+    tools = tools_for(turn.calls)
+    expected = run_stream(template, prefix, chunks, tools=tools)
+    parser = rtcompile.ResponseParser(template, prefix, tools=tools, errors="keep")
+    adapter = OpenAIStream(parser, template, seed=0)
+    deltas = list(adapter.initial_deltas)
+    read = 0
+    for chunk in chunks:
+        taken = parser.feed_text(chunk)
+        if taken is None:
+            deltas += adapter.feed(chunk)
+        else:
+            read += 1
+            deltas += adapter.read(*taken)
+    deltas += adapter.finish()
+    event(f"chunks read first: {'some' if read else 'none'}")
+    assert deltas == expected.deltas
+    assert adapter.message == expected.message and adapter.errors == expected.adapter.errors
+
+
 # --------------------------------------------------------------------------------------------------
 # Arguments stream: what is complete before a call's closing delimiter has already been sent
 

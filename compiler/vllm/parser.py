@@ -346,13 +346,11 @@ class _Generation:
 
     def stream_chunk(self, field: str, read: str) -> DeltaMessage | None:
         """Text feed_text read in a field the stream reads (a tool call's): its one event."""
-        event = self.parser.chunk_event(read)
-        self.recorder.pending = [event]
-        deltas = self.stream.feed(read)
+        deltas = self.stream.read(field, read)
         if not deltas and field == TOOL_FIELD and self.plan.passthrough is None:
             self.tool_text.append(read)  # (what _message does with it; most of a call's chunks)
             return None
-        return self._message([event], deltas)
+        return self._message([self.parser.chunk_event(read)], deltas)
 
     def through_stream(self, text: str, events: list[dict]) -> DeltaMessage | None:
         """The parser's events for `text`, through the tool-call stream, as one message."""
