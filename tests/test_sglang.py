@@ -614,3 +614,23 @@ def test_text_results_are_built_without_validation_and_equal_validated_ones():
         assert same_as_validated(fast, StreamingParseResult(normal_text=text))
         fast.calls.append("x")  # a fresh list each time, as pydantic copies the default
         assert sglang._text_result(text).calls == []
+
+
+def test_reasoning_results_are_built_without_the_constructor_and_equal_its_results():
+    """The reasoning detector's answer to more reasoning or content sets the two attributes of
+    SGLang's result class itself (checked once against the constructor, as here)."""
+    from sglang.srt.parser.reasoning_parser import StreamingParseResult
+
+    from rtcompile import sglang
+
+    for text in ("", "plain", "<think>", "é\n"):
+        made = sglang._reasoning_result(text)
+        assert type(made) is StreamingParseResult
+        assert vars(made) == vars(StreamingParseResult(None, text))
+        assert vars(sglang._normal_result(text)) == vars(StreamingParseResult(text, None))
+    parser = ReasoningParser("rtcompile", tokenizer=Tokenizer(template_for("qwen3")), prefix=QWEN3_PREFIX)
+    assert parser.parse_stream_chunk("<think>") == ("", "")
+    assert parser.parse_stream_chunk("a plan") == ("a plan", "")
+    assert parser.parse_stream_chunk("</think>") == ("", "")
+    assert parser.parse_stream_chunk("Sure") == ("", "Sure")
+    assert parser.parse_stream_chunk(", done") == ("", ", done")
