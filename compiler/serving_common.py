@@ -511,9 +511,8 @@ class TemplateStream:
             return key, read
         if self.stream is None:
             return self._route([self.recorder.parser.chunk_event(read)], _EMPTY, live=True)
-        errors = len(self.stream.errors)
-        deltas = self.stream.read(field, read)
-        if not deltas and field == self.tool_field and len(self.stream.errors) == errors:
+        deltas = self.stream.read(field, read)  # (a chunk fails no region: that is at its close)
+        if not deltas and field == self.tool_field:
             self._open_tool_text.append(read)  # (what _route does: a call's most chunks)
             return self.failed_key, ""
         return self._route([self.recorder.parser.chunk_event(read)], deltas, live=True)

@@ -273,8 +273,8 @@ class RtcompileReasoningDetector(ResponseTemplateReasoningDetector):
             if self._plain:  # the common case: text as it is written
                 key, text = routed
                 if key == _REASONING:
-                    return ReasoningStreamingParseResult(None, text)
-                return ReasoningStreamingParseResult(text if key == _NORMAL else None, None)
+                    return _reasoning_result(text)
+                return _normal_result(text if key == _NORMAL else "")
             routed = Routed({routed[0]: routed[1]}) if routed[1] else Routed()
         if self._plain and not routed.closed:
             text = routed.text
