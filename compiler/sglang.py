@@ -175,9 +175,18 @@ def _plans_for(template: dict) -> _Plans:
 
 
 def _tool_dicts(tools: Sequence[Any] | None) -> list[dict]:
+    """What the parser reads of the request's tools (it casts arguments by their schemas): each
+    function's name and parameters. Read off SGLang's `Tool` objects, whose `model_dump` copies
+    the whole tool (25 us for four tools, once per request); dicts are taken as they are."""
     result = []
     for tool in tools or ():
-        if hasattr(tool, "model_dump"):
+        function = getattr(tool, "function", None)
+        if not isinstance(tool, dict) and isinstance(getattr(function, "name", None), str):
+            tool = {
+                "type": "function",
+                "function": {"name": function.name, "parameters": getattr(function, "parameters", None)},
+            }
+        elif hasattr(tool, "model_dump"):
             tool = tool.model_dump(exclude_none=True)
         if isinstance(tool, dict):
             result.append(tool)

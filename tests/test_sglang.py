@@ -634,3 +634,16 @@ def test_reasoning_results_are_built_without_the_constructor_and_equal_its_resul
     assert parser.parse_stream_chunk("</think>") == ("", "")
     assert parser.parse_stream_chunk("Sure") == ("", "Sure")
     assert parser.parse_stream_chunk(", done") == ("", ", done")
+
+
+def test_the_parser_reads_each_tools_name_and_parameters_as_model_dump_gives_them():
+    """The tool detector reads a request's `Tool` objects by their attributes (no model_dump, a
+    copy of each whole tool, per request); the parser's casting tables come out the same."""
+    from rtcompile import sglang
+    from rtcompile.runtime.coerce import tool_parameters
+
+    tools = sglang_tools(WEATHER)
+    dumped = [tool.model_dump(exclude_none=True) for tool in tools]
+    assert tool_parameters(sglang._tool_dicts(tools)) == tool_parameters(dumped)
+    assert sglang._tool_dicts(dumped) == dumped  # dicts as they are
+    assert [t["function"]["name"] for t in sglang._tool_dicts(tools)] == ["get_weather", "never_called"]
