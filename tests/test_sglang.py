@@ -51,7 +51,7 @@ from sglang.srt.parser.response_template import validate_response_template_for_s
 import rtcompile
 from rtcompile.library import template_for, template_names
 from strategies import chunkings
-from test_openai_stream import FORMATS, tools_for, turns
+from test_openai_stream import FORMATS, STREAMING_CALL, Turn, _cut_before_call_end, tools_for, turns
 
 # What SGLang does at startup in every process (and before building its argument parser).
 from sglang.srt.plugins import load_plugins  # noqa: E402
@@ -436,6 +436,40 @@ def test_a_call_opened_by_a_pattern_streams_through_the_reasoning_detector():
     assert [item.parameters for item in items[3]] == [', "days": 3']
     arguments = "".join(item.parameters for batch in items for item in batch)
     assert json.loads(arguments) == {"city": "Paris", "days": 3}
+
+
+@pytest.mark.parametrize("size", [1, 3, 7])
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_through_both_detectors_a_calls_arguments_are_out_before_it_closes(name, size):
+    """SGLang's serving layering, every bundled format, chunks of a few characters up to the call's
+    closing delimiter: the reasoning detector passes the call's text on as it comes, and the tool
+    detector has announced the call and sent every argument (only the final "}" waits)."""
+    template = template_for(name)
+    turn = Turn(None, "", [("get_weather", dict(STREAMING_CALL))], False, True, ["abc123XYZ"])
+    prefix, text = FORMATS[name].render(turn)
+    cut = _cut_before_call_end(name, text)
+    tokenizer = Tokenizer(template)
+    reasoning = ReasoningParser("rtcompile", tokenizer=tokenizer, prefix=prefix)
+    tools = FunctionCallParser(
+        sglang_tools(tools_for(turn.calls)), "rtcompile", tokenizer=tokenizer, prefix=prefix
+    )
+    items: list = []
+
+    def feed(piece: str) -> None:
+        _, normal = reasoning.parse_stream_chunk(piece)
+        if normal:
+            items.extend(tools.parse_stream_chunk(normal)[1])
+
+    for start in range(0, cut, size):
+        feed(text[start : min(start + size, cut)])
+    assert [item.name for item in items if item.name] == ["get_weather"]
+    assert json.loads("".join(item.parameters for item in items) + "}") == STREAMING_CALL
+    feed(text[cut:])
+    _, normal = reasoning.parse_stream_end()
+    if normal:
+        items.extend(tools.parse_stream_chunk(normal)[1])
+    items.extend(tools.parse_stream_end()[1])
+    assert json.loads("".join(item.parameters for item in items)) == STREAMING_CALL
 
 
 def test_calls_to_functions_not_in_the_tools_are_dropped_as_sglang_drops_them():
