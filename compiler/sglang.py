@@ -315,9 +315,10 @@ class RtcompileReasoningDetector(ResponseTemplateReasoningDetector):
 
 def _reasoning_result_factories() -> tuple[Any, Any]:
     """The reasoning detector's results for more reasoning, and for more normal text: SGLang's
-    plain result class, its two attributes set without a call to its __init__ (a third of a
-    reasoning chunk's cost in the detector). Used only if they equal what its constructor builds
-    (checked here, once, against the SGLang installed); otherwise the constructor."""
+    plain result class, its two attributes set without calling its __init__ (about 70 of the 620
+    ns a reasoning chunk took through SGLang's reasoning parser). Used only if they equal what
+    its constructor builds (checked here, once, against the SGLang installed); otherwise the
+    constructor."""
     new_instance = object.__new__
     result_class = ReasoningStreamingParseResult
 
