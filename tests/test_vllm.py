@@ -397,12 +397,17 @@ def test_streams_and_whole_outputs_equal_vllms_class(name, data):
     chunks = data.draw(chunkings(text), label="chunks")
     tools = tools_for(turn.calls) if data.draw(st.booleans(), label="with tools") else None
     tools = tools or None  # vLLM's request refuses an empty list
-    note(f"prefix={prefix!r}\ntext={text!r}\nchunks={chunks!r}")
+    # tool_choice="none": tool parsing off, calls pass through as content
+    options = {"tool_choice": "none"} if tools and data.draw(st.booleans(), label="none") else {}
+    note(f"prefix={prefix!r}\ntext={text!r}\nchunks={chunks!r}\noptions={options}")
     theirs_cls, vllm_tokenizer, ours_cls, ours_tokenizer = pair(name)
 
-    ours_deltas = stream(ours_cls(ours_tokenizer, tools), ours_tokenizer, prefix, chunks, request_for(tools))
+    def request():  # (a fresh one for each parser: adjust_request may change it)
+        return request_for(tools, **options)
+
+    ours_deltas = stream(ours_cls(ours_tokenizer, tools), ours_tokenizer, prefix, chunks, request())
     ours = accumulated(ours_deltas)
-    ours_whole = whole(ours_cls(ours_tokenizer, tools), ours_tokenizer, prefix, text, request_for(tools))
+    ours_whole = whole(ours_cls(ours_tokenizer, tools), ours_tokenizer, prefix, text, request())
     for view in (ours, ours_whole):
         assert all(CALL_ID.fullmatch(call["id"]) for call in view["calls"])
     assert len({call["id"] for call in ours["calls"]}) == len(ours["calls"])
@@ -419,11 +424,9 @@ def test_streams_and_whole_outputs_equal_vllms_class(name, data):
     if theirs_cls is None:
         return
     theirs = accumulated(
-        stream(theirs_cls(vllm_tokenizer, tools), vllm_tokenizer, prefix, chunks, request_for(tools))
+        stream(theirs_cls(vllm_tokenizer, tools), vllm_tokenizer, prefix, chunks, request())
     )
-    theirs_whole = whole(
-        theirs_cls(vllm_tokenizer, tools), vllm_tokenizer, prefix, text, request_for(tools)
-    )
+    theirs_whole = whole(theirs_cls(vllm_tokenizer, tools), vllm_tokenizer, prefix, text, request())
     assert loaded(ours) == loaded(theirs)
     assert loaded(ours_whole) == loaded(theirs_whole)
 
@@ -616,6 +619,26 @@ def test_call_ids_follow_vllms_policy_for_the_model():
         "functions.get_weather:1",
         "functions.get_weather:2",
     ]
+
+
+def test_tool_choice_none_passes_a_call_through_as_it_is_written():
+    """qwen3's call opener is a pattern (`\\s*<tool_call>`): with tool parsing off the call goes out
+    as content while it is written, not only once it closes; accumulated, as vLLM's class has it."""
+    parser, tokenizer = qwen3_parser()
+    request = parser.adjust_request(request_for(WEATHER, tool_choice="none"))
+    prompt = tokenizer.encode(QWEN3_PREFIX)
+    first_close = QWEN3_TEXT.index("</tool_call>")
+    content = []
+    for start in range(0, len(QWEN3_TEXT), 3):
+        chunk = QWEN3_TEXT[start : start + 3]
+        delta = parser.parse_delta(
+            chunk, tokenizer.encode(chunk), request, prompt, finished=start + 3 >= len(QWEN3_TEXT)
+        )
+        content.append(delta.content or "" if delta is not None else "")
+        if start + 3 <= first_close:
+            written = "".join(content)
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par' in written
+    assert QWEN3_TEXT[QWEN3_TEXT.index("Let me look.") : QWEN3_TEXT.index("<|im_end|>")] in "".join(content)
 
 
 def test_tool_choice_none_passes_calls_through_as_content_like_vllm():

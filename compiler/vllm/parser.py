@@ -300,6 +300,7 @@ class _Generation:
                 ("reasoning" if include_reasoning else None) if parse_reasoning else "content"
             )
         self.tool_text: list[str] = []  # the open tool-call region's text so far
+        self.opener_sent = False  # tool parsing off: the open region's opener went out as content
         self.wrote = False
         self.finished = False
         self.tail = ""  # the output's last characters, for a closer cut at the anchor
@@ -403,11 +404,16 @@ class _Generation:
         text: dict[str, list[str]] = {"content": [], "reasoning": []}
         text_keys = self.text_keys
         passthrough = self.plan.passthrough
-        for event in events:
+        # A region opened by these events is still the parser's open region (its captures are
+        # the parser's) if no region opens or closes after it.
+        last = len(events) - 1
+        while last > 0 and events[last]["type"] == "region_chunk":
+            last -= 1
+        for position, event in enumerate(events):
             field = event["field"]
             kind = event["type"]
             if passthrough is not None and field == TOOL_FIELD:
-                self._pass_through(event, text["content"])
+                self._pass_through(event, text["content"], live=position == last)
             elif field == TOOL_FIELD:
                 if kind == "region_chunk":
                     self.tool_text.append(event["text"])
@@ -432,26 +438,34 @@ class _Generation:
             fields["tool_calls"] = [_delta_tool_call(call) for call in calls]
         return DeltaMessage(**fields) if fields else None
 
-    def _pass_through(self, event: dict, content: list[str]) -> None:
-        """Tool parsing off: a tool-call region goes out as content, delimiters included (an
-        opener matched by a pattern is known only from the region's value: the region's text
-        waits for its close then)."""
+    def _pass_through(self, event: dict, content: list[str], live: bool) -> None:
+        """Tool parsing off: a tool-call region goes out as content, delimiters included. What an
+        opener pattern matched is read from the parser's captures while the region is open (`live`:
+        no other region opened or closed after it in this feed), else from the region's value at
+        its close; until it is known, the region's text waits."""
         opener, closer = self.plan.passthrough
         kind = event["type"]
         if kind == "region_open":
             self.tool_text = []
+            self.opener_sent = bool(opener)
             if opener:
                 content.append(opener)
+            elif live and self.parser.current_field == TOOL_FIELD:
+                matched = self.parser.region_captures.get(OPENER_GROUP)
+                if isinstance(matched, str):
+                    content.append(matched)
+                    self.opener_sent = True
         elif kind == "region_chunk":
-            if opener:
+            if self.opener_sent:
                 content.append(event["text"])
             else:
                 self.tool_text.append(event["text"])
         else:
-            if not opener:
+            if not self.opener_sent:
                 value = event.get("value")
                 matched = value.get(OPENER_GROUP) if isinstance(value, dict) else None
                 content.append((matched or "") + "".join(self.tool_text))
+            self.opener_sent = False
             content.append(closer)
 
     def _add_call_entry(self, calls: list[dict], entry: dict) -> None:
