@@ -41,6 +41,7 @@ __all__ = [
     "Routed",
     "TemplateStream",
     "every_field_optional",
+    "last_boundary",
     "model_type_of",
     "resolve_template",
     "served_fields",
@@ -303,6 +304,16 @@ def same_as_validated(fast: Any, validated: Any) -> bool:
         and fast.model_dump_json(exclude_unset=True) == validated.model_dump_json(exclude_unset=True)
         and fast.model_dump_json() == validated.model_dump_json()
     )
+
+
+def last_boundary(events: list[dict]) -> int:
+    """The position of the last event that opens or closes a region (0 if none does). A region
+    opened there is still the parser's open region after these events (its captures are the
+    parser's): only its chunks follow it."""
+    last = len(events) - 1
+    while last > 0 and events[last]["type"] == "region_chunk":
+        last -= 1
+    return last
 
 
 def _merged(first: Routed, second: Routed) -> Routed:
@@ -600,11 +611,7 @@ class TemplateStream:
         pieces: dict[str, list[str]] = {}
         failed: list[int] = []
         closed: list[str] = []
-        # A region this feed opened is still the parser's open region (its captures are the
-        # parser's) if no other region opens or closes after it: only its chunks may follow.
-        last = len(events) - 1
-        while last > 0 and events[last]["type"] == "region_chunk":
-            last -= 1
+        last = last_boundary(events)  # (a region opened there is open now: see _verbatim)
         for position, event in enumerate(events):
             name = event["field"]
             kind = event["type"]

@@ -71,6 +71,7 @@ from rtcompile.serving_common import (
     RecordingParser,
     closers_ending_in_anchor,
     has_opener,
+    last_boundary,
     literals,
     pydantic_slot_setters,
     same_as_validated,
@@ -404,11 +405,7 @@ class _Generation:
         text: dict[str, list[str]] = {"content": [], "reasoning": []}
         text_keys = self.text_keys
         passthrough = self.plan.passthrough
-        # A region opened by these events is still the parser's open region (its captures are
-        # the parser's) if no region opens or closes after it.
-        last = len(events) - 1
-        while last > 0 and events[last]["type"] == "region_chunk":
-            last -= 1
+        last = last_boundary(events)  # (a region opened there is open now: see _pass_through)
         for position, event in enumerate(events):
             field = event["field"]
             kind = event["type"]
