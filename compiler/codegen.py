@@ -219,6 +219,8 @@ class QuickCheck:
     no_start_in_text: Code
     lead: str | None  # constant holding the lead characters (a trailing run of them may be held)
     lead_hold: bool  # with no first character, a trailing lead run is exactly what to hold
+    starts: tuple[str, ...] | None  # the literals no_start_in_text checks (see _start_literals)
+    starts_const: str  # the constant holding them (a LiteralSearch)
 
 
 def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: Leads) -> QuickCheck | None:
@@ -238,14 +240,13 @@ def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: Leads
         absent = [f"{name}.search({t}{s}) is None" for t, s in targets]
     no_start_in_text = absent[1]
     starts = _start_literals(watches)
+    starts_const = f"STARTS_{tag}"
     if starts is not None:
         # ("x < y" in reasoning, "<parameter=" in a call: a first character that starts nothing)
-        name = f"STARTS_{tag}"
-        triggers[name] = starts
-        no_start_in_text = f"({absent[1]} or {name}.starts_nowhere(text))"
+        no_start_in_text = f"({absent[1]} or {starts_const}.starts_nowhere(text))"
     lead_name = leads.name(lead) if lead else None
     lead_hold = bool(lead) and all(c.lead_run and c.lead == lead for c in charsets if c.lead)
-    return QuickCheck(Code(absent[0]), Code(no_start_in_text), lead_name, lead_hold)
+    return QuickCheck(Code(absent[0]), Code(no_start_in_text), lead_name, lead_hold, starts, starts_const)
 
 
 def _start_literals(watches: list[Watch]) -> tuple[str, ...] | None:
@@ -323,8 +324,7 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
     if template.implicit is not None and fields[template.implicit].close is not None:
         f = fields[template.implicit]
         watches_in_sink.append(Watch(ir.CLOSE, f, f.close, 0, f"CLOSE_{f.index}"))
-    # constant name -> character class (stdlib re) of first characters, or the literals they start
-    triggers: dict[str, str | tuple[str, ...]] = {}
+    triggers: dict[str, str] = {}  # constant name -> character class (stdlib re) of first characters
     leads = Leads()  # characters a match may start with before those
     states = [
         _state(
@@ -401,6 +401,7 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         leads={name: chars for chars, name in leads.names.items()},
         lead_names=lead_names,
         state_literals={state.literals_const: state.all_literals for state in states if state.shared_search},
+        state_starts={s.quick.starts_const: s.quick.starts for s in states if s.quick is not None and s.quick.starts},
         fast_states=fast_states,
         lead_states=lead_states,
         preferred={

@@ -266,18 +266,15 @@ class RtcompileReasoningDetector(ResponseTemplateReasoningDetector):
         return ReasoningStreamingParseResult(normal_text=normal, reasoning_text=reasoning)
 
     def parse_streaming_increment(self, new_text: str) -> ReasoningStreamingParseResult:
-        stream = self._stream
-        if stream.reads_text_first:  # (TemplateStream.feed_text, its first step taken here)
-            taken = self._read_text(new_text)
-            if taken is None:
-                routed = stream.feed_unread(new_text)
-            else:
-                result = self._text_results.get(taken[0])
-                if result is not None:
-                    return result(taken[1])
-                routed = stream.after_read(new_text, taken)
+        stream = self._stream  # (TemplateStream.feed_text, its first step taken here)
+        taken = self._read_text(new_text) if stream.reads_text_first else None
+        if taken is None:
+            routed = stream.feed_unread(new_text)
         else:
-            routed = stream.feed_text(new_text)
+            result = self._text_results.get(taken[0])
+            if result is not None:
+                return result(taken[1])
+            routed = stream.after_read(new_text, taken)
         if type(routed) is tuple:  # more text of one field
             if self._plain:  # the common case: text as it is written
                 key, text = routed
@@ -474,17 +471,14 @@ class RtcompileToolDetector(ResponseTemplateToolDetector):
             return ToolStreamingParseResult(
                 normal_text=first.normal_text + rest.normal_text, calls=first.calls + rest.calls
             )
-        stream = self._stream
-        if stream.reads_text_first:  # (TemplateStream.feed_text, its first step taken here)
-            taken = self._read_text(new_text)
-            if taken is None:
-                routed = stream.feed_unread(new_text)
-            elif taken[0] == _NORMAL:  # more normal text (the tools plan's field is named so)
-                return _text_result(taken[1])
-            else:
-                routed = stream.after_read(new_text, taken)
+        stream = self._stream  # (TemplateStream.feed_text, its first step taken here)
+        taken = self._read_text(new_text) if stream.reads_text_first else None
+        if taken is None:
+            routed = stream.feed_unread(new_text)
+        elif taken[0] == _NORMAL:  # more normal text (the tools plan's field is named so)
+            return _text_result(taken[1])
         else:
-            routed = stream.feed_text(new_text)
+            routed = stream.after_read(new_text, taken)
         if type(routed) is tuple:  # more text of one field: normal text, or nothing to send
             key, text = routed
             return _text_result(text if key == _NORMAL else "")

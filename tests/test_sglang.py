@@ -657,6 +657,9 @@ def test_reasoning_results_are_built_without_the_constructor_and_equal_its_resul
 
     from rtcompile import sglang
 
+    # the pinned SGLang's class takes plain attributes: the check chose them, not the constructor
+    assert sglang._reasoning_result.__name__ == "reasoning_result"
+    assert sglang._normal_result.__name__ == "normal_result"
     for text in ("", "plain", "<think>", "é\n"):
         made = sglang._reasoning_result(text)
         assert type(made) is StreamingParseResult
