@@ -161,16 +161,38 @@ class _Plans:
             tool = {**copy.deepcopy(fields[TOOL_FIELD]), "optional": True}
             self.tools = {**anchors, "fields": {_NORMAL: {}, TOOL_FIELD: tool}}
             self.tools_module = rtcompile.load(self.tools)
+        self._template = copy.deepcopy(template)  # (the caller's may change later)
+        self._sglang_view: dict | None = None
+
+    @property
+    def sglang_view(self) -> dict:
+        """The copy SGLang's own classes read, made once (a deep copy per detector was most of
+        what building one cost); raises ValueError if SGLang cannot read the template."""
+        if self._sglang_view is None:
+            self._sglang_view = _sglang_view(self._template)
+        return self._sglang_view
 
 
 _PLANS: dict[str, _Plans] = {}
+# The template objects seen last (id -> (the object, a copy as it was, its plans)): SGLang builds
+# two detectors per request from the tokenizer's one template, and serializing it to find its
+# plans took longer than the rest of building a detector. The copy catches a template changed
+# in place; holding the object keeps its id from being reused.
+_RECENT: dict[int, tuple[dict, dict, _Plans]] = {}
+_RECENT_LIMIT = 16
 
 
 def _plans_for(template: dict) -> _Plans:
+    recent = _RECENT.get(id(template))
+    if recent is not None and recent[0] is template and recent[1] == template:
+        return recent[2]
     key = _key(template)
     plans = _PLANS.get(key)
     if plans is None:
         plans = _PLANS.setdefault(key, _Plans(template))
+    if len(_RECENT) >= _RECENT_LIMIT:
+        _RECENT.clear()
+    _RECENT[id(template)] = (template, copy.deepcopy(template), plans)
     return plans
 
 
@@ -218,7 +240,7 @@ class RtcompileReasoningDetector(ResponseTemplateReasoningDetector):
         self.plans = _plans_for(template)  # validates and compiles now
         super().__init__(
             stream_reasoning=stream_reasoning,
-            response_template=_sglang_view(template),
+            response_template=self.plans.sglang_view,
             prefix=prefix,
             force_nonempty_content=force_nonempty_content,
             grammar_start=grammar_start,
@@ -406,7 +428,7 @@ class RtcompileToolDetector(ResponseTemplateToolDetector):
         if self.plans.tools is None:
             raise ValueError(f"response_template has no {TOOL_FIELD!r} field")
         super().__init__(
-            response_template=_sglang_view(template),
+            response_template=self.plans.sglang_view,
             prefix=prefix,
             tools=tools,
             constrained=constrained,

@@ -684,3 +684,33 @@ def test_the_parser_reads_each_tools_name_and_parameters_as_model_dump_gives_the
     assert tool_parameters(sglang._tool_dicts(tools)) == tool_parameters(dumped)
     assert sglang._tool_dicts(dumped) == dumped  # dicts as they are
     assert [t["function"]["name"] for t in sglang._tool_dicts(tools)] == ["get_weather", "never_called"]
+
+
+def test_detectors_of_one_template_share_its_plans_and_see_it_changed_in_place():
+    """Detectors built from the tokenizer's one template object reuse its compiled plans and the
+    copy SGLang's classes read (found without serializing the template per request); a template
+    changed in place gets plans of its own; SGLang's classes leave the shared copy as it was."""
+    from rtcompile import sglang
+
+    template = json.loads(json.dumps(template_for("qwen3")))
+    tokenizer = Tokenizer(template)
+    tools = sglang_tools(WEATHER)
+    first = ReasoningParser("rtcompile", tokenizer=tokenizer).detector
+    tool = FunctionCallParser(tools, "rtcompile", tokenizer=tokenizer).detector
+    assert first.plans is tool.plans
+    view = first.plans.sglang_view
+    assert view == sglang._sglang_view(template)
+    # used, as a request uses them: the shared copy is unchanged
+    text = '<think>a</think>b<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'
+    assert ReasoningParser("rtcompile", tokenizer=tokenizer).parse_non_stream(text)[0] == "a"
+    assert calls_view(
+        FunctionCallParser(tools, "rtcompile", tokenizer=tokenizer).parse_non_stream(text[16:])[1]
+    ) == [(0, "get_weather", {"city": "Rome"})]
+    assert view == sglang._sglang_view(template_for("qwen3"))
+    assert ReasoningParser("rtcompile", tokenizer=tokenizer).detector.plans is first.plans
+
+    template["fields"]["reasoning_content"]["open"] = "<reason>"  # changed in place
+    template["fields"]["reasoning_content"]["close"] = "</reason>"
+    changed = ReasoningParser("rtcompile", tokenizer=tokenizer)
+    assert changed.detector.plans is not first.plans
+    assert changed.parse_non_stream("<reason>r</reason>n") == ("r", "n")
