@@ -211,12 +211,17 @@ def every_field_optional(template: dict, *, implicit_content: str | None = None)
     return served
 
 
-def verbatim_tool_field(tool: dict) -> dict:
+def verbatim_tool_field(tool: dict, *, closer_in_body: bool = False) -> dict:
     """The tool-call field as plain text with its delimiters, for a parser that hands tool calls on
     as text (to a tool parser, or as content when tool parsing is off). A literal opener or closer
     is known; the text an open pattern matched is captured in `OPENER_GROUP` (a group around the
     pattern; the parser reports captures while the region is open, and the region's value has it
-    at its close)."""
+    at its close).
+
+    A closer that is a pattern or a list stays as it is: what it matched is read back from the
+    output (`TemplateStream`). With `closer_in_body` it becomes a lookbehind instead, so that its
+    text ends the region's own text (the vLLM plugin's pass-through reads it there). The parser
+    then keeps the text that lookbehind may read: all of it, for a closer of unbounded length."""
     plain: dict[str, Any] = {key: tool[key] for key in ("repeats",) if key in tool}
     opener = tool.get("open")
     if isinstance(opener, str):
@@ -227,17 +232,13 @@ def verbatim_tool_field(tool: dict) -> dict:
         groups = regex.compile(plain["open_pattern"]).groupindex
         # every named group must be used by the transform (the compiler checks)
         plain["transform"] = {"text": "{content}", **{g: "{" + g + "}" for g in groups}}
-    # The closer stays as it is: a literal one is sent when its region closes by it (not when the
-    # output ends inside the region); what a pattern matched is read back from the output
-    # (`TemplateStream`). (A lookbehind closer, whose text would end the region's own text, would
-    # make the parser keep its whole buffer: an unbounded lookbehind.)
     close = tool.get("close")
     if isinstance(close, str):
-        plain["close"] = close
+        plain["close"] = close  # sent when its region closes by it (not when the output ends in it)
     else:
         pattern = tool.get("close_pattern") or "|".join(regex.escape(c) for c in literals(close))
         if pattern:
-            plain["close_pattern"] = pattern
+            plain["close_pattern"] = f"(?<=(?:{pattern}))" if closer_in_body else pattern
     return plain
 
 

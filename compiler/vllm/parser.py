@@ -43,7 +43,6 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import regex
 from openai.types.responses import ToolChoiceCustom, ToolChoiceFunction
 from vllm.entrypoints.generate.base.protocol import (
     DeltaFunctionCall,
@@ -76,6 +75,7 @@ from rtcompile.serving_common import (
     pydantic_slot_setters,
     same_as_validated,
     served_fields,
+    verbatim_tool_field,
 )
 from rtcompile.serving_common import resolve_template as shared_resolve_template
 
@@ -123,7 +123,7 @@ class _Plan:
         self.has_tools = TOOL_FIELD in template["fields"]
         self.served = _served_template(template, parse_tools)
         # tool parsing off: the tool-call field's text goes out as content, with its literal
-        # delimiters (what a pattern matched reaches the text otherwise: `_plain_tool_field`)
+        # delimiters (what a pattern matched reaches the text otherwise: `verbatim_tool_field`)
         self.passthrough: tuple[str, str] | None = None
         if not parse_tools and TOOL_FIELD in self.served["fields"]:
             spec = self.served["fields"][TOOL_FIELD]
@@ -140,9 +140,10 @@ class _Plan:
 
 def _served_template(template: dict, parse_tools: bool) -> dict:
     """The template as a server parses it: with tool parsing off, the tool-call field as plain
-    text (`_plain_tool_field`); every field optional (a response need not write any field); a
-    content field for the text outside every region when all fields have openers, as vLLM adds it.
-    The template itself when nothing changes, so bundled templates keep their checked-in parsers."""
+    text (`verbatim_tool_field`, its closer in the region's text); every field optional (a
+    response need not write any field); a content field for the text outside every region when
+    all fields have openers, as vLLM adds it. The template itself when nothing changes, so
+    bundled templates keep their checked-in parsers."""
     fields = template["fields"]
     plain_tools = not parse_tools and TOOL_FIELD in fields
     add_content = CONTENT_FIELD not in fields and all(has_opener(f) for f in fields.values() if isinstance(f, dict))
@@ -151,37 +152,15 @@ def _served_template(template: dict, parse_tools: bool) -> dict:
         return template
     served = copy.deepcopy(template)
     if plain_tools:
-        served["fields"][TOOL_FIELD] = _plain_tool_field(served["fields"][TOOL_FIELD])
+        served["fields"][TOOL_FIELD] = verbatim_tool_field(
+            served["fields"][TOOL_FIELD], closer_in_body=True
+        )
     if add_content:
         served["fields"][CONTENT_FIELD] = {}
     for name in required:
         if name in served["fields"]:
             served["fields"][name]["optional"] = True
     return served
-
-
-def _plain_tool_field(tool: dict) -> dict:
-    """The tool-call field as plain text, for passing calls through as content (tool parsing off)
-    with their delimiters, as vLLM's class does. A literal opener or closer is sent as it is; the
-    text an open pattern matched comes back in the region's value (a group around the pattern:
-    the compiler wants every named group used by the transform); a closer that is a pattern or a
-    list becomes a lookbehind, so its text ends the region's own text."""
-    plain: dict[str, Any] = {key: tool[key] for key in ("repeats",) if key in tool}
-    opener = tool.get("open")
-    if isinstance(opener, str):
-        plain["open"] = opener
-    elif opener is not None or "open_pattern" in tool:
-        pattern = tool.get("open_pattern") or "|".join(regex.escape(o) for o in literals(opener))
-        plain["open_pattern"] = f"(?P<{OPENER_GROUP}>{pattern})"
-        groups = regex.compile(plain["open_pattern"]).groupindex
-        plain["transform"] = {"text": "{content}", **{g: "{" + g + "}" for g in groups}}
-    close = tool.get("close")
-    if isinstance(close, str):
-        plain["close"] = close
-    elif close is not None or "close_pattern" in tool:
-        pattern = tool.get("close_pattern") or "|".join(regex.escape(c) for c in literals(close))
-        plain["close_pattern"] = f"(?<=(?:{pattern}))"
-    return plain
 
 
 _PLANS: dict[tuple[str, bool], _Plan] = {}
