@@ -458,6 +458,7 @@ class TemplateStream:
         self._tail = ""
         parser = self.recorder.parser
         self._parser_feed = parser.feed  # (no adapter in between: no calls to build)
+        self._feed_declined = parser.feed_declined
         self.reads_text_first = False  # chunks go to read_text first (set below)
         self.read_text = parser.feed_text
         self._failed_seen = 0  # stream.errors already reported
@@ -534,15 +535,19 @@ class TemplateStream:
         if self.finished or not text:
             return Routed()
         recorder = self.recorder
+        # While reads_text_first, the chunk was offered to read_text, which declined it: the
+        # parser's general path, not its fast paths again.
+        feed = self._feed_declined if self.reads_text_first else self._parser_feed
         if self.stream is not None:
             recorder.events = _EMPTY
+            recorder.pending = feed(text)
             deltas = self.stream.feed(text)
             events = recorder.events
         else:
             if self._close_res:
                 self._note_fed(text, self.recorder.parser.unread_text)
             deltas = _EMPTY
-            events = self._parser_feed(text)
+            events = feed(text)
         if self._tail_length:
             self._tail = (self._tail + text)[-self._tail_length :]
         if not events and not deltas:

@@ -150,6 +150,12 @@ class Machine:
             self._fail(e)
             raise
 
+    def feed_declined(self, text: str) -> list[dict]:
+        """feed() for a chunk feed_text has just declined (returned None for): the same events, by
+        the general path, without trying again the fast paths a generated feed would try first
+        (they test what feed_text tested)."""
+        return Machine.feed(self, text)
+
     def feed_text(self, text: str) -> tuple[str, str] | None:
         """feed() for a server's common chunk only: when all `text` can do is add to the open
         region (no watched delimiter can start in it), it is read and (field, text read) is

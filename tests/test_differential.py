@@ -45,8 +45,9 @@ from strategies import Case, Run, cases, get_weather, known_format_cases, tool_c
 SELF_MODE = os.environ.get("RTCOMPILE_DIFF_SELF") == "1"
 # Generous: a healthy run of one case takes milliseconds; compiling a template well under a second.
 STEP_TIME_LIMIT_SECONDS = float(os.environ.get("RTCOMPILE_DIFF_TIMEOUT", "10"))
-# "feed_text": a loaded module whose chunks go to feed_text first, as the servers' hot paths send
-# them; a chunk it takes stands for the one event that feed would have returned.
+# "feed_text": a loaded module whose chunks go to feed_text first (then feed_declined), as the
+# servers' hot paths send them; a chunk it takes stands for the one event that feed would have
+# returned.
 ENTRY_POINTS = ("api", "module", "feed_text")
 
 
@@ -160,12 +161,13 @@ def candidate(entry_point: str) -> Implementation:
 
 def feed_text_first(module: Any) -> type:
     """The module's parser class, with feed() trying feed_text() first: where feed_text takes a
-    chunk, the one region_chunk it stands for (none if it read no text) is the chunk's events."""
+    chunk, the one region_chunk it stands for (none if it read no text) is the chunk's events;
+    a chunk it declines goes to feed_declined, as the servers send it."""
     class FeedTextFirst(module.ResponseParser):
         def feed(self, text):
             taken = self.feed_text(text)
             if taken is None:
-                return super().feed(text)
+                return self.feed_declined(text)
             field, read = taken
             if not read:
                 return []

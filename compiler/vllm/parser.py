@@ -313,7 +313,7 @@ class _Generation:
 
     def feed_more(self, text: str) -> DeltaMessage | None:
         """More output (not the end of it) that feed_text did not take: through the parser."""
-        events = self.parser.feed(text)
+        events = self.parser.feed_declined(text)
         if not events:
             return None
         if len(events) == 1:
