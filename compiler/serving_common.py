@@ -558,10 +558,21 @@ class TemplateStream:
             and events[0]["type"] == "region_chunk"
             and not self._prompt_held
         ):
-            event = events[0]  # the common case: more text of one field
-            key = self.text_keys.get(event["field"])
+            # The common case: more text of one field, routed as after_read routes it.
+            event = events[0]
+            field, chunk = event["field"], event["text"]
+            key = self.text_keys.get(field)
             if key is not None:
-                return key, event["text"]
+                return key, chunk
+            if chunk:
+                key = self.verbatim_keys.get(field)
+                if key is not None and self._verbatim_pending is None:
+                    if field in self._close_res:
+                        self._body.append(chunk)
+                    return key, chunk
+                if field == self.tool_field:  # (no deltas: nothing to send yet)
+                    self._open_tool_text.append(chunk)
+                    return self.failed_key, ""
         return self._route(events, deltas, live=True)
 
     def _may_read_text_first(self) -> bool:
