@@ -211,17 +211,13 @@ def every_field_optional(template: dict, *, implicit_content: str | None = None)
     return served
 
 
-def verbatim_tool_field(tool: dict, *, closer_in_body: bool = False) -> dict:
+def verbatim_tool_field(tool: dict) -> dict:
     """The tool-call field as plain text with its delimiters, for a parser that hands tool calls on
     as text (to a tool parser, or as content when tool parsing is off). A literal opener or closer
     is known; the text an open pattern matched is captured in `OPENER_GROUP` (a group around the
     pattern; the parser reports captures while the region is open, and the region's value has it
-    at its close).
-
-    A closer that is a pattern or a list stays as it is: what it matched is read back from the
-    output (`TemplateStream`). With `closer_in_body` it becomes a lookbehind instead, so that its
-    text ends the region's own text (the vLLM plugin's pass-through reads it there). The parser
-    then keeps the text that lookbehind may read: all of it, for a closer of unbounded length."""
+    at its close); what a closer pattern (or a list of closers) matched comes with the region's
+    close event from a parser built with `report_closers=True`."""
     plain: dict[str, Any] = {key: tool[key] for key in ("repeats",) if key in tool}
     opener = tool.get("open")
     if isinstance(opener, str):
@@ -238,7 +234,7 @@ def verbatim_tool_field(tool: dict, *, closer_in_body: bool = False) -> dict:
     else:
         pattern = tool.get("close_pattern") or "|".join(regex.escape(c) for c in literals(close))
         if pattern:
-            plain["close_pattern"] = f"(?<=(?:{pattern}))" if closer_in_body else pattern
+            plain["close_pattern"] = pattern
     return plain
 
 
@@ -413,11 +409,21 @@ class TemplateStream:
         module: Any = None,
     ) -> None:
         module = module if module is not None else rtcompile.load(template)
-        self.recorder = RecordingParser(
-            module.ResponseParser(prefix, tools=tools or None, errors="keep")
-        )
         self.text_keys = text_keys
         self.verbatim_keys = verbatim_keys or {}
+        self._verbatim_spec = {name: template["fields"][name] for name in self.verbatim_keys}
+        # Verbatim regions closed by a pattern: what the closer matched comes with the close event.
+        self._pattern_closed = {
+            name for name, spec in self._verbatim_spec.items() if "close_pattern" in spec
+        }
+        self.recorder = RecordingParser(
+            module.ResponseParser(
+                prefix,
+                tools=tools or None,
+                errors="keep",
+                report_closers=bool(self._pattern_closed),
+            )
+        )
         self.tool_field = tool_field if tool_field in template["fields"] else None
         self.failed_key = failed_key
         self.stream: OpenAIStream | None = None
@@ -430,24 +436,7 @@ class TemplateStream:
                 tool_calls_field=self.tool_field,
                 call_id=lambda index: "",  # ids are the server's business
             )
-        self._verbatim_spec = {name: template["fields"][name] for name in self.verbatim_keys}
-        # Verbatim regions closed by a pattern: the text fed since the region opened (with what the
-        # parser held back before), its opener and body, to read the closer's text back at close.
-        self._close_res = {
-            name: regex.compile(spec["close_pattern"])
-            for name, spec in self._verbatim_spec.items()
-            if "close_pattern" in spec
-        }
-        self._raw: list[str] | None = None
         self._unread_at_end = ""
-        self._feeds = 0  # feeds so far, and the feed whose raw text a closer was last read from
-        self._searched_feed = -1
-        self._searched_from = 0
-        self._searched_end = 0
-        self._held_before = ""
-        self._fed = ""
-        self._opener_text = ""
-        self._body: list[str] = []
         self._open_tool_text: list[str] = []
         self._verbatim_pending: list[str] | None = None  # a verbatim region whose opener is unknown
         self.finished = False
@@ -509,8 +498,6 @@ class TemplateStream:
 
     def after_read(self, text: str, taken: tuple[str, str]) -> tuple[str, str] | Routed:
         """feed_text for a chunk `read_text` took: `taken` is its answer, (field, text read)."""
-        if self._raw is not None:  # (no region opens or closes here: see _note_fed)
-            self._raw.append(text)
         field, read = taken
         key = self.text_keys.get(field)
         if key is not None:
@@ -519,8 +506,6 @@ class TemplateStream:
             return Routed()
         key = self.verbatim_keys.get(field)
         if key is not None and self._verbatim_pending is None:  # (see _verbatim)
-            if field in self._close_res:
-                self._body.append(read)
             return key, read
         if self.stream is None:
             return self._route([self.recorder.parser.chunk_event(read)], _EMPTY, live=True)
@@ -544,8 +529,6 @@ class TemplateStream:
             deltas = self.stream.feed(text)
             events = recorder.events
         else:
-            if self._close_res:
-                self._note_fed(text, self.recorder.parser.unread_text)
             deltas = _EMPTY
             events = feed(text)
         if self._tail_length:
@@ -567,8 +550,6 @@ class TemplateStream:
             if chunk:
                 key = self.verbatim_keys.get(field)
                 if key is not None and self._verbatim_pending is None:
-                    if field in self._close_res:
-                        self._body.append(chunk)
                     return key, chunk
                 if field == self.tool_field:  # (no deltas: nothing to send yet)
                     self._open_tool_text.append(chunk)
@@ -580,17 +561,6 @@ class TemplateStream:
         tail is kept (a closer cut at the anchor) or the prompt's held-back text is still to be
         cut from the first output."""
         return not self._tail_length and not self._prompt_held
-
-    def _note_fed(self, text: str, held_before: str) -> None:
-        """A verbatim region closed by a pattern reads its closer back from the raw output: keep
-        what it needs of each feed that may open or close a region (the text, what the parser held
-        back before it, its number). A chunk the parser's feed_text takes does neither: only its
-        text is kept, in the open region's raw text."""
-        self._held_before = held_before
-        if self._raw is not None:
-            self._raw.append(text)
-        self._fed = text
-        self._feeds += 1
 
     def finish(self) -> Routed:
         """The end of the output: what the parser held back, and every region closed."""
@@ -689,21 +659,6 @@ class TemplateStream:
             self._opener_cut = held
         return event
 
-    def _closer_text(self, close_re: Any) -> str:
-        """What the closer pattern matched: the output fed since the region opened holds its opener
-        and its body, and the closer right after them."""
-        raw = "".join(self._raw or ())
-        written = self._opener_text + "".join(self._body)
-        start = raw.find(written, self._searched_from)
-        if start < 0:  # (an opener written in the prompt: the closer's text is not known)
-            return ""
-        match = close_re.match(raw, start + len(written))
-        end = match.end() if match else start + len(written)
-        # a region opened later in the same feed is searched for after this one
-        self._searched_end = end - (len(raw) - len(self._fed))  # (relative to this feed's text)
-        self._searched_feed = self._feeds
-        return match.group() if match else ""
-
     def _cut_opener(self, opener: str) -> str:
         cut, self._opener_cut = self._opener_cut, ""
         return opener[len(cut) :] if cut and opener.startswith(cut) else opener
@@ -711,18 +666,11 @@ class TemplateStream:
     def _verbatim(self, event: dict, out: list[str], live_open: bool, finalizing: bool) -> None:
         """A verbatim region's text with its delimiters. The opener an open pattern matched is read
         from the parser's captures while the region is open, else from the region's value at its
-        close; until then the region's text waits."""
+        close; until then the region's text waits. What a closer pattern matched comes with the
+        close event (the parser reports closers for these regions)."""
         spec = self._verbatim_spec[event["field"]]
         kind = event["type"]
-        close_re = self._close_res.get(event["field"])
         if kind == "region_open":
-            if close_re is not None:
-                self._searched_from = 0
-                if self._searched_feed == self._feeds:  # after a region closed in this same feed
-                    self._searched_from = max(0, len(self._held_before) + self._searched_end)
-                self._raw = [self._held_before, self._fed]
-                self._body = []
-                self._opener_text = spec.get("open", "")
             if "open" in spec:
                 out.append(spec["open"])
                 self._verbatim_pending = None
@@ -731,14 +679,11 @@ class TemplateStream:
             captures = self.recorder.region_captures if live else {}
             opener = captures.get(OPENER_GROUP)
             if isinstance(opener, str):
-                self._opener_text = opener
                 out.append(self._cut_opener(opener))
                 self._verbatim_pending = None
             else:
                 self._verbatim_pending = []
         elif kind == "region_chunk":
-            if close_re is not None:
-                self._body.append(event["text"])
             if self._verbatim_pending is not None:
                 self._verbatim_pending.append(event["text"])
             else:
@@ -747,12 +692,10 @@ class TemplateStream:
             if self._verbatim_pending is not None:
                 value = event.get("value")
                 opener = value.get(OPENER_GROUP) if isinstance(value, dict) else None
-                self._opener_text = opener or ""
                 out.append(self._cut_opener(opener or "") + "".join(self._verbatim_pending))
                 self._verbatim_pending = None
-            if close_re is not None:  # (at the end too: the parser may hold a closer back)
-                out.append(self._closer_text(close_re))
-                self._raw = None
+            if event["field"] in self._pattern_closed:  # ("" if the end closed it)
+                out.append(event.get("closer", ""))
             elif isinstance(spec.get("close"), str):
                 # closed by its closer, or at the end with the closer held back unread
                 if not finalizing or self._unread_at_end.startswith(spec["close"]):

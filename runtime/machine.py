@@ -79,10 +79,14 @@ class Machine:
         tools: list | None = None,
         errors: str = "strict",
         timeout: float | None = None,
+        report_closers: bool = False,
     ):
         """`errors="keep"`: a region whose text fails to parse does not raise; its raw text and the
         error are recorded under ERRORS_KEY in the message and the stream goes on (see README).
-        `timeout`: seconds allowed to each delimiter regex search before MatchTimeoutError."""
+        `timeout`: seconds allowed to each delimiter regex search before MatchTimeoutError.
+        `report_closers`: each region_close event also carries `closer`, the text its close
+        delimiter matched ("" for a region closed otherwise: by another region's open, or by the
+        end), for a server that passes a region on verbatim. Off, events are the interpreter's."""
         if errors not in ("strict", "keep"):
             raise ValueError(f"errors must be 'strict' or 'keep', got {errors!r}")
         if prefix is None:
@@ -91,6 +95,8 @@ class Machine:
         # Fields closed so far (errors="keep" merges repeats; strict mode never needs it).
         self._closed: set[str] | None = set() if self._keep_errors else None
         self._timeout = timeout
+        self._report_closers = report_closers
+        self._closer = ""  # what the close being committed matched (see report_closers)
         self._tool_params = tool_parameters(tools) if tools else {}
         self._buf = ""
         self._pos = 0
@@ -361,7 +367,9 @@ class Machine:
                         for key, value in match.groupdict().items():
                             if value is not None:
                                 self._captures[key] = value
+                    self._closer = buf[start:end]
                     self._close_current(events)
+                    self._closer = ""
                     # A zero-width close of an empty region would fire again at once: stop here,
                     # as the interpreter does (even at the end of the stream).
                     if not had_content and start == end:
@@ -451,7 +459,10 @@ class Machine:
             if self._keep_errors:
                 self._closed.add(name)
             if events is not None:
-                events.append({"type": "region_close", "field": name, "value": value})
+                event = {"type": "region_close", "field": name, "value": value}
+                if self._report_closers:
+                    event["closer"] = self._closer
+                events.append(event)
         self._reset_to_implicit()
 
     def _reset_to_implicit(self) -> None:
@@ -479,7 +490,10 @@ class Machine:
             record["captures"] = dict(self._captures)
         self._output.setdefault(ERRORS_KEY, []).append(record)
         if events is not None:
-            events.append({"type": "region_close", "field": name, "value": None, "error": record["error"]})
+            event = {"type": "region_close", "field": name, "value": None, "error": record["error"]}
+            if self._report_closers:
+                event["closer"] = self._closer
+            events.append(event)
         self._reset_to_implicit()
 
 

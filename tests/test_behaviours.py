@@ -411,6 +411,49 @@ def test_unread_text_is_what_no_event_has_reported_yet():
     assert flood.unread_text == "  \n" * 3
 
 
+def test_report_closers_gives_each_close_event_what_its_closer_matched():
+    """report_closers=True: a region_close event also carries the text its close delimiter
+    matched, the same however the output is chunked ("" for a region closed by another region's
+    open or by the end, and for one that failed to parse, what closed it); otherwise the events
+    are exactly those without the option."""
+    module = rtcompile.load(rtcompile.template_for("qwen3_5"))
+    call = "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>  \n</tool_call>"
+    output = "<think>r</think>ok\n" + call + "x <|im_end|>tail"
+    expected = [
+        ("reasoning_content", "</think>"),
+        ("content", ""),  # closed by the call's open
+        ("tool_calls", "\n</function>  \n</tool_call>"),
+        ("content", " <|im_end|>"),
+        ("content", ""),  # the text after the message, closed by the end
+    ]
+    for size in (1, 2, 3, 7, len(output)):
+        chunks = [output[i : i + size] for i in range(0, len(output), size)]
+        reported = module.ResponseParser("", errors="keep", report_closers=True)
+        plain = module.ResponseParser("", errors="keep")
+        got, events = [], []
+        for chunk in chunks:
+            got += reported.feed(chunk)
+            events += plain.feed(chunk)
+        got += reported.finalize()[1]
+        events += plain.finalize()[1]
+        closes = [(e["field"], e.pop("closer")) for e in got if e["type"] == "region_close"]
+        assert closes == expected, size
+        assert got == events  # (the closers taken out)
+        assert all("closer" not in e for e in events)
+    # a call cut off by the end: nothing closed it
+    cut = module.ResponseParser("", errors="keep", report_closers=True)
+    events = cut.feed("<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</func")
+    events += cut.finalize()[1]
+    assert [e["closer"] for e in events if e["type"] == "region_close"] == [""]
+    # a call whose arguments fail to parse: its error event has its closer too
+    broken = rtcompile.load(rtcompile.template_for("qwen3")).ResponseParser(
+        "", errors="keep", report_closers=True
+    )
+    events = broken.feed("<tool_call>\n{not json}\n</tool_call>") + broken.finalize()[1]
+    failed = [e for e in events if e["type"] == "region_close" and "error" in e]
+    assert [e["closer"] for e in failed] == ["</tool_call>"]
+
+
 def test_feed_text_reads_only_what_one_region_chunk_would_report():
     """The servers' fast path: plain text of the open region is read and named; a whitespace run at
     its end (it may start qwen3's `\\s*<|im_end|>`) is held and comes out with the next text; a

@@ -575,7 +575,7 @@ QWEN3_5_CALL = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</
 @pytest.mark.parametrize(
     "name, text",
     [
-        # a pattern closer, read back from the output; two identical calls in one chunk
+        # a pattern closer (the parser reports what it matched); two identical calls in one chunk
         (
             "qwen3_5",
             "plan\n</think>\n\nOK." + "\n" + QWEN3_5_CALL + "\n" + QWEN3_5_CALL + "<|im_end|>",

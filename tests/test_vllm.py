@@ -641,6 +641,24 @@ def test_tool_choice_none_passes_a_call_through_as_it_is_written():
     assert QWEN3_TEXT[QWEN3_TEXT.index("Let me look.") : QWEN3_TEXT.index("<|im_end|>")] in "".join(content)
 
 
+def test_tool_choice_none_keeps_no_more_text_than_tool_parsing_does():
+    """Passing calls through as content, what a closer pattern matched comes with its close event,
+    not through a lookbehind closer: the parser keeps no more consumed text than with tool parsing
+    on. (A lookbehind over qwen3.5's unbounded `\\s*</function>\\s*</tool_call>` kept the whole
+    output and took every chunk off the fast path.)"""
+    from rtcompile.vllm import parser as plugin
+
+    checked = 0
+    for name in template_names():
+        template = template_for(name)
+        if "tool_calls" not in template["fields"]:
+            continue
+        parsing, passing = plugin._plan_for(template, True), plugin._plan_for(template, False)
+        assert passing.module.ResponseParser.CONTEXT == parsing.module.ResponseParser.CONTEXT, name
+        checked += 1
+    assert checked >= 20
+
+
 def test_tool_choice_none_passes_calls_through_as_content_like_vllm():
     vllm_tokenizer = ChunkTokenizer(thinking_copy(template_for("qwen3")))
     theirs_cls = composed(ResponseTemplateParser, vllm_tokenizer, name="hf")

@@ -122,8 +122,8 @@ class _Plan:
         self.reasoning_field = served_fields(template)
         self.has_tools = TOOL_FIELD in template["fields"]
         self.served = _served_template(template, parse_tools)
-        # tool parsing off: the tool-call field's text goes out as content, with its literal
-        # delimiters (what a pattern matched reaches the text otherwise: `verbatim_tool_field`)
+        # tool parsing off: the tool-call field's text goes out as content, with its delimiters:
+        # (opener, closer) where literal, "" where a pattern (see _Generation._pass_through)
         self.passthrough: tuple[str, str] | None = None
         if not parse_tools and TOOL_FIELD in self.served["fields"]:
             spec = self.served["fields"][TOOL_FIELD]
@@ -140,10 +140,9 @@ class _Plan:
 
 def _served_template(template: dict, parse_tools: bool) -> dict:
     """The template as a server parses it: with tool parsing off, the tool-call field as plain
-    text (`verbatim_tool_field`, its closer in the region's text); every field optional (a
-    response need not write any field); a content field for the text outside every region when
-    all fields have openers, as vLLM adds it. The template itself when nothing changes, so
-    bundled templates keep their checked-in parsers."""
+    text (`verbatim_tool_field`); every field optional (a response need not write any field); a
+    content field for the text outside every region when all fields have openers, as vLLM adds it.
+    The template itself when nothing changes, so bundled templates keep their checked-in parsers."""
     fields = template["fields"]
     plain_tools = not parse_tools and TOOL_FIELD in fields
     add_content = CONTENT_FIELD not in fields and all(has_opener(f) for f in fields.values() if isinstance(f, dict))
@@ -152,9 +151,7 @@ def _served_template(template: dict, parse_tools: bool) -> dict:
         return template
     served = copy.deepcopy(template)
     if plain_tools:
-        served["fields"][TOOL_FIELD] = verbatim_tool_field(
-            served["fields"][TOOL_FIELD], closer_in_body=True
-        )
+        served["fields"][TOOL_FIELD] = verbatim_tool_field(served["fields"][TOOL_FIELD])
     if add_content:
         served["fields"][CONTENT_FIELD] = {}
     for name in required:
@@ -262,7 +259,12 @@ class _Generation:
     ) -> None:
         self.plan = plan
         self.new_tool_call_id = new_tool_call_id
-        self.parser = plan.module.ResponseParser(prefix, tools=tools or None, errors="keep")
+        self.parser = plan.module.ResponseParser(
+            prefix,
+            tools=tools or None,
+            errors="keep",
+            report_closers=plan.passthrough is not None,  # (what a closer pattern matched)
+        )
         self.recorder = RecordingParser(self.parser)
         # Text fields are routed here (raw); the stream only builds the calls.
         self.stream = OpenAIStream(
@@ -442,7 +444,9 @@ class _Generation:
                 matched = value.get(OPENER_GROUP) if isinstance(value, dict) else None
                 content.append((matched or "") + "".join(self.tool_text))
             self.opener_sent = False
-            content.append(closer)
+            # a literal closer as it is; what a pattern matched, reported with the close ("" if
+            # the end closed the region)
+            content.append(closer or event.get("closer", ""))
 
     def _add_call_entry(self, calls: list[dict], entry: dict) -> None:
         function = entry.get("function") or {}
