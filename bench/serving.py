@@ -1,6 +1,7 @@
 """Serving benchmark: the per-chunk cost of vLLM's `parse_delta`, run in the vLLM environment.
 
     python -m bench serving [--quick] [--templates qwen3 ...] [--sizes 1K 16K 128K] [--json FILE]
+        [--tool-choice none]
     # with vllm installed beside rtcompile (the environment .ci/run builds:
     #   PYTHONPATH=<rtcompile site> /var/cache/rtcompile-ci/vllm-<key>/bin/python -m bench serving)
 
@@ -29,6 +30,9 @@ alive made the collector's passes over them most of every implementation's per-c
 each implementation's accumulated deltas (reasoning, content, calls with `json.loads` arguments)
 are compared with the generation that was rendered; `vllm-template` and `rtcompile` must match it
 (the run stops otherwise), a hand-written parser that does not is reported in the table.
+
+`--tool-choice none`: the requests ask for no tool calls, so the parsers pass calls through as
+content; `rtcompile` must then give what `vllm-template` gives (no calls, the rendered reasoning).
 """
 
 from __future__ import annotations
@@ -132,13 +136,13 @@ def thinking_copy(template: dict) -> dict:
 class Case:
     """One workload and the three parser classes, composed by vLLM's parser manager."""
 
-    def __init__(self, name: str, size: str):
+    def __init__(self, name: str, size: str, tool_choice: str = "auto"):
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.parser.parser_manager import ParserManager
 
         from rtcompile.library import template_for
 
-        self.name, self.size = name, size
+        self.name, self.size, self.tool_choice = name, size, tool_choice
         workload = workloads.build_workload(name, size)
         self.workload = workload
         specials = SPECIAL_TOKENS[name]
@@ -149,6 +153,7 @@ class Case:
             messages=[{"role": "user", "content": workloads.USER_QUERY}],
             model="bench",
             tools=workload.tools,
+            tool_choice=tool_choice,
         )
 
         def compose(reasoning: str, tool: str, tokenizer: ChunkTokenizer):
@@ -234,6 +239,11 @@ def accumulate(deltas: list) -> dict:
 
 def check(case: Case) -> dict[str, bool]:
     expected = case.expected()
+    if case.tool_choice == "none":  # calls pass through as content: vLLM's own class is the reference
+        parser, request = case.new_parser("vllm-template")
+        expected = accumulate(case.stream("vllm-template", parser, request))
+        if expected["calls"] or expected["reasoning"] != case.expected()["reasoning"]:
+            raise SystemExit(f"{case.name} {case.size}: vllm-template does not pass the calls through")
     matches = {}
     for impl in IMPLEMENTATIONS:
         parser, request = case.new_parser(impl)
@@ -319,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--templates", nargs="+", choices=TEMPLATES, default=list(TEMPLATES))
     parser.add_argument("--sizes", nargs="+", choices=SIZES, default=list(SIZES))
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument(
+        "--tool-choice", choices=("auto", "none"), default="auto",
+        help="the requests' tool_choice (none: calls pass through as content)",
+    )
     arguments = parser.parse_args(argv)
     try:
         import vllm
@@ -339,8 +353,13 @@ def main(argv: list[str] | None = None) -> int:
         "vllm": vllm.__version__,
         "rtcompile": rtcompile.__version__,
         "cpus": os.cpu_count(),
+        "tool_choice": arguments.tool_choice,
     }
-    results = run_cases(arguments, environment, Case, check, sample, IMPLEMENTATIONS)
+
+    def new_case(name: str, size: str) -> Case:
+        return Case(name, size, arguments.tool_choice)
+
+    results = run_cases(arguments, environment, new_case, check, sample, IMPLEMENTATIONS)
     write_results(results, render(results), arguments.json)
     return 0
 
@@ -349,7 +368,8 @@ def render(results: dict) -> str:
     env = results["environment"]
     return render_table(
         results,
-        title="parse_delta in vLLM's chat-serving loop: microseconds of CPU per chunk (median; wall in brackets)",
+        title="parse_delta in vLLM's chat-serving loop: microseconds of CPU per chunk (median; wall in brackets)"
+        + (", tool_choice=none" if env.get("tool_choice") == "none" else ""),
         columns=("vLLM response template", "rtcompile", "vLLM hand-written"),
         implementations=IMPLEMENTATIONS,
         mismatch="* the hand-written parser's accumulated deltas differ from the generation",
