@@ -152,7 +152,11 @@ def ResponseParser(  # noqa: N802 (a drop-in for the interpreter's class)
     tools: list | None = None,
     errors: str = "strict",
     timeout: float | None = None,
+    report_closers: bool = False,
 ):
     """Drop-in for transformers.utils.chat_parsing.ResponseParser: a compiled streaming parser
-    (`.initial_events`, `.feed(text)`, `.finalize()`) for `template`."""
-    return _MEMO.get(template).ResponseParser(prefix, tools=tools, errors=errors, timeout=timeout)
+    (`.initial_events`, `.feed(text)`, `.finalize()`) for `template`. `report_closers=True`: each
+    region_close event also carries `closer`, the text its close delimiter matched."""
+    return _MEMO.get(template).ResponseParser(
+        prefix, tools=tools, errors=errors, timeout=timeout, report_closers=report_closers
+    )

@@ -440,6 +440,10 @@ def test_report_closers_gives_each_close_event_what_its_closer_matched():
         assert closes == expected, size
         assert got == events  # (the closers taken out)
         assert all("closer" not in e for e in events)
+    # the same through the public constructor
+    public = rtcompile.ResponseParser(rtcompile.template_for("qwen3_5"), "", report_closers=True)
+    events = public.feed(output) + public.finalize()[1]
+    assert [(e["field"], e["closer"]) for e in events if e["type"] == "region_close"] == expected
     # a call cut off by the end: nothing closed it
     cut = module.ResponseParser("", errors="keep", report_closers=True)
     events = cut.feed("<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</func")
