@@ -73,6 +73,7 @@ Standard library and `regex` only: servers import this at run time.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import os
@@ -86,6 +87,7 @@ import regex
 
 from .coerce import coerce_value, schema_types, tool_parameters
 from .content_parsers import CallListReader, make_parser, parse_content
+from .twin import stdlib_twin
 
 try:  # the stdlib regex parser, to read an xml tag_pattern's literal suffix
     import re._parser as _sre_parse  # Python 3.11+
@@ -117,6 +119,10 @@ def _random_call_id(index: int) -> str:
 
 # ---- helpers shared with servers and tests ------------------------------------------------------
 
+# json.dumps(value, ensure_ascii=False), without building an encoder per call (json.dumps does,
+# for any non-default option): called per argument member sent.
+_to_json = json.JSONEncoder(ensure_ascii=False).encode
+
 
 def text_of(value: Any) -> str:
     """How a content/reasoning field's value reads as streamed text: a string as it is; nothing for
@@ -129,7 +135,7 @@ def text_of(value: Any) -> str:
         return ""
     if isinstance(value, list):
         return "".join(text_of(item) for item in value)
-    return json.dumps(value, ensure_ascii=False)
+    return _to_json(value)
 
 
 def _call_parts(item: Any) -> tuple[str, Any, str | None] | None:
@@ -764,6 +770,16 @@ class _JsonScanner:
 @functools.lru_cache(maxsize=256)  # (read once per pattern, not once per call region)
 def _literal_suffix(pattern: str) -> str:
     """The literal text every match of `pattern` ends with ("" if unknown)."""
+    return _literal_edge(pattern, last=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _literal_prefix(pattern: str) -> str:
+    """The literal text every match of `pattern` starts with ("" if unknown)."""
+    return _literal_edge(pattern, last=False)
+
+
+def _literal_edge(pattern: str, last: bool) -> str:
     try:
         parsed = _sre_parse.parse(pattern)
     except Exception:  # regex-module syntax the stdlib parser does not know
@@ -771,11 +787,11 @@ def _literal_suffix(pattern: str) -> str:
     if parsed.state.flags & (re.IGNORECASE | re.VERBOSE):
         return ""
     chars: list[str] = []
-    for op, value in reversed(list(parsed)):
+    for op, value in reversed(list(parsed)) if last else list(parsed):
         if op is not _sre_parse.LITERAL:
             break
         chars.append(chr(value))
-    return "".join(reversed(chars))
+    return "".join(reversed(chars) if last else chars)
 
 
 @functools.lru_cache(maxsize=256)  # (regex.compile's own cache lookup costs a few µs, once per call)
@@ -804,6 +820,10 @@ class _TagArgs:
         except Exception:
             self.dead = True
             return
+        # Complete matches (the search below wants one; the probe is one) by the pattern's stdlib
+        # twin where it has one: the faster engine, and about 15 us a tag less on a long value.
+        self.complete = stdlib_twin(tag_pattern)
+        self.first = _literal_prefix(tag_pattern)[:1]  # every match starts with it ("" if unknown)
         self.value_parser = args.get("value_parser")
         self.merge = args.get("merge_duplicates", False)
         self.parts: list[str] = []
@@ -823,19 +843,27 @@ class _TagArgs:
         tail = "".join(self.parts)
         pos = 0
         pattern = self.pattern
+        complete = self.complete
         while True:
-            m = pattern.search(tail, pos, partial=True)
-            if m is None or m.partial:
-                break
+            # A partial search reports the leftmost complete match wherever there is one (else a
+            # partial one, which ends the loop): a complete search finds the same.
+            if complete is not None:
+                m = complete.search(tail, pos)
+                if m is None:
+                    break
+            else:
+                m = pattern.search(tail, pos, partial=True)
+                if m is None or m.partial:
+                    break
             start, end = m.span()
             if start == end:
                 self.dead = True
                 return
-            if start > pos:
+            if start > pos and (not self.first or self.first in tail[pos:start]):
                 earlier = pattern.search(tail, pos, start, partial=True)
                 if earlier is not None and earlier.start() < start:
                     break
-            probe = pattern.match(tail + suffix, start)
+            probe = (complete or pattern).match(tail + suffix, start)
             if probe is None or probe.end() != end:
                 break
             if not self._emit(m):
@@ -1254,6 +1282,26 @@ class _ToolRegion:
             self.extractor.feed(text)
 
 
+# The tool-call field's plan and JSON parser, per field spec (id -> (spec, a copy as it was, plan,
+# parser)): a server builds a stream per request, all from one template. The copy, compared on
+# lookup, catches a spec changed in place; holding the spec keeps its id from being reused.
+_TOOL_PLANS: dict[int, tuple[dict, dict, _Plan, Any]] = {}
+_TOOL_PLANS_LIMIT = 64
+
+
+def _tool_plan(spec: dict) -> tuple[_Plan, Any]:
+    cached = _TOOL_PLANS.get(id(spec))
+    if cached is not None and cached[0] is spec and cached[1] == spec:
+        return cached[2], cached[3]
+    plan = _Plan(spec)
+    args = plan.content_args
+    json_parser = make_parser("json", args if isinstance(args, dict) else {})
+    if len(_TOOL_PLANS) >= _TOOL_PLANS_LIMIT:
+        _TOOL_PLANS.clear()
+    _TOOL_PLANS[id(spec)] = (spec, copy.deepcopy(spec), plan, json_parser)
+    return plan, json_parser
+
+
 class _ToolField:
     def __init__(
         self, stream: "OpenAIStream", spec: dict, tool_params: dict, make_id: Callable[[int], str]
@@ -1262,9 +1310,7 @@ class _ToolField:
         # stay alive after its last use, until the garbage collector's next full pass.
         self.stream = weakref.proxy(stream)
         self.deltas = stream._deltas
-        self.plan = _Plan(spec)
-        args = self.plan.content_args
-        self.json_parser = make_parser("json", args if isinstance(args, dict) else {})
+        self.plan, self.json_parser = _tool_plan(spec)
         self.tool_params = tool_params
         self.make_id = make_id
         self.region: _ToolRegion | None = None
@@ -1287,11 +1333,11 @@ class _ToolField:
         self.deltas.arguments(call.index, text)
 
     def send_member(self, call: _Call, key: str, value: Any) -> None:
-        value_text = json.dumps(self._coerce(call.name, key, value), ensure_ascii=False)
+        value_text = _to_json(self._coerce(call.name, key, value))
         lead = ", " if call.args_open else "{"
         call.args_open = True
         call.sent[key] = value_text
-        self._arguments(call, lead + json.dumps(key, ensure_ascii=False) + ": " + value_text)
+        self._arguments(call, lead + _to_json(key) + ": " + value_text)
 
     def _coerce(self, name: str | None, key: str, value: Any) -> Any:
         """coerce_tool_calls for one argument (same rules; never mutates `value`)."""
@@ -1376,7 +1422,7 @@ class _ToolField:
 
     def _reconcile(self, call: _Call, arguments: Any) -> None:
         if not call.args_open:
-            self._arguments(call, json.dumps(arguments, ensure_ascii=False))
+            self._arguments(call, _to_json(arguments))
             return
         if not isinstance(arguments, dict):
             self._arguments(call, "}")
@@ -1390,17 +1436,25 @@ class _ToolField:
                 f"call {call.index}: keys {missing} were sent but are not in the arguments"
             )
         for key, value in arguments.items():
-            value_text = json.dumps(value, ensure_ascii=False)
+            value_text = _to_json(value)
             if call.sent.get(key) != value_text:
                 call.sent[key] = value_text
                 self._arguments(
-                    call, ", " + json.dumps(key, ensure_ascii=False) + ": " + value_text
+                    call, ", " + _to_json(key) + ": " + value_text
                 )
         self._arguments(call, "}")
 
 
 def _loads_to(text: str, arguments: Any) -> bool:
     """Whether the arguments text sent loads to exactly the message's arguments (absent: {})."""
+    # The usual case, at one encoding instead of a load and two sorted dumps: the members went out
+    # in the message's order, each as json.dumps writes it.
+    if isinstance(arguments, dict):
+        try:
+            if text == _to_json(arguments):
+                return True
+        except (TypeError, ValueError):
+            pass
     try:
         sent = json.loads(text)
     except ValueError:
