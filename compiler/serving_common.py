@@ -353,7 +353,16 @@ class RecordingParser:
         message, self.events = self.parser.finalize()
         return message, self.events
 
-    def __getattr__(self, name: str) -> Any:  # errors, tool_parameters, current_field, ...
+    # What OpenAIStream reads when a tool region opens, passed on without __getattr__'s detour.
+    @property
+    def current_field(self) -> str | None:
+        return self.parser.current_field
+
+    @property
+    def region_captures(self) -> dict:
+        return self.parser.region_captures
+
+    def __getattr__(self, name: str) -> Any:  # errors, tool_parameters, ...
         return getattr(self.parser, name)
 
 
@@ -385,6 +394,38 @@ class Routed:
 _EMPTY: list = []
 
 
+class _Layout:
+    """What a TemplateStream reads off its template, the same for every generation: made once per
+    compiled module and routing (a server builds a stream per request)."""
+
+    __slots__ = ("verbatim_spec", "pattern_closed", "closers", "tail_length")
+
+    def __init__(self, template: dict, verbatim_fields: tuple[str, ...], complete_closers: bool):
+        self.verbatim_spec = {name: template["fields"][name] for name in verbatim_fields}
+        # Verbatim regions closed by a pattern: what the closer matched comes with the close event.
+        self.pattern_closed = {
+            name for name, spec in self.verbatim_spec.items() if "close_pattern" in spec
+        }
+        self.closers = closers_ending_in_anchor(template) if complete_closers else {}
+        self.tail_length = max(
+            (len(closer) for pairs in self.closers.values() for closer, _ in pairs), default=0
+        )
+
+
+_LAYOUTS: dict[tuple, _Layout] = {}
+
+
+def _layout_for(
+    module: Any, template: dict, verbatim_fields: tuple[str, ...], complete_closers: bool
+) -> _Layout:
+    # (a compiled module is its template's: the module, not the dict, is the key)
+    key = (module, verbatim_fields, complete_closers)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout = _LAYOUTS.setdefault(key, _Layout(template, verbatim_fields, complete_closers))
+    return layout
+
+
 class TemplateStream:
     """One generation through rtcompile's compiled parser for `template`, routed for a server.
 
@@ -393,7 +434,9 @@ class TemplateStream:
     `verbatim_tool_field`, whose regions go out with their delimiters under `key`. `tool_field`: the
     field whose regions are tool calls (through `OpenAIStream`); the body text of a call region that
     fails to parse goes out under `failed_key`. `complete_closers`: complete, at the end of the
-    output, a closer that only misses the next message's start anchor."""
+    output, a closer that only misses the next message's start anchor. `module`: the template's
+    compiled module, if the caller has it (what the stream reads off the template is kept per
+    module)."""
 
     def __init__(
         self,
@@ -411,11 +454,9 @@ class TemplateStream:
         module = module if module is not None else rtcompile.load(template)
         self.text_keys = text_keys
         self.verbatim_keys = verbatim_keys or {}
-        self._verbatim_spec = {name: template["fields"][name] for name in self.verbatim_keys}
-        # Verbatim regions closed by a pattern: what the closer matched comes with the close event.
-        self._pattern_closed = {
-            name for name, spec in self._verbatim_spec.items() if "close_pattern" in spec
-        }
+        layout = _layout_for(module, template, tuple(self.verbatim_keys), complete_closers)
+        self._verbatim_spec = layout.verbatim_spec
+        self._pattern_closed = layout.pattern_closed
         self.recorder = RecordingParser(
             module.ResponseParser(
                 prefix,
@@ -440,10 +481,8 @@ class TemplateStream:
         self._open_tool_text: list[str] = []
         self._verbatim_pending: list[str] | None = None  # a verbatim region whose opener is unknown
         self.finished = False
-        self._closers = closers_ending_in_anchor(template) if complete_closers else {}
-        self._tail_length = max(
-            (len(closer) for pairs in self._closers.values() for closer, _ in pairs), default=0
-        )
+        self._closers = layout.closers
+        self._tail_length = layout.tail_length
         self._tail = ""
         parser = self.recorder.parser
         self._parser_feed = parser.feed  # (no adapter in between: no calls to build)
@@ -455,11 +494,12 @@ class TemplateStream:
         self._opener_cut = ""
         # What the prefix alone gives: a call it left open may be announced (its name captured by
         # the opener); its text is the prompt's, never sent.
-        initial = self._route(
-            self.recorder.parser.initial_events,
-            self.stream.initial_deltas if self.stream is not None else [],
-            live=True,
-        )
+        initial_events = self.recorder.parser.initial_events
+        initial_deltas = self.stream.initial_deltas if self.stream is not None else _EMPTY
+        if initial_events or any("tool_calls" in delta for delta in initial_deltas):
+            initial = self._route(initial_events, initial_deltas, live=True)
+        else:  # (the usual prefix: nothing of it is an open region)
+            initial = Routed()
         self._verbatim_pending = None  # (an opener in the prompt is not output)
         # Prompt text the parser holds back at the prefix's end (it may start a delimiter) comes
         # out with the first output; it is the prompt's, so it is cut from what is routed.
@@ -675,8 +715,9 @@ class TemplateStream:
                 out.append(spec["open"])
                 self._verbatim_pending = None
                 return
-            live = live_open and self.recorder.current_field == event["field"]
-            captures = self.recorder.region_captures if live else {}
+            parser = self.recorder.parser
+            live = live_open and parser.current_field == event["field"]
+            captures = parser.region_captures if live else {}
             opener = captures.get(OPENER_GROUP)
             if isinstance(opener, str):
                 out.append(self._cut_opener(opener))
