@@ -99,8 +99,9 @@ class Watch:
 
     @property
     def rechecks_before_edge(self) -> bool:
-        """A complete match ending before the buffer's end is re-checked (may it still change?)."""
-        return self.delimiter.reads_past_match
+        """A complete match ending before the buffer's end is re-checked (may it still change?):
+        not when no text appended can change it (patterns.match_is_final)."""
+        return self.delimiter.reads_past_match and not self.delimiter.final
 
     @property
     def searched_as_literals(self) -> bool:

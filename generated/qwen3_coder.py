@@ -238,8 +238,7 @@ class ResponseParser(Machine):
             )
         if m is not None:
             s, e = m.span()
-            # (a match ending before the end may still change with more text: see moved_by_more)
-            if not eos and (m.partial or e == n or moved_by_more(OPEN_0, buf, m, self._timeout)):
+            if not eos and (m.partial or e == n):
                 if s < hold:
                     hold = s
             elif best is None or (s, s - e, 0) < best_key:

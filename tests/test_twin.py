@@ -205,6 +205,31 @@ def test_a_final_match_stays_when_text_is_appended(source, head, more, data):
     assert _outcome(later) == _outcome(found), (source, head, more, pos)
 
 
+@settings(max_examples=max(settings().max_examples, 2000), deadline=None)
+@given(
+    patterns.map(_named),
+    st.one_of(st.text(TEXT_ALPHABET, max_size=10), st.text("ab<> \n", min_size=2, max_size=12)),
+    st.data(),
+)
+def test_a_final_match_is_not_rechecked_for_more_text(source, head, data):
+    """The generated scanners skip moved_by_more for patterns match_is_final proves final: for them
+    it never finds that a complete match before the buffer's end could still change."""
+    from rtcompile.patterns import match_is_final
+    from rtcompile.runtime.scanning import LazyRegex, moved_by_more
+
+    try:
+        compiled = regex.compile(source, regex.DOTALL)
+    except regex.error:
+        assume(False)
+    if not match_is_final(source):
+        return
+    pos = data.draw(st.integers(0, len(head)))
+    found = compiled.search(head, pos, partial=True)
+    if found is None or found.partial or found.end() >= len(head) or found.start() >= len(head):
+        return  # (held back by the parser: no recheck)
+    assert not moved_by_more(LazyRegex(source), head, found), (source, head, pos)
+
+
 def test_finality_of_the_bundled_formats_delimiters():
     from rtcompile.patterns import match_is_final
 
