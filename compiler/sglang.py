@@ -478,21 +478,24 @@ class RtcompileToolDetector(ResponseTemplateToolDetector):
                     calls[slot].parameters += entry["arguments"]
         return ToolStreamingParseResult(normal_text="".join(normal), calls=list(calls.values()))
 
-    def _start(self, tools: list) -> ToolStreamingParseResult:
+    def _start(self, tools: list, routed_first: Any) -> ToolStreamingParseResult:
         """The stream, made on the first chunk (or at the end, if none came), with the tools
-        SGLang passes then; what the prefix gave."""
+        SGLang passes then; what the prefix gave, then `routed_first(stream)`."""
         self._stream = self._new_stream(tools)
         self._read_text = self._stream.read_text
         self._tool_indices = self._get_tool_indices(tools)
-        return self._emit(self._stream.from_prefix())
+        initial = self._stream.from_prefix()
+        if not initial.calls:  # (the usual prefix: it left no call open)
+            return self._emit(routed_first(self._stream))
+        first = self._emit(initial)
+        rest = self._emit(routed_first(self._stream))
+        return ToolStreamingParseResult(
+            normal_text=first.normal_text + rest.normal_text, calls=first.calls + rest.calls
+        )
 
     def parse_streaming_increment(self, new_text: str, tools: list) -> ToolStreamingParseResult:
         if self._stream is None:
-            first = self._start(tools)
-            rest = self._emit(self._stream.feed(new_text))
-            return ToolStreamingParseResult(
-                normal_text=first.normal_text + rest.normal_text, calls=first.calls + rest.calls
-            )
+            return self._start(tools, lambda stream: stream.feed(new_text))
         stream = self._stream  # (TemplateStream.feed_text, its first step taken here)
         taken = self._read_text(new_text) if stream.reads_text_first else None
         if taken is None:
@@ -508,11 +511,7 @@ class RtcompileToolDetector(ResponseTemplateToolDetector):
 
     def finish(self, tools: list) -> ToolStreamingParseResult:
         if self._stream is None:  # nothing was streamed: the prefix alone, then the end
-            first = self._start(tools)
-            rest = self._emit(self._stream.finish())
-            return ToolStreamingParseResult(
-                normal_text=first.normal_text + rest.normal_text, calls=first.calls + rest.calls
-            )
+            return self._start(tools, TemplateStream.finish)
         return self._emit(self._stream.finish())
 
     def _accepted_names(self, tools: list):
