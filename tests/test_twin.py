@@ -132,6 +132,28 @@ def test_a_twin_matches_exactly_as_regex(source, text):
     assert [_outcome(m) for m in twin.finditer(text)] == [_outcome(m) for m in reference.finditer(text)], (source, text)
 
 
+@settings(max_examples=1500, deadline=None)
+@given(patterns.map(_named), st.text(TEXT_ALPHABET, max_size=10))
+def test_a_partial_search_completes_where_the_twin_finds_a_match(source, text):
+    """OpenAIStream's xml-inline extractor asks the twin where it would ask `regex` for a partial
+    search and use only a complete result: the partial search reports the leftmost complete match
+    wherever one exists (a partial match only when none does), which is what the twin finds."""
+    try:
+        reference = regex.compile(source, regex.DOTALL)
+    except regex.error:
+        assume(False)
+    twin = stdlib_twin(source)
+    if twin is None:
+        return
+    for pos in range(len(text)):  # (at the very end, regex's partial search answers oddly)
+        partial = reference.search(text, pos, partial=True)
+        complete = twin.search(text, pos)
+        if partial is None or partial.partial:
+            assert complete is None, (source, text, pos)
+        else:
+            assert _outcome(complete) == _outcome(partial), (source, text, pos)
+
+
 def test_lazy_regex_plain_is_the_twin_or_the_regex_pattern():
     assert LazyRegex(r"<a>(.*?)</a>").plain() is stdlib_twin(r"<a>(.*?)</a>")
     fallback = LazyRegex(r"\w+")
