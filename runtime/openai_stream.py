@@ -1439,9 +1439,7 @@ class _ToolField:
             value_text = _to_json(value)
             if call.sent.get(key) != value_text:
                 call.sent[key] = value_text
-                self._arguments(
-                    call, ", " + _to_json(key) + ": " + value_text
-                )
+                self._arguments(call, ", " + _to_json(key) + ": " + value_text)
         self._arguments(call, "}")
 
 
