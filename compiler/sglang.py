@@ -409,6 +409,49 @@ def _text_result_factory() -> Any:
 _text_result = _text_result_factory()
 
 
+def _unvalidated_builder(model: type, samples: Sequence[tuple]) -> Any:
+    """`model(*values)` for every field of `model` given, in its declared order (as the tool
+    detector builds its call items and results), without pydantic's validation: the instance
+    state pydantic itself builds for them. Used only if, for each of `samples`, the two are the
+    same (checked here, once, against the pydantic installed); otherwise the validated
+    constructor. The values must be what validation would keep as they are (ours are)."""
+    names = tuple(model.model_fields)
+
+    def validated(*values: Any) -> Any:
+        return model(**dict(zip(names, values)))
+
+    setters = pydantic_slot_setters(model)
+    if setters is None:
+        return validated
+    set_state, set_fields_set, set_extra, set_private = setters
+    new_instance = object.__new__
+    every_field = frozenset(names)
+
+    def build(*values: Any) -> Any:
+        result = new_instance(model)
+        set_state(result, dict(zip(names, values)))
+        set_fields_set(result, set(every_field))
+        set_extra(result, None)
+        set_private(result, None)
+        return result
+
+    try:
+        for values in samples:
+            if len(values) != len(names) or not same_as_validated(build(*values), validated(*values)):
+                return validated
+    except Exception:  # a pydantic whose instances are laid out otherwise
+        return validated
+    return build
+
+
+# ToolCallItem(tool_index, name, parameters) and ToolStreamingParseResult(normal_text, calls), as
+# _emit builds them for every chunk that announces a call or sends some of its arguments.
+_call_item = _unvalidated_builder(ToolCallItem, [(0, "get_weather", '{"a": 1}'), (3, None, "")])
+_calls_result = _unvalidated_builder(
+    ToolStreamingParseResult, [("x<y", [_call_item(0, "f", "{}")]), ("", [])]
+)
+
+
 class RtcompileToolDetector(ResponseTemplateToolDetector):
     """`--tool-call-parser rtcompile`: tool calls out of the normal text, parsed by rtcompile; a
     call's name as soon as it is known, its arguments as they are written."""
@@ -542,9 +585,7 @@ class RtcompileToolDetector(ResponseTemplateToolDetector):
                     self.incomplete_tool_call_indices.add(slot)
                     self.current_tool_id = slot
                     self.current_tool_name_sent = True
-                    items.append(
-                        ToolCallItem(tool_index=slot, name=name, parameters=entry["arguments"])
-                    )
+                    items.append(_call_item(slot, name, entry["arguments"]))
                 else:
                     logger.warning("Model attempted to call undefined function: %s", name)
                     slots[index] = None
@@ -556,13 +597,11 @@ class RtcompileToolDetector(ResponseTemplateToolDetector):
             if items and items[-1].tool_index == slot:
                 items[-1].parameters += entry["arguments"]
             else:
-                items.append(
-                    ToolCallItem(tool_index=slot, name=None, parameters=entry["arguments"])
-                )
+                items.append(_call_item(slot, None, entry["arguments"]))
         self._failed_slots.update(slots.get(index) for index in routed.failed)
         if TOOL_FIELD in routed.closed:
             self._complete_calls()
-        return ToolStreamingParseResult(normal_text=routed.text.get(_NORMAL, ""), calls=items)
+        return _calls_result(routed.text.get(_NORMAL, ""), items)
 
     def _complete_calls(self) -> None:
         """Calls whose region closed: their arguments as SGLang's serving reads them at the end of

@@ -650,6 +650,32 @@ def test_text_results_are_built_without_validation_and_equal_validated_ones():
         assert sglang._text_result(text).calls == []
 
 
+def test_call_items_and_call_results_are_built_without_validation_and_equal_validated_ones():
+    """A chunk that announces a call or sends some of its arguments is answered with call items
+    and a result built without pydantic's validation (in the pinned SGLang environment); each is
+    what the validated constructor builds, and a streamed item still takes more arguments."""
+    from sglang.srt.function_call.core_types import StreamingParseResult, ToolCallItem
+
+    from rtcompile import sglang
+    from rtcompile.serving_common import same_as_validated
+
+    for values in ((0, "get_weather", ""), (2, None, '{"city": "Lisbon"'), (1, "é", "}")):
+        fast = sglang._call_item(*values)
+        assert type(fast) is ToolCallItem
+        assert same_as_validated(
+            fast, ToolCallItem(tool_index=values[0], name=values[1], parameters=values[2])
+        )
+    item = sglang._call_item(0, None, "{")
+    item.parameters += "}"
+    assert item.parameters == "{}" and item.model_fields_set == {"tool_index", "name", "parameters"}
+    for text, calls in (("", []), ("x", [sglang._call_item(0, "f", "{}")])):
+        assert same_as_validated(
+            sglang._calls_result(text, calls), StreamingParseResult(normal_text=text, calls=calls)
+        )
+    # the unvalidated builders were chosen, not the validated fallbacks
+    assert sglang._call_item.__name__ == "build" and sglang._calls_result.__name__ == "build"
+
+
 def test_reasoning_results_are_built_without_the_constructor_and_equal_its_results():
     """The reasoning detector's answer to more reasoning or content sets the two attributes of
     SGLang's result class itself (checked once against the constructor, as here)."""
