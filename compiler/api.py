@@ -153,10 +153,18 @@ def ResponseParser(  # noqa: N802 (a drop-in for the interpreter's class)
     errors: str = "strict",
     timeout: float | None = None,
     report_closers: bool = False,
+    eager: bool = False,
 ):
     """Drop-in for transformers.utils.chat_parsing.ResponseParser: a compiled streaming parser
     (`.initial_events`, `.feed(text)`, `.finalize()`) for `template`. `report_closers=True`: each
-    region_close event also carries `closer`, the text its close delimiter matched."""
+    region_close event also carries `closer`, the text its close delimiter matched. `eager=True`:
+    a delimiter match that ends where the text so far ends, and that no more text could change,
+    is committed in that feed (the interpreter waits for the next)."""
     return _MEMO.get(template).ResponseParser(
-        prefix, tools=tools, errors=errors, timeout=timeout, report_closers=report_closers
+        prefix,
+        tools=tools,
+        errors=errors,
+        timeout=timeout,
+        report_closers=report_closers,
+        eager=eager,
     )

@@ -23,7 +23,7 @@ from . import canonical, ir
 from .patterns import WHITESPACE
 from .version import INTERPRETER_RELEASE, __version__
 
-RUNTIME_ABI = 5  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
+RUNTIME_ABI = 6  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
 # Sets of first characters up to this size are checked with chained str.find; larger ones with
 # one character-class search.
 MAX_FIND_CHAIN = 2
@@ -128,6 +128,12 @@ class Watch:
         """A complete match ending at the buffer's end is held (it may grow): literal lists where
         one literal extends another, and every pattern (as the interpreter assumes)."""
         return self.delimiter.literals is None or self.delimiter.can_extend
+
+    @property
+    def eager_at_edge(self) -> bool:
+        """A pattern's complete match ending at the buffer's end, held where the interpreter holds
+        it, is committed there when the parser is eager (no text appended can change it)."""
+        return self.delimiter.pattern is not None and self.delimiter.final_at_edge
 
     @property
     def match_expr(self) -> Code:

@@ -19,7 +19,15 @@ import regex
 
 from . import ir
 from .canonical import TemplateError, TemplateTypeError, canonical_text, sha256_of
-from .patterns import analyse_pattern, literal_charsets, literal_run, match_is_final, reads_past_match, uses_search_anchor
+from .patterns import (
+    analyse_pattern,
+    literal_charsets,
+    literal_run,
+    match_is_final,
+    match_is_final_at_edge,
+    reads_past_match,
+    uses_search_anchor,
+)
 
 # A set, like the interpreter's dict: an unhashable `content` value raises TypeError there too.
 CONTENT_PARSERS = frozenset({"text", "int", "float", "bool", "json", "xml-inline", "kv-lines", "python-call-list"})
@@ -211,6 +219,7 @@ def _lower_delimiter(path: tuple, spec: dict, literal_key: str, pattern_key: str
             search_anchored=uses_search_anchor(source),
             reads_past_match=reads_past_match(source),
             final=match_is_final(source),
+            final_at_edge=match_is_final_at_edge(source),
         )
     return None
 

@@ -84,6 +84,9 @@ class Delimiter:
     # Whether a match that ends before the buffer's end is the one found once more text arrives
     # (patterns.match_is_final; literal lists: none occurs in another).
     final: bool = False
+    # Pattern form only: whether a complete match ending at the buffer's end cannot change either
+    # (patterns.match_is_final_at_edge): a parser built with eager=True commits it there.
+    final_at_edge: bool = False
 
     @property
     def alternation(self) -> str:

@@ -83,6 +83,24 @@ def match_is_final(source: str) -> bool:
     return parsed is not None and _final_sequence(_flattened(parsed))
 
 
+def match_is_final_at_edge(source: str) -> bool:
+    """Whether a complete match that ends at the buffer's end is also the one found once any text
+    is appended: match_is_final, and the pattern ends in an item of fixed length (a character, a
+    fixed count of one, a branch of literals none of which occurs in another), so the match cannot
+    grow. (The interpreter holds every pattern's match at the buffer's end until more text or the
+    end of the output arrives; a parser built with `eager=True` commits these at once.)"""
+    parsed = _parse(source)
+    items = _flattened(parsed) if parsed is not None else None
+    if not items or not _final_sequence(items):
+        return False
+    op, av = items[-1]
+    if op is sre.BRANCH:
+        return _literal_branch(av) is not None
+    if op in REPEATS:
+        return av[0] == av[1] and av[0] > 0 and _repeated_char_set(av) is not None
+    return _one_char_set(op, av) is not None
+
+
 # A character set as (negated, chars): (False, S) is S, (True, S) every character but S.
 _EVERYTHING = (True, frozenset())
 

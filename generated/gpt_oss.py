@@ -25,7 +25,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(5)
+check_abi(6)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -167,11 +167,12 @@ class ResponseParser(Machine):
                         {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
                     ]
         if text and not self._halted and (self._lead_held or not self._buf):
-            # A trailing run of lead characters (a leading \s* of the delimiters) is held back.
+            # A trailing run of lead characters (a leading \s* of the delimiters) is held back
+            # (where it starts: str.rstrip, one C call for what trailing_run walks in Python).
             state = self._current
             if state == None:
                 if "<" not in text and "t" not in text:
-                    return self._lead_feed(text, trailing_run(text, 0, WHITESPACE))
+                    return self._lead_feed(text, len(text.rstrip(WHITESPACE)))
         return Machine.feed(self, text)
 
     def feed_text(self, text):

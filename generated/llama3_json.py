@@ -25,7 +25,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(5)
+check_abi(6)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -132,7 +132,7 @@ class ResponseParser(Machine):
         if s >= 0:
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
-            if not eos and e == n:
+            if not eos and e == n and not self._eager:
                 if s < hold:
                     hold = s
             elif best is None or (s, s - e, 1) < best_key:
@@ -182,7 +182,7 @@ class ResponseParser(Machine):
         if s >= 0:
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # the match starts with the run of lead characters before the literal
-            if not eos and e == n:
+            if not eos and e == n and not self._eager:
                 if s < hold:
                     hold = s
             elif best is None or (s, s - e, 0) < best_key:

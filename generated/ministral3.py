@@ -25,7 +25,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(5)
+check_abi(6)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -227,7 +227,8 @@ class ResponseParser(Machine):
             )
         if m is not None:
             s, e = m.span()
-            if not eos and (m.partial or e == n):
+            # (eager: a match at the end is final here, but for an empty one, real only at the end)
+            if not eos and (m.partial or (e == n and (s == e or not self._eager))):
                 if s < hold:
                     hold = s
             elif best is None or (s, s - e, 1) < best_key:

@@ -80,13 +80,19 @@ class Machine:
         errors: str = "strict",
         timeout: float | None = None,
         report_closers: bool = False,
+        eager: bool = False,
     ):
         """`errors="keep"`: a region whose text fails to parse does not raise; its raw text and the
         error are recorded under ERRORS_KEY in the message and the stream goes on (see README).
         `timeout`: seconds allowed to each delimiter regex search before MatchTimeoutError.
         `report_closers`: each region_close event also carries `closer`, the text its close
         delimiter matched ("" for a region closed otherwise: by another region's open, or by the
-        end), for a server that passes a region on verbatim. Off, events are the interpreter's."""
+        end), for a server that passes a region on verbatim. Off, events are the interpreter's.
+        `eager`: a delimiter pattern's complete match that ends where the text so far ends is
+        committed at once where no text appended could change it (patterns.match_is_final_at_edge:
+        `<function=(?P<name>[^>]+)>`, `\\s*</tool_call>`); the interpreter holds it until the
+        next feed. The events are the interpreter's, some of them one feed earlier; the message
+        is the same."""
         if errors not in ("strict", "keep"):
             raise ValueError(f"errors must be 'strict' or 'keep', got {errors!r}")
         if prefix is None:
@@ -96,6 +102,7 @@ class Machine:
         self._closed: set[str] | None = set() if self._keep_errors else None
         self._timeout = timeout
         self._report_closers = report_closers
+        self._eager = eager
         self._closer = ""  # what the close being committed matched (see report_closers)
         self._tool_params = tool_parameters(tools) if tools else {}
         self._buf = ""
@@ -218,9 +225,11 @@ class Machine:
             return ""
         chunk = text[:run_start]
         if self._buf:
-            self._held.append(chunk)
-            chunk = self._buf + "".join(self._held)
-            self._held = []
+            if self._held:  # (a flood of lead characters, kept in pieces)
+                chunk = self._buf + "".join(self._held) + chunk
+                self._held = []
+            else:  # (the common case: one short run held, like the space before a word)
+                chunk = self._buf + chunk
         self._buf = text[run_start:]
         return chunk
 

@@ -163,6 +163,7 @@ def feed_text_first(module: Any) -> type:
     """The module's parser class, with feed() trying feed_text() first: where feed_text takes a
     chunk, the one region_chunk it stands for (none if it read no text) is the chunk's events;
     a chunk it declines goes to feed_declined, as the servers send it."""
+
     class FeedTextFirst(module.ResponseParser):
         def feed(self, text):
             taken = self.feed_text(text)
@@ -551,3 +552,160 @@ def test_python_only_template_values_match_interpreter(template) -> None:
     """The interpreter takes any Python dict, not only JSON data; a drop-in must too (or this test
     records the deliberate exception)."""
     check_streaming(Case(template, [Run(prefix="", chunks=["a<b", ">c"])]), "api", statistics=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# eager=True: the interpreter's events, never later
+# --------------------------------------------------------------------------------------------------
+
+
+def _eager(entry_point: str) -> Implementation:
+    import rtcompile
+
+    if entry_point == "api":
+        return Implementation(
+            "rtcompile.ResponseParser(eager=True)",
+            lambda template, prefix, tools: rtcompile.ResponseParser(
+                template, prefix, tools=tools, eager=True
+            ),
+            interpreter_one_shot,  # (not used)
+        )
+    load = rtcompile.load
+    if entry_point == "feed_text":
+        return Implementation(
+            "rtcompile.load(template), feed_text first, eager=True",
+            lambda template, prefix, tools: feed_text_first(load(template))(
+                prefix, tools=tools, eager=True
+            ),
+            interpreter_one_shot,
+        )
+    return Implementation(
+        "rtcompile.load(template)(eager=True)",
+        lambda template, prefix, tools: load(template).ResponseParser(
+            prefix, tools=tools, eager=True
+        ),
+        interpreter_one_shot,
+    )
+
+
+def _stream_after_each_step(steps: list[Step]) -> list[list[tuple]]:
+    """The events given up to each step (initial events, feeds, finalize's), adjacent chunks of one
+    region merged and empty ones dropped: what a consumer has seen, whatever the feeds' borders."""
+    seen: list[tuple] = []
+    after: list[list[tuple]] = []
+    for step in steps:
+        if step.error is not None:
+            break
+        events = step.result[1] if step.name.startswith("finalize") else step.result
+        for event_ in events if isinstance(events, list) else ():
+            if event_["type"] == "region_chunk":
+                if not event_["text"]:
+                    continue
+                if (
+                    seen
+                    and seen[-1][:2] == ("region_chunk", event_["field"])
+                    and seen[-1][3] == event_.get("dirty")
+                ):
+                    seen[-1] = (*seen[-1][:2], seen[-1][2] + event_["text"], seen[-1][3])
+                    continue
+                seen.append(("region_chunk", event_["field"], event_["text"], event_.get("dirty")))
+            else:
+                seen.append((event_["type"], event_["field"], canonical(event_)))
+        after.append(list(seen))
+    return after
+
+
+def _covers(later: list[tuple], earlier: list[tuple]) -> bool:
+    """Whether `later` starts with everything `earlier` holds (its last chunk may have grown)."""
+    if len(later) < len(earlier):
+        return False
+    if earlier[:-1] != later[: len(earlier) - 1]:
+        return False
+    if not earlier:
+        return True
+    last, other = earlier[-1], later[len(earlier) - 1]
+    if last[0] == "region_chunk":
+        return other[:2] == last[:2] and other[3] == last[3] and other[2].startswith(last[2])
+    return other == last
+
+
+def check_eager(case: Case, entry_point: str) -> None:
+    implementation = _eager(entry_point)
+    for run in case.runs:
+        expected = guarded_run(
+            "interpreter", lambda: run_streaming(INTERPRETER, case.template, run)
+        )
+        if any(isinstance(step.error, InterpreterLoop) for step in expected):
+            continue  # (no result to compare with: see test_streaming_matches_interpreter)
+        actual = guarded_run(
+            implementation.name, lambda: run_streaming(implementation, case.template, run)
+        )
+        report = [
+            f"template: {case.template!r}",
+            f"run: {run!r}",
+            f"candidate: {implementation.name}",
+        ]
+        want_error = next((s for s in expected if s.error is not None), None)
+        got_error = next((s for s in actual if s.error is not None), None)
+        if (want_error is None) != (got_error is None) or (
+            want_error is not None and not isinstance(got_error.error, type(want_error.error))
+        ):
+            report.append("the outcome (an exception and its class) differs")
+            _fail(report, expected, actual)
+        if want_error is not None and actual.index(got_error) > expected.index(want_error):
+            report.append("the candidate raised at a later step than the interpreter")
+            _fail(report, expected, actual)
+        wanted, got = _stream_after_each_step(expected), _stream_after_each_step(actual)
+        for index, (interpreter_seen, eager_seen) in enumerate(zip(wanted, got)):
+            if not _covers(eager_seen, interpreter_seen):
+                report.append(
+                    f"after step {expected[index].name}, the candidate had not given "
+                    "everything the interpreter had, or gave something else"
+                )
+                _fail(report, expected, actual)
+        if want_error is None:
+            event("eager: completed")
+            if wanted[-1] != got[-1]:
+                report.append("the events differ once merged")
+                _fail(report, expected, actual)
+            messages = [
+                [canonical(s.result[0]) for s in steps if s.name == "finalize"]
+                for steps in (expected, actual)
+            ]
+            if messages[0] != messages[1]:
+                report.append("the final message differs")
+                _fail(report, expected, actual)
+            ahead = any(len(b) > len(a) or b != a for a, b in zip(wanted, got))
+            event("eager: something came a feed earlier" if ahead else "eager: same timing")
+
+
+@example(  # the qwen3.5 call opener completed by a chunk: the region opens in that feed
+    case=Case(
+        {
+            "start_anchor": "S",
+            "fields": {
+                "calls": {
+                    "open_pattern": r"\s*<tool_call>\s*<function=(?P<name>[^>\n]+)>",
+                    "close_pattern": r"\s*</function>\s*</tool_call>",
+                    "transform": {"name": "{name}", "arguments": "{content}"},
+                },
+                "content": {},
+            },
+        },
+        [
+            Run(
+                prefix="",
+                chunks=["hi", "<tool_call>\n<function=f>", "\nx", "</function></tool_call>", "!"],
+            )
+        ],
+    ),
+    entry_point="module",
+)
+@given(case=st.one_of(cases(), known_format_cases()), entry_point=st.sampled_from(ENTRY_POINTS))
+def test_eager_parsers_give_the_interpreters_events_never_later(
+    case: Case, entry_point: str
+) -> None:
+    """eager=True commits a delimiter match that ends at the text's end where no more text could
+    change it: the same events, exceptions and message as the interpreter, merged across feeds;
+    after every step at least what the interpreter had given, in the same order."""
+    check_eager(case, entry_point)

@@ -238,3 +238,41 @@ def test_finality_of_the_bundled_formats_delimiters():
     assert not match_is_final(r"<a>.*<a")  # reads to the end and backs off
     assert not match_is_final(r"(?:xabzq|ab)")  # a partial xabz... hides behind a complete ab
     assert not match_is_final(r"a(?=b)")
+
+
+@settings(max_examples=max(settings().max_examples, 4000), deadline=None)
+@given(
+    patterns.map(_named),
+    st.one_of(st.text(TEXT_ALPHABET, max_size=10), st.text("ab<> \n", min_size=2, max_size=12)),
+    st.text(TEXT_ALPHABET, min_size=1, max_size=6),
+    st.data(),
+)
+def test_a_match_final_at_the_edge_stays_when_text_is_appended(source, head, more, data):
+    """What an eager parser commits at the buffer's end (a complete match ending there, where the
+    interpreter waits for more text) is what the search finds once more text is there."""
+    from rtcompile.patterns import match_is_final_at_edge
+
+    try:
+        compiled = regex.compile(source, regex.DOTALL)
+    except regex.error:
+        assume(False)
+    if not match_is_final_at_edge(source):
+        return
+    pos = data.draw(st.integers(0, len(head)))
+    found = compiled.search(head, pos, partial=True)
+    if found is None or found.partial or found.end() != len(head) or found.start() == len(head):
+        return  # (held: partial, before the edge (see the test above), or empty at the edge)
+    later = compiled.search(head + more, pos, partial=True)
+    assert _outcome(later) == _outcome(found), (source, head, more, pos)
+
+
+def test_finality_at_the_edge_of_the_bundled_formats_delimiters():
+    from rtcompile.patterns import match_is_final_at_edge
+
+    assert match_is_final_at_edge(r"\s*<tool_call>\s*<function=(?P<name>[^>\n]+)>")
+    assert match_is_final_at_edge(r"\s*</function>\s*</tool_call>")
+    assert match_is_final_at_edge(r"\s*(?:<\|im_end\|>|<\|endoftext\|>)")
+    assert not match_is_final_at_edge(r"<tool_call>\s*")  # more whitespace would join the match
+    assert not match_is_final_at_edge(r"<a>x{1,3}")
+    assert not match_is_final_at_edge(r"(?:<a>|<a>b)")
+    assert not match_is_final_at_edge(r"<a>(?<=a>)")  # ends in what consumes nothing
