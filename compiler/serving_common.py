@@ -463,6 +463,9 @@ class TemplateStream:
                 tools=tools or None,
                 errors="keep",
                 report_closers=bool(self._pattern_closed),
+                # A delimiter complete at a chunk's end is committed in that chunk: a call is
+                # announced when its opener arrives, not a chunk later (the interpreter waits).
+                eager=True,
             )
         )
         self.tool_field = tool_field if tool_field in template["fields"] else None

@@ -405,10 +405,11 @@ def test_a_calls_name_goes_out_first_and_its_arguments_while_they_are_written():
 
 
 def test_a_call_opened_by_a_pattern_streams_through_the_reasoning_detector():
-    """qwen3.5's call opener is a pattern, known once the character after it arrives: a chunk that
-    brings it and the first parameter opens the region and adds to it in one feed. The reasoning
-    detector passes the call's text on from that chunk, so that the tool detector announces the
-    call and streams its arguments before the call closes (it once held the text until then)."""
+    """qwen3.5's call opener is a pattern that no more text can change: the detectors' parsers are
+    eager, so the chunk that completes it opens the call (the interpreter would wait for the next
+    chunk). The reasoning detector passes the call's text on from that chunk, so that the tool
+    detector announces the call there and streams its arguments before the call closes (it once
+    held the text until then)."""
     template = template_for("qwen3_5")
     tokenizer = Tokenizer(template)
     prefix = QWEN3_PREFIX + "<think>\n"
@@ -431,8 +432,10 @@ def test_a_call_opened_by_a_pattern_streams_through_the_reasoning_detector():
         items.append(tools.parse_stream_chunk(normal)[1])
     items.append(tools.parse_stream_end()[1])
     assert "<function=get_weather>\n<parameter=city>\nParis" in "".join(normal_seen[:3])
-    # the call goes out with its first parameter, the second as it is written, before the close
-    assert [(item.name, item.parameters) for item in items[2]] == [("get_weather", '{"city": "Paris"')]
+    # the call goes out with its opener, its first parameter next, the second as it is written,
+    # all before the close
+    assert [(item.name, item.parameters) for item in items[1]] == [("get_weather", "")]
+    assert [(item.name, item.parameters) for item in items[2]] == [(None, '{"city": "Paris"')]
     assert [item.parameters for item in items[3]] == [', "days": 3']
     arguments = "".join(item.parameters for batch in items for item in batch)
     assert json.loads(arguments) == {"city": "Paris", "days": 3}

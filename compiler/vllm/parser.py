@@ -264,6 +264,7 @@ class _Generation:
             tools=tools or None,
             errors="keep",
             report_closers=plan.passthrough is not None,  # (what a closer pattern matched)
+            eager=True,  # (a delimiter complete at a chunk's end commits in that chunk)
         )
         self.recorder = RecordingParser(self.parser)
         # Text fields are routed here (raw); the stream only builds the calls.
