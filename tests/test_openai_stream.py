@@ -1729,3 +1729,35 @@ def test_the_adapter_loads_no_compiler_module():
     )
     assert [m for m in modules if m.split(".")[0] in forbidden or m in forbidden] == []
     assert "rtcompile.runtime.openai_stream" in modules
+
+
+_JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)) | st.sampled_from('"\\\n\u2028'))
+)
+_JSON_VALUES = st.recursive(
+    _JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(max_size=5) | st.integers() | st.booleans() | st.none(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(_JSON_VALUES)
+def test_arguments_are_encoded_as_json_dumps_encodes_them(value):
+    """The encoder the deltas' arguments are written with (built once, no per-value set-up) writes
+    exactly what json.dumps(..., ensure_ascii=False) writes, NaN and non-string keys included."""
+    from rtcompile.runtime import openai_stream
+
+    assert openai_stream._to_json.__name__ == "to_json"  # (the kept C encoder was chosen)
+    assert openai_stream._to_json(value) == json.dumps(value, ensure_ascii=False)
+
+
+def test_arguments_that_are_not_json_data_fail_as_json_dumps_fails():
+    from rtcompile.runtime import openai_stream
+
+    with pytest.raises(TypeError):
+        openai_stream._to_json({"a": object()})
