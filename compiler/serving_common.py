@@ -499,9 +499,12 @@ class TemplateStream:
         # the opener); its text is the prompt's, never sent.
         initial_events = self.recorder.parser.initial_events
         initial_deltas = self.stream.initial_deltas if self.stream is not None else _EMPTY
-        if initial_events or any("tool_calls" in delta for delta in initial_deltas):
+        routed_fields = {self.tool_field, *self.verbatim_keys}
+        if any(event["field"] in routed_fields for event in initial_events) or any(
+            "tool_calls" in delta for delta in initial_deltas
+        ):
             initial = self._route(initial_events, initial_deltas, live=True)
-        else:  # (the usual prefix: nothing of it is an open region)
+        else:  # (the usual prefix: at most some text, the prompt's, which is not routed)
             initial = Routed()
         self._verbatim_pending = None  # (an opener in the prompt is not output)
         # Prompt text the parser holds back at the prefix's end (it may start a delimiter) comes
@@ -683,7 +686,11 @@ class TemplateStream:
             while self._failed_seen < len(self.stream.errors):
                 failed.extend(self.stream.errors[self._failed_seen].get("calls", ()))
                 self._failed_seen += 1
-        text = {key: joined for key, parts in pieces.items() if (joined := "".join(parts))}
+        text = (
+            {key: joined for key, parts in pieces.items() if (joined := "".join(parts))}
+            if pieces
+            else {}
+        )
         return Routed(text, calls, failed, tuple(closed))
 
     def _without_prompt_text(self, event: dict) -> dict:

@@ -598,7 +598,8 @@ class RtcompileToolDetector(ResponseTemplateToolDetector):
                 items[-1].parameters += entry["arguments"]
             else:
                 items.append(_call_item(slot, None, entry["arguments"]))
-        self._failed_slots.update(slots.get(index) for index in routed.failed)
+        if routed.failed:
+            self._failed_slots.update(slots.get(index) for index in routed.failed)
         if TOOL_FIELD in routed.closed:
             self._complete_calls()
         return _calls_result(routed.text.get(_NORMAL, ""), items)
