@@ -1305,12 +1305,6 @@ class _ToolRegion:
             call.queue = []
             self.next_header += 1
 
-    # -- from the parser's events
-    def chunk(self, text: str) -> None:
-        self.raw.append(text)
-        if self.extractor is not None:
-            self.extractor.feed(text)
-
 
 # The tool-call field's plan and JSON parser, per field spec (id -> (spec, a copy as it was, plan,
 # parser)): a server builds a stream per request, all from one template. The copy, compared on
@@ -1391,8 +1385,11 @@ class _ToolField:
         self.region = _ToolRegion(self, captures)
 
     def chunk(self, text: str) -> None:
-        if self.region is not None:
-            self.region.chunk(text)
+        region = self.region  # (the open region's side of a chunk, here: most chunks of a call)
+        if region is not None:
+            region.raw.append(text)
+            if region.extractor is not None:
+                region.extractor.feed(text)
 
     def close(self, event: dict) -> None:
         self.closes += 1
