@@ -267,17 +267,25 @@ def sample(case: Case, impl: str) -> tuple[float, float]:
 
 def measure(case: Any, reps: int, implementations: tuple[str, ...], sample: Any) -> dict[str, dict[str, float]]:
     """Per implementation, the medians over `reps` repetitions of `sample(case, impl)`'s (CPU, wall)
-    seconds per chunk, in µs; each repetition runs every implementation once, in a rotated order."""
+    seconds per chunk, in µs; each repetition runs every implementation once, in a rotated order.
+    `paired`: the median over repetitions of the implementation's CPU time over rtcompile's in the
+    same repetition (less moved by the machine's drift than the ratio of the two medians)."""
     samples: dict[str, list[tuple[float, float]]] = {impl: [] for impl in implementations}
     order = list(implementations)
     for rep in range(reps):
         for impl in order[rep % len(order) :] + order[: rep % len(order)]:
             samples[impl].append(sample(case, impl))
     per_chunk = 1e6 / len(case.chunks)
+    ours = samples.get("rtcompile")
     return {
         impl: {
             "cpu": statistics.median(s[0] for s in values) * per_chunk,
             "wall": statistics.median(s[1] for s in values) * per_chunk,
+            **(
+                {"paired": statistics.median(s[0] / o[0] for s, o in zip(values, ours))}
+                if ours
+                else {}
+            ),
         }
         for impl, values in samples.items()
     }
@@ -291,6 +299,8 @@ def run_cases(
     parsers' templates are out of the collector's sight. The last implementation is the
     hand-written one, whose check result is kept."""
     reps = {"1K": 5, "16K": 5, "128K": 3} if arguments.quick else {"1K": 15, "16K": 9, "128K": 5}
+    if getattr(arguments, "reps", None):
+        reps = dict.fromkeys(reps, arguments.reps)
     results: dict[str, Any] = {
         "environment": {**environment, "load_before": " ".join(f"{v:.2f}" for v in os.getloadavg())},
         "cases": {},
@@ -326,6 +336,9 @@ def write_results(results: dict, table: str, path: str | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench serving", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    parser.add_argument(
+        "--reps", type=int, metavar="N", help="repetitions of every size (default: 15 at 1K, 9, 5)"
+    )
     parser.add_argument("--templates", nargs="+", choices=TEMPLATES, default=list(TEMPLATES))
     parser.add_argument("--sizes", nargs="+", choices=SIZES, default=list(SIZES))
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
@@ -413,6 +426,13 @@ def render_table(
             lines.append(
                 f"{name}: growth 16K->128K per chunk: "
                 + ", ".join(f"{impl} {value:.2f}" for impl, value in growth.items())
+            )
+    for key, case in cases.items():
+        f = case["figures"]
+        if "paired" in f[template_impl]:
+            lines.append(
+                f"{key.replace(':', ' ')}: paired (per repetition, median): rtcompile vs template "
+                f"{f[template_impl]['paired']:.2f}x, vs hand-written {f[handwritten]['paired']:.2f}x"
             )
     if any(not case["handwritten_matches"] for case in cases.values()):
         lines.append(mismatch)

@@ -203,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.serving_sglang", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    parser.add_argument(
+        "--reps", type=int, metavar="N", help="repetitions of every size (default: 15 at 1K, 9, 5)"
+    )
     parser.add_argument("--templates", nargs="+", choices=TEMPLATES, default=list(TEMPLATES))
     parser.add_argument("--sizes", nargs="+", choices=SIZES, default=list(SIZES))
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
