@@ -127,32 +127,36 @@ INTERPRETER = Implementation(
 )
 
 
-def candidate(entry_point: str) -> Implementation:
+def candidate(entry_point: str, **options: Any) -> Implementation:
     """rtcompile through its public API ("api") or through a loaded generated module ("module").
-    Resolved before anything runs, so a missing API fails the test as such, not as a divergence."""
+    Resolved before anything runs, so a missing API fails the test as such, not as a divergence.
+    `options`: parser options (eager=True) given to every streaming parser it builds."""
     if SELF_MODE:
         return INTERPRETER
     import rtcompile
 
+    shown = "".join(f", {key}={value!r}" for key, value in options.items())
     if entry_point == "api":
         parser_class, parse = rtcompile.ResponseParser, rtcompile.parse_response
         return Implementation(
-            "rtcompile.ResponseParser",
-            lambda template, prefix, tools: parser_class(template, prefix, tools=tools),
+            f"rtcompile.ResponseParser{shown}",
+            lambda template, prefix, tools: parser_class(template, prefix, tools=tools, **options),
             lambda text, template, prefix, tools: parse(text, template, prefix=prefix, tools=tools),
         )
     load = rtcompile.load
     if entry_point == "feed_text":
         return Implementation(
-            "rtcompile.load(template), feed_text first",
-            lambda template, prefix, tools: feed_text_first(load(template))(prefix, tools=tools),
+            f"rtcompile.load(template), feed_text first{shown}",
+            lambda template, prefix, tools: feed_text_first(load(template))(
+                prefix, tools=tools, **options
+            ),
             lambda text, template, prefix, tools: load(template).parse_response(
                 text, prefix=prefix, tools=tools
             ),
         )
     return Implementation(
-        "rtcompile.load(template)",
-        lambda template, prefix, tools: load(template).ResponseParser(prefix, tools=tools),
+        f"rtcompile.load(template){shown}",
+        lambda template, prefix, tools: load(template).ResponseParser(prefix, tools=tools, **options),
         lambda text, template, prefix, tools: load(template).parse_response(
             text, prefix=prefix, tools=tools
         ),
@@ -559,35 +563,6 @@ def test_python_only_template_values_match_interpreter(template) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def _eager(entry_point: str) -> Implementation:
-    import rtcompile
-
-    if entry_point == "api":
-        return Implementation(
-            "rtcompile.ResponseParser(eager=True)",
-            lambda template, prefix, tools: rtcompile.ResponseParser(
-                template, prefix, tools=tools, eager=True
-            ),
-            interpreter_one_shot,  # (not used)
-        )
-    load = rtcompile.load
-    if entry_point == "feed_text":
-        return Implementation(
-            "rtcompile.load(template), feed_text first, eager=True",
-            lambda template, prefix, tools: feed_text_first(load(template))(
-                prefix, tools=tools, eager=True
-            ),
-            interpreter_one_shot,
-        )
-    return Implementation(
-        "rtcompile.load(template)(eager=True)",
-        lambda template, prefix, tools: load(template).ResponseParser(
-            prefix, tools=tools, eager=True
-        ),
-        interpreter_one_shot,
-    )
-
-
 def _stream_after_each_step(steps: list[Step]) -> list[list[tuple]]:
     """The events given up to each step (initial events, feeds, finalize's), adjacent chunks of one
     region merged and empty ones dropped: what a consumer has seen, whatever the feeds' borders."""
@@ -630,7 +605,7 @@ def _covers(later: list[tuple], earlier: list[tuple]) -> bool:
 
 
 def check_eager(case: Case, entry_point: str) -> None:
-    implementation = _eager(entry_point)
+    implementation = candidate(entry_point, eager=True)
     for run in case.runs:
         expected = guarded_run(
             "interpreter", lambda: run_streaming(INTERPRETER, case.template, run)

@@ -6,6 +6,7 @@
 """
 
 import sys
+from typing import Any
 
 import regex
 from hypothesis import assume, given, settings
@@ -200,14 +201,28 @@ def test_literal_string_delims_stash_as_the_pattern_does(pairs, text):
 
 # ---- final matches (compiler/patterns.match_is_final, Machine.PREFIX_IN_ONE_PASS) ---------------
 
-
-@settings(max_examples=max(settings().max_examples, 4000), deadline=None)
-@given(
+# A pattern, a buffer, and the text appended to it later.
+_appended_text = given(
     patterns.map(_named),
     st.one_of(st.text(TEXT_ALPHABET, max_size=10), st.text("ab<> \n", min_size=2, max_size=12)),
     st.text(TEXT_ALPHABET, min_size=1, max_size=6),
     st.data(),
 )
+
+
+def _partial_search(source: str, head: str, data) -> tuple[Any, int, Any]:
+    """The compiled pattern, a drawn start in `head`, and the interpreter's partial search there
+    (a pattern `regex` rejects is no example)."""
+    try:
+        compiled = regex.compile(source, regex.DOTALL)
+    except regex.error:
+        assume(False)
+    pos = data.draw(st.integers(0, len(head)))
+    return compiled, pos, compiled.search(head, pos, partial=True)
+
+
+@settings(max_examples=max(settings().max_examples, 4000), deadline=None)
+@_appended_text
 def test_a_final_match_stays_when_text_is_appended(source, head, more, data):
     """What the parser commits while reading a prefix (a complete match before the buffer's end,
     by the partial search the interpreter makes) is what the search finds once the rest is there;
@@ -215,14 +230,9 @@ def test_a_final_match_stays_when_text_is_appended(source, head, more, data):
     from rtcompile.patterns import match_is_final
     from rtcompile.runtime.scanning import moved_by_more
 
-    try:
-        compiled = regex.compile(source, regex.DOTALL)
-    except regex.error:
-        assume(False)
+    compiled, pos, found = _partial_search(source, head, data)
     if not match_is_final(source):
         return
-    pos = data.draw(st.integers(0, len(head)))
-    found = compiled.search(head, pos, partial=True)
     if found is None or found.partial or found.end() >= len(head) or found.start() >= len(head):
         return  # (held back by the parser, not committed)
     later = compiled.search(head + more, pos, partial=True)
@@ -241,25 +251,15 @@ def test_finality_of_the_bundled_formats_delimiters():
 
 
 @settings(max_examples=max(settings().max_examples, 4000), deadline=None)
-@given(
-    patterns.map(_named),
-    st.one_of(st.text(TEXT_ALPHABET, max_size=10), st.text("ab<> \n", min_size=2, max_size=12)),
-    st.text(TEXT_ALPHABET, min_size=1, max_size=6),
-    st.data(),
-)
+@_appended_text
 def test_a_match_final_at_the_edge_stays_when_text_is_appended(source, head, more, data):
     """What an eager parser commits at the buffer's end (a complete match ending there, where the
     interpreter waits for more text) is what the search finds once more text is there."""
     from rtcompile.patterns import match_is_final_at_edge
 
-    try:
-        compiled = regex.compile(source, regex.DOTALL)
-    except regex.error:
-        assume(False)
+    compiled, pos, found = _partial_search(source, head, data)
     if not match_is_final_at_edge(source):
         return
-    pos = data.draw(st.integers(0, len(head)))
-    found = compiled.search(head, pos, partial=True)
     if found is None or found.partial or found.end() != len(head) or found.start() == len(head):
         return  # (held: partial, before the edge (see the test above), or empty at the edge)
     later = compiled.search(head + more, pos, partial=True)
