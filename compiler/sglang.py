@@ -37,6 +37,7 @@ passed to SGLang's methods that build constraints; parsing itself treats the out
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import logging
 from typing import Any, Sequence
@@ -215,10 +216,21 @@ def _tool_dicts(tools: Sequence[Any] | None) -> list[dict]:
     return result
 
 
+class _KeptSignature:
+    """SGLang's `ReasoningParser` and `FunctionCallParser` read their detector class's signature
+    on every request (`inspect.signature`, up to three times: 30-40 us each for these classes);
+    each class keeps its own, computed once, where `inspect.signature` looks first."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__signature__ = None  # (not the parent's: inspect computes this class's own)
+        cls.__signature__ = inspect.signature(cls)
+
+
 # ---- reasoning ----------------------------------------------------------------------------------
 
 
-class RtcompileReasoningDetector(ResponseTemplateReasoningDetector):
+class RtcompileReasoningDetector(_KeptSignature, ResponseTemplateReasoningDetector):
     """`--reasoning-parser rtcompile`: reasoning apart from the normal text (content, and tool calls
     with their delimiters, for the tool detector), parsed by rtcompile."""
 
@@ -452,7 +464,7 @@ _calls_result = _unvalidated_builder(
 )
 
 
-class RtcompileToolDetector(ResponseTemplateToolDetector):
+class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
     """`--tool-call-parser rtcompile`: tool calls out of the normal text, parsed by rtcompile; a
     call's name as soon as it is known, its arguments as they are written."""
 

@@ -177,6 +177,30 @@ def test_sglangs_plugin_loader_registers_the_detectors():
     assert isinstance(parser.detector, RtcompileToolDetector)
 
 
+def test_the_detectors_keep_their_signatures_for_sglangs_per_request_inspection():
+    """SGLang's parser wrappers call `inspect.signature(detector_class)` for every request; the
+    kept signature is the one inspect computes from `__init__`, and a subclass with an `__init__`
+    of its own keeps its own, not its parent's."""
+    import inspect
+
+    for cls in (RtcompileReasoningDetector, RtcompileToolDetector):
+        assert isinstance(cls.__dict__["__signature__"], inspect.Signature)
+        computed = inspect.signature(cls.__init__)
+        assert inspect.signature(cls) == computed.replace(
+            parameters=list(computed.parameters.values())[1:]  # (without self)
+        )
+        assert "tokenizer" in inspect.signature(cls).parameters
+
+    class Narrower(RtcompileToolDetector):
+        def __init__(self, tokenizer=None, *, only: int = 0):
+            super().__init__(tokenizer=tokenizer)
+
+    assert list(inspect.signature(Narrower).parameters) == ["tokenizer", "only"]
+    tokenizer = Tokenizer(template_for("qwen3"))
+    parser = FunctionCallParser(sglang_tools([]), "rtcompile", tokenizer=tokenizer, prefix="")
+    assert parser.detector.response_template == template_for("qwen3")
+
+
 def test_a_fresh_process_gets_the_names_from_the_entry_point_alone():
     """What `sglang serve` does: load the plugins, then build the argument parser; nothing of
     rtcompile imported by hand."""
