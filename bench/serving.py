@@ -23,7 +23,8 @@ id, as vLLM's engine delivers it (its hand-written parsers read special tokens b
 
 Method: one process, implementations interleaved (each repetition runs every implementation once,
 in a rotated order); the figure is the median over repetitions of process CPU time per chunk (wall
-time beside it). Parser construction is not timed (vLLM builds one per request). As in vLLM's API
+time beside it). Building the parser (vLLM builds one per request) is timed apart, after a
+`gc.collect()`: the lines below the table give each request's cost, building and stream. As in vLLM's API
 server, the heap is frozen once set up (`gc.freeze()`, vLLM's `freeze_gc_heap`) and each delta is
 dropped once returned (a server serializes and sends it): keeping every delta of a 128K stream
 alive made the collector's passes over them most of every implementation's per-chunk figure. Before timing,
@@ -257,20 +258,25 @@ def check(case: Case) -> dict[str, bool]:
     return matches
 
 
-def sample(case: Case, impl: str) -> tuple[float, float]:
-    parser, request = case.new_parser(impl)
+def sample(case: Case, impl: str) -> tuple[float, float, float]:
+    gc.collect()
+    start = time.process_time()
+    parser, request = case.new_parser(impl)  # (vLLM builds the parser once per request)
+    built = time.process_time() - start
     gc.collect()
     cpu, wall = time.process_time(), time.perf_counter()
     case.serve(impl, parser, request)
-    return time.process_time() - cpu, time.perf_counter() - wall
+    return time.process_time() - cpu, time.perf_counter() - wall, built
 
 
 def measure(case: Any, reps: int, implementations: tuple[str, ...], sample: Any) -> dict[str, dict[str, float]]:
     """Per implementation, the medians over `reps` repetitions of `sample(case, impl)`'s (CPU, wall)
     seconds per chunk, in µs; each repetition runs every implementation once, in a rotated order.
     `paired`: the median over repetitions of the implementation's CPU time over rtcompile's in the
-    same repetition (less moved by the machine's drift than the ratio of the two medians)."""
-    samples: dict[str, list[tuple[float, float]]] = {impl: [] for impl in implementations}
+    same repetition (less moved by the machine's drift than the ratio of the two medians).
+    `build`, `request`: CPU µs per request of building the parsers, and of building them and
+    parsing the stream; `paired_request`: `paired` for the latter."""
+    samples: dict[str, list[tuple[float, float, float]]] = {impl: [] for impl in implementations}
     order = list(implementations)
     for rep in range(reps):
         for impl in order[rep % len(order) :] + order[: rep % len(order)]:
@@ -281,8 +287,15 @@ def measure(case: Any, reps: int, implementations: tuple[str, ...], sample: Any)
         impl: {
             "cpu": statistics.median(s[0] for s in values) * per_chunk,
             "wall": statistics.median(s[1] for s in values) * per_chunk,
+            "build": statistics.median(s[2] for s in values) * 1e6,
+            "request": statistics.median(s[0] + s[2] for s in values) * 1e6,
             **(
-                {"paired": statistics.median(s[0] / o[0] for s, o in zip(values, ours))}
+                {
+                    "paired": statistics.median(s[0] / o[0] for s, o in zip(values, ours)),
+                    "paired_request": statistics.median(
+                        (s[0] + s[2]) / (o[0] + o[2]) for s, o in zip(values, ours)
+                    ),
+                }
                 if ours
                 else {}
             ),
@@ -433,6 +446,22 @@ def render_table(
             lines.append(
                 f"{key.replace(':', ' ')}: paired (per repetition, median): rtcompile vs template "
                 f"{f[template_impl]['paired']:.2f}x, vs hand-written {f[handwritten]['paired']:.2f}x"
+            )
+    lines.append("")
+    lines.append(
+        "Per request, the parsers built (not in the table: a server builds them for every request) "
+        "and the stream parsed: CPU µs (median), building them in brackets; paired ratios as above"
+    )
+    for key, case in cases.items():
+        f = case["figures"]
+        if "request" in f[ours]:
+            figures = ", ".join(
+                f"{impl} {f[impl]['request']:.0f} ({f[impl]['build']:.0f})" for impl in implementations
+            )
+            lines.append(
+                f"{key.replace(':', ' ')}: {figures}; rtcompile vs template "
+                f"{f[template_impl]['paired_request']:.2f}x, vs hand-written "
+                f"{f[handwritten]['paired_request']:.2f}x"
             )
     if any(not case["handwritten_matches"] for case in cases.values()):
         lines.append(mismatch)

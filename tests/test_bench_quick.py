@@ -370,3 +370,37 @@ def test_handwritten_whole_message_parsers_give_the_interpreters_messages(name):
             lambda t, p, tl: module.parse_response(t, prefix=p, tools=tl), text, case_prefix, tools
         )
         assert actual == expected, (text[:300], case_prefix[-40:])
+
+
+def test_the_serving_benchmarks_add_each_requests_building_to_its_stream():
+    """bench/serving.py's measure() and table (both serving benchmarks use them): per request,
+    building the parsers plus parsing the stream, and its paired ratio, from the samples given."""
+    from bench import serving
+
+    class FakeCase:
+        chunks = ["a"] * 10
+
+    implementations = ("template", "rtcompile", "handwritten")
+    # (stream CPU s, wall s, building CPU s) per implementation; one repetition
+    given = {"template": (0.004, 0.004, 0.001), "rtcompile": (0.001, 0.001, 0.0005),
+             "handwritten": (0.002, 0.002, 0.0001)}
+    figures = serving.measure(FakeCase(), 1, implementations, lambda case, impl: given[impl])
+    for impl, (stream, _, build) in given.items():
+        assert figures[impl]["cpu"] == pytest.approx(stream * 1e6 / 10)
+        assert figures[impl]["build"] == pytest.approx(build * 1e6)
+        assert figures[impl]["request"] == pytest.approx((stream + build) * 1e6)
+    assert figures["template"]["paired_request"] == pytest.approx(0.005 / 0.0015)
+    assert figures["handwritten"]["paired_request"] == pytest.approx(0.0021 / 0.0015)
+    results = {
+        "environment": {"cpus": 2, "load_before": "0", "load_after": "0"},
+        "cases": {"qwen3:1K": {"chunks": 10, "chars": 10, "figures": figures,
+                               "handwritten_matches": True}},
+    }
+    table = serving.render_table(
+        results, title="t", columns=implementations, implementations=implementations,
+        mismatch="*", versions="v",
+    )
+    assert (
+        "qwen3 1K: template 5000 (1000), rtcompile 1500 (500), handwritten 2100 (100); "
+        "rtcompile vs template 3.33x, vs hand-written 1.40x"
+    ) in table
