@@ -224,6 +224,7 @@ class QuickCheck:
     # no first character in it, or (where every delimiter's matches start with known literals
     # after their lead run) none that starts one of those literals or, at the end, a prefix of one.
     no_start_in_text: Code
+    no_start_in_joined: Code  # the same test of `joined`: held text and the chunk after it
     lead: str | None  # constant holding the lead characters (a trailing run of them may be held)
     lead_hold: bool  # with no first character, a trailing lead run is exactly what to hold
     starts: tuple[str, ...] | None  # the literals no_start_in_text checks (see _start_literals)
@@ -237,7 +238,7 @@ def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: Leads
     first = frozenset().union(*(c.first for c in charsets))
     lead = frozenset().union(*(c.lead for c in charsets))
     tag = method.upper().lstrip("_")
-    targets = (("buf", ", pos"), ("text", ""))
+    targets = (("buf", ", pos"), ("text", ""), ("joined", ""))
     if len(first) <= MAX_FIND_CHAIN:
         # `c not in s` is the cheapest test; the scan methods must start at pos, hence find.
         absent = [" and ".join(f"{t}.find({py_literal(c)}{s}) < 0" if s else f"{py_literal(c)} not in {t}" for c in sorted(first)) for t, s in targets]
@@ -245,15 +246,18 @@ def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: Leads
         name = f"FIRST_CHARS_{tag}"
         triggers[name] = _char_class(first)
         absent = [f"{name}.search({t}{s}) is None" for t, s in targets]
-    no_start_in_text = absent[1]
+    no_start_in_text, no_start_in_joined = absent[1], absent[2]
     starts = _start_literals(watches)
     starts_const = f"STARTS_{tag}"
     if starts is not None:
         # ("x < y" in reasoning, "<parameter=" in a call: a first character that starts nothing)
         no_start_in_text = f"({absent[1]} or {starts_const}.starts_nowhere(text))"
+        no_start_in_joined = f"({absent[2]} or {starts_const}.starts_nowhere(joined))"
     lead_name = leads.name(lead) if lead else None
     lead_hold = bool(lead) and all(c.lead_run and c.lead == lead for c in charsets if c.lead)
-    return QuickCheck(Code(absent[0]), Code(no_start_in_text), lead_name, lead_hold, starts, starts_const)
+    return QuickCheck(
+        Code(absent[0]), Code(no_start_in_text), Code(no_start_in_joined), lead_name, lead_hold, starts, starts_const
+    )
 
 
 def _start_literals(watches: list[Watch]) -> tuple[str, ...] | None:

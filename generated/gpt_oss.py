@@ -166,6 +166,43 @@ class ResponseParser(Machine):
                     return [
                         {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
                     ]
+        if text and self._opened and self._buf and not self._lead_held:
+            # Held text (a possible delimiter start: "<" at a chunk's end, "\n</" in a call) and
+            # a chunk in which, together, no watched delimiter can start: read both (what the
+            # machine's scan would find, without its regex search).
+            joined = self._buf + text
+            state = self._current
+            if state == 0:
+                if "<" not in joined or STARTS_SCAN_IN_0_REASONING_CONTENT.starts_nowhere(joined):
+                    self._buf = ""
+                    self._parts.append(joined)
+                    return [
+                        {
+                            "type": "region_chunk",
+                            "field": "reasoning_content",
+                            "text": joined,
+                            "dirty": False,
+                        }
+                    ]
+            elif state == 1:
+                if "<" not in joined or STARTS_SCAN_IN_1_TOOL_CALLS.starts_nowhere(joined):
+                    self._buf = ""
+                    self._parts.append(joined)
+                    return [
+                        {
+                            "type": "region_chunk",
+                            "field": "tool_calls",
+                            "text": joined,
+                            "dirty": True,
+                        }
+                    ]
+            elif state == 2:
+                if "<" not in joined or STARTS_SCAN_IN_2_CONTENT.starts_nowhere(joined):
+                    self._buf = ""
+                    self._parts.append(joined)
+                    return [
+                        {"type": "region_chunk", "field": "content", "text": joined, "dirty": False}
+                    ]
         if text and not self._halted and (self._lead_held or not self._buf):
             # A trailing run of lead characters (a leading \s* of the delimiters) is held back
             # (where it starts: str.rstrip, one C call for what trailing_run walks in Python).
@@ -193,6 +230,27 @@ class ResponseParser(Machine):
                 if ("<" not in text or STARTS_SCAN_IN_2_CONTENT.starts_nowhere(text)) and text:
                     self._parts.append(text)
                     return "content", text
+        if text and self._opened and self._buf and not self._lead_held:
+            # Held text (a possible delimiter start: "<" at a chunk's end, "\n</" in a call) and
+            # a chunk in which, together, no watched delimiter can start: read both (what the
+            # machine's scan would find, without its regex search).
+            joined = self._buf + text
+            state = self._current
+            if state == 0:
+                if "<" not in joined or STARTS_SCAN_IN_0_REASONING_CONTENT.starts_nowhere(joined):
+                    self._buf = ""
+                    self._parts.append(joined)
+                    return "reasoning_content", joined
+            elif state == 1:
+                if "<" not in joined or STARTS_SCAN_IN_1_TOOL_CALLS.starts_nowhere(joined):
+                    self._buf = ""
+                    self._parts.append(joined)
+                    return "tool_calls", joined
+            elif state == 2:
+                if "<" not in joined or STARTS_SCAN_IN_2_CONTENT.starts_nowhere(joined):
+                    self._buf = ""
+                    self._parts.append(joined)
+                    return "content", joined
         return None
 
     @staticmethod

@@ -174,10 +174,11 @@ class Machine:
         region (no watched delimiter can start in it), it is read and (field, text read) is
         returned: feed would have returned one region_chunk of that field with that text, or no
         event where the text read is "" (the text read is `text`, but for a trailing whitespace
-        run held back as a possible delimiter start, like the \\s* of \\s*<tool_call>, and a run
-        held before it, now read). Any other chunk is left unread and None is returned: feed it
-        with feed(). Saves building the events of the chunks that make up most of a stream (the
-        generated subclass has the fast paths; this default has none)."""
+        run held back as a possible delimiter start, like the \\s* of \\s*<tool_call>, and text
+        held before it, now read: a lead run, or a possible delimiter start that this chunk shows
+        is none, like a "<" that ended the last chunk). Any other chunk is left unread and None
+        is returned: feed it with feed(). Saves building the events of the chunks that make up
+        most of a stream (the generated subclass has the fast paths; this default has none)."""
         return None
 
     def chunk_event(self, text: str) -> dict:

@@ -480,6 +480,45 @@ def test_feed_text_reads_only_what_one_region_chunk_would_report():
     assert parser.feed_text("more") is None  # finalized: feed raises, feed_text reads nothing
 
 
+def test_held_text_the_next_chunk_shows_starts_no_delimiter_is_read_with_it():
+    """A chunk that ends in '<' leaves it held (it may start `</think>`); when the next chunk shows
+    it does not, feed_text reads both, and feed gives the one region_chunk the interpreter gives.
+    Where the two together may still start a delimiter, or end in a lead run, nothing is read."""
+    template = rtcompile.template_for("qwen3_5")
+    module = rtcompile.load(template)
+    prefix = "<|im_start|>assistant\n<think>\n"
+    chunks = ["so x <", " 3 and <", "/b> </", "th", "ink>\n\n<tool_call>\n<function=f>\n<", "p",
+              "arameter=a>\n1\n<", "/parameter>\n", "</function>\n</tool_call>"]
+    reference = interpreter.ResponseParser(template, prefix=prefix)
+    parser = module.ResponseParser(prefix)
+    assert [parser.feed(c) for c in chunks] == [reference.feed(c) for c in chunks]
+    assert parser.finalize() == reference.finalize()
+
+    parser = module.ResponseParser(prefix)
+    assert parser.feed_text("so x <") is None  # (may start </think>: for feed)
+    parser.feed("so x <")
+    assert parser.unread_text == "<"
+    assert parser.feed_text(" 3 and") == ("reasoning_content", "< 3 and")
+    parser.feed(" </")
+    assert parser.feed_text("b> ") == ("reasoning_content", "</b> ")
+    parser.feed("<")
+    assert parser.feed_text("/th") is None  # ("</th" may still start </think>)
+    assert parser.feed("/th") == []
+    assert parser.feed_text("ink>") is None
+    parser.feed("ink>\n\n<tool_call>\n<function=f>\n<")
+    assert parser.unread_text == "\n<"
+    assert parser.feed_text("p") == ("tool_calls", "\n<p")
+    assert parser.feed_text("arameter=a>\n1") == ("tool_calls", "arameter=a>\n1")
+    assert parser.feed("\n<") == []
+    assert parser.feed_text("/parameter>") == ("tool_calls", "\n</parameter>")
+    assert parser.feed_text("\n<") is None  # (ends where `\s*</function>` may start)
+    parser.feed("\n<")
+    parser.feed("/function>\n</tool_call>")
+    message, _ = parser.finalize()
+    assert message["reasoning_content"] == "so x < 3 and </b>"
+    assert message["tool_calls"][0]["function"] == {"name": "f", "arguments": {"a": "1"}}
+
+
 def test_a_first_character_that_starts_no_delimiter_keeps_the_fast_path():
     """`x < y` in reasoning, `<parameter=` in qwen3.5's call: the '<' starts neither `</think>` nor
     `</function>`, so feed_text reads the chunk; a '<' that may still start one leaves it unread,
