@@ -24,13 +24,14 @@ id, as vLLM's engine delivers it (its hand-written parsers read special tokens b
 Method: one process, implementations interleaved (each repetition runs every implementation once,
 in a rotated order); the figure is the median over repetitions of process CPU time per chunk (wall
 time beside it). Building the parser (vLLM builds one per request) is timed apart, after a
-`gc.collect()`: the lines below the table give each request's cost, building and stream. As in vLLM's API
-server, the heap is frozen once set up (`gc.freeze()`, vLLM's `freeze_gc_heap`) and each delta is
-dropped once returned (a server serializes and sends it): keeping every delta of a 128K stream
-alive made the collector's passes over them most of every implementation's per-chunk figure. Before timing,
-each implementation's accumulated deltas (reasoning, content, calls with `json.loads` arguments)
-are compared with the generation that was rendered; `vllm-template` and `rtcompile` must match it
-(the run stops otherwise), a hand-written parser that does not is reported in the table.
+`gc.collect()`: the lines below the table give each request's cost, building and stream. As in
+vLLM's API server, the heap is frozen once set up (`gc.freeze()`, vLLM's `freeze_gc_heap`) and
+each delta is dropped once returned (a server serializes and sends it): keeping every delta of a
+128K stream alive made the collector's passes over them most of every implementation's per-chunk
+figure. Before timing, each implementation's accumulated deltas (reasoning, content, calls with
+`json.loads` arguments) are compared with the generation that was rendered; `vllm-template` and
+`rtcompile` must match it (the run stops otherwise), a hand-written parser that does not is
+reported in the table.
 
 `--tool-choice none`: the requests ask for no tool calls, so the parsers pass calls through as
 content; `rtcompile` must then give what `vllm-template` gives (no calls, the rendered reasoning).
