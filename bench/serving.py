@@ -259,15 +259,22 @@ def check(case: Case) -> dict[str, bool]:
     return matches
 
 
-def sample(case: Case, impl: str) -> tuple[float, float, float]:
+def timed_request(build: Any, stream: Any) -> tuple[float, float, float]:
+    """One request as a server runs it, each step after a `gc.collect()`: `build()` the parsers
+    (servers build them per request), then `stream(built)`. Returns the stream's (CPU, wall)
+    seconds and the build's CPU seconds."""
     gc.collect()
     start = time.process_time()
-    parser, request = case.new_parser(impl)  # (vLLM builds the parser once per request)
-    built = time.process_time() - start
+    built = build()
+    build_cpu = time.process_time() - start
     gc.collect()
     cpu, wall = time.process_time(), time.perf_counter()
-    case.serve(impl, parser, request)
-    return time.process_time() - cpu, time.perf_counter() - wall, built
+    stream(built)
+    return time.process_time() - cpu, time.perf_counter() - wall, build_cpu
+
+
+def sample(case: Case, impl: str) -> tuple[float, float, float]:
+    return timed_request(lambda: case.new_parser(impl), lambda built: case.serve(impl, *built))
 
 
 def measure(case: Any, reps: int, implementations: tuple[str, ...], sample: Any) -> dict[str, dict[str, float]]:

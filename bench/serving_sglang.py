@@ -37,16 +37,14 @@ marked in the table.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import platform
 import sys
-import time
 from typing import Any
 
 from . import workloads
-from .serving import render_table, run_cases, thinking_copy, token_chunks, write_results
+from .serving import render_table, run_cases, thinking_copy, timed_request, token_chunks, write_results
 
 TEMPLATES = ("qwen3", "qwen3_5")
 SIZES = ("1K", "16K", "128K")
@@ -192,14 +190,7 @@ def check(case: Case) -> dict[str, bool]:
 
 
 def sample(case: Case, impl: str) -> tuple[float, float, float]:
-    gc.collect()
-    start = time.process_time()
-    parsers = case.new_parsers(impl)  # (SGLang builds the pair once per request)
-    built = time.process_time() - start
-    gc.collect()
-    cpu, wall = time.process_time(), time.perf_counter()
-    case.stream(parsers, keep=False)
-    return time.process_time() - cpu, time.perf_counter() - wall, built
+    return timed_request(lambda: case.new_parsers(impl), lambda parsers: case.stream(parsers, keep=False))
 
 
 def main(argv: list[str] | None = None) -> int:
