@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI for rtcompile.sglang (run by .ci/run after the main suite, or on its own): tests/test_sglang.py
+# CI for rtcompile.integrations.sglang (run by .ci/run after the main suite, or on its own): tests/integrations/test_sglang.py
 # against the real sglang package, in an environment of its own (sglang pins a transformers that is
 # not the one the main suite tests against). That environment (about 11 GB, most of it torch) is
 # cached under $RTCOMPILE_CI_CACHE (default /var/cache/rtcompile-ci), keyed by the exact pins,
@@ -50,4 +50,4 @@ fi
 site="$work/rtcompile-site"
 "$sglang_venv/bin/python" -m pip install --quiet --no-deps --no-cache-dir --target "$site" .
 CI=true RTCOMPILE_REQUIRE_SGLANG=1 PYTHONPATH="$site" \
-    "$sglang_venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_sglang.py
+    "$sglang_venv/bin/python" -m pytest -q -p no:cacheprovider tests/integrations/test_sglang.py

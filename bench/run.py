@@ -533,8 +533,8 @@ def measure_batch(
 
 def measure_openai_adapter(adapter, workload: workloads.Workload, reps: int) -> dict:
     """Per-chunk cost of rtcompile's parser alone and with the OpenAI delta adapter on top
-    (runtime/openai_stream.py), interleaved; checks the adapter's deltas rebuild the message."""
-    from rtcompile.runtime.openai_stream import OpenAIStream, accumulate_deltas
+    (compiler/integrations/openai_stream.py), interleaved; checks the adapter's deltas rebuild the message."""
+    from rtcompile.integrations.openai_stream import OpenAIStream, accumulate_deltas
 
     prefix, tools, chunks = workload.prefix, workload.tools, workload.chunks
     template = adapter.module.TEMPLATE

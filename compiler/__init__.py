@@ -20,14 +20,14 @@ _EXPORTS = {
     "compile_template": "api",
     "load": "api",
     "parse_response": "api",
-    "TemplateError": "canonical",
+    "TemplateError": "frontend.canonical",
     "template_for": "library",
     "list_templates": "library",
     "UnknownTemplateError": "library",
-    "for_tokenizer": "integration",
-    "accelerate": "integration",
-    "deaccelerate": "integration",
-    "is_accelerated": "integration",
+    "for_tokenizer": "integrations.transformers.tokenizers",
+    "accelerate": "integrations.transformers.tokenizers",
+    "deaccelerate": "integrations.transformers.tokenizers",
+    "is_accelerated": "integrations.transformers.tokenizers",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

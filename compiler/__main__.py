@@ -25,7 +25,8 @@ import os
 import sys
 from pathlib import Path
 
-from . import api, frontend, lint
+from . import api, frontend
+from .frontend import lint
 from .version import __version__
 
 SUBCOMMANDS = ("list", "regenerate", "cache", "verify", "infer", "parse", "serve")
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] in ("verify", "infer"):
             status = _round_trip_command(argv[0], argv[1:])
         elif argv and argv[0] == "serve":  # `transformers serve`, on compiled parsers
-            from . import serve
+            from .integrations.transformers import serve
 
             status = serve.main(argv[1:])
         elif argv and argv[0] in SUBCOMMANDS:
@@ -96,7 +97,9 @@ def _compile(argv: list[str]) -> int:
         if args.check:
             print(f"{label}: ok ({len(lowered.fields)} fields, {len(warnings)} warning(s))")
             return 0
-    source = api.generate(lowered, origin=label)
+    from . import codegen
+
+    source = codegen.generate(lowered, origin=label)
     if args.output is None:
         sys.stdout.write(source)
         return 0
@@ -127,7 +130,7 @@ def _write(path: Path, text: str) -> None:
 def _round_trip_command(name: str, argv: list[str]) -> int:
     """verify / infer (compiler/verify.py, compiler/infer.py): they render chat templates, so they
     need transformers, imported only here."""
-    from . import infer, verify
+    from .authoring import infer, verify
 
     try:
         return (verify.cli if name == "verify" else infer.cli)(argv)
@@ -155,7 +158,7 @@ def _regenerate(argv: list[str]) -> int:
     )
     parser.add_argument("--check", action="store_true", help="only report modules that differ; exit 1 if any")
     args = parser.parse_args(argv)
-    from .bundled import regenerate
+    from .regenerate import regenerate
 
     stale = regenerate(write=not args.check)
     for name in stale:

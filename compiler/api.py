@@ -9,60 +9,33 @@ from __future__ import annotations
 
 import copy
 import json
-import linecache
 import os
 import threading
 import types
 from pathlib import Path
 from typing import Any
 
-from . import canonical
+from .frontend import canonical
 from .version import __version__
-
-
-class CodegenError(RuntimeError):
-    """The generator produced invalid Python: a bug in rtcompile, never in the template."""
 
 
 def compile_template(template: Any, *, origin: str | None = None) -> str:
     """Validate `template` and return the source of its generated parser module."""
-    from . import frontend  # (imported here: a cache hit needs neither validation nor lowering)
+    from . import codegen, frontend  # (imported here: a cache hit needs neither)
 
-    return generate(frontend.lower(template), origin=origin)
-
-
-def generate(template, *, origin: str | None = None) -> str:
-    """The formatted, compile-checked module source for a lowered template (ir.Template)."""
-    import black  # the compiler's dependencies only: a cache hit never imports them
-
-    from . import codegen
-
-    label = f"<rtcompile {template.sha256[:16]}>"
-    raw = codegen.render(template, origin=origin or f"response template sha256:{template.sha256[:16]}")
-    _check_compiles(raw, label, "unformatted")
-    source = black.format_str(raw, mode=black.Mode(line_length=100))
-    _check_compiles(source, label, "formatted")
-    return source
+    return codegen.generate(frontend.lower(template), origin=origin)
 
 
-def _check_compiles(source: str, label: str, stage: str) -> None:
-    try:
-        compile(source, label, "exec")
-    except SyntaxError as e:
-        raise CodegenError(f"rtcompile generated invalid Python ({stage}) for {label}: {e}") from e
+def module_from_source(source: str, sha256: str) -> types.ModuleType:
+    """Execute generated source as a fresh module (registered in linecache, so tracebacks and pdb
+    show the generated lines)."""
+    from .cache import compile_in_memory
 
-
-def module_from_source(source: str, sha256: str, filename: str | None = None) -> types.ModuleType:
-    """Execute generated source as a fresh module. Without a real file, the source is registered in
-    linecache under a unique pseudo-filename so tracebacks and pdb show the generated lines."""
-    if filename is None:
-        filename = f"<rtcompile generated {sha256[:16]}>"
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    return module_from_code(compile(source, filename, "exec"), sha256)
+    return module_from_code(compile_in_memory(source, sha256), sha256)
 
 
 def module_from_code(code: types.CodeType, sha256: str) -> types.ModuleType:
-    """Execute the compiled code of generated source (see module_from_source) as a fresh module."""
+    """Execute the compiled code of generated source as a fresh module."""
     module = types.ModuleType(f"rtcompile_generated_{sha256[:16]}")
     module.__file__ = code.co_filename
     exec(code, module.__dict__)
@@ -89,7 +62,8 @@ class _Memo:
         if module is None:
             from .cache import default_cache
 
-            module = default_cache().load_template(template, key)
+            code = default_cache().load_code(key, lambda: compile_template(template))
+            module = module_from_code(code, key)
             with self._lock:
                 module = self._by_hash.setdefault(key, module)
         self._last = (template, copy.deepcopy(template), module)

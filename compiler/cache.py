@@ -35,8 +35,8 @@ import threading
 import types
 import warnings
 from pathlib import Path
+from typing import Callable
 
-from . import api
 from .runtime import RUNTIME_ABI
 from .version import INTERPRETER_RELEASE, __version__
 
@@ -68,16 +68,21 @@ def cache_key(template_sha256: str) -> str:
 
 
 # The files whose content decides what the generator emits: a change to any of them (even without
-# a version bump, as during development) must never reuse old output.
-GENERATOR_FILES = (
-    "frontend.py",
-    "ir.py",
-    "patterns.py",
-    "codegen.py",
-    "codegen/module.py.jinja",
-    "codegen/common_chunk.py.jinja",
-    "version.py",
-)
+# a version bump, as during development) must never reuse old output. Every file of the two stages
+# counts (the front end and the code generator with its jinja2 templates), plus the version.
+GENERATOR_STAGES = ("frontend", "codegen")
+
+
+def generator_files() -> list[str]:
+    """The generator's files, relative to the package, in a fixed order."""
+    here = Path(__file__).parent
+    files = [
+        path.relative_to(here).as_posix()
+        for stage in GENERATOR_STAGES
+        for path in (here / stage).iterdir()
+        if path.suffix in (".py", ".jinja")
+    ]
+    return sorted(files) + ["version.py"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,7 +90,7 @@ def generator_fingerprint() -> str:
     """Read once per process, when the cache is first used: the generator's files as loaded."""
     digest = hashlib.sha256()
     here = Path(__file__).parent
-    for name in GENERATOR_FILES:
+    for name in generator_files():
         digest.update(name.encode() + b"\0" + (here / name).read_bytes() + b"\0")
     return digest.hexdigest()
 
@@ -252,6 +257,16 @@ def verified_code(key: str, source: str, data: bytes, filename: str) -> types.Co
     return code
 
 
+def compile_in_memory(source: str, sha256: str) -> types.CodeType:
+    """Compile source that has no file: it is registered in linecache under a unique pseudo-filename,
+    so tracebacks and pdb show the generated lines."""
+    import linecache
+
+    filename = f"<rtcompile generated {sha256[:16]}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    return compile(source, filename, "exec")
+
+
 class Cache:
     def __init__(self, directory: Path | None = None, fs: FileSystem | None = None):
         self.directory = Path(directory) if directory is not None else default_directory()
@@ -265,50 +280,39 @@ class Cache:
     def code_path_for(self, key: str) -> Path:
         return self.directory / f"tmpl_{key[:32]}.code"
 
-    def load(self, lowered) -> types.ModuleType:
-        """The module for a lowered template: from a verified cache file, else compiled (and stored)."""
-        return self._load(lowered.sha256, lambda: lowered)
-
-    def load_template(self, template, template_sha256: str) -> types.ModuleType:
-        """The same for a raw template with its canonical hash: a hit needs no validation (the
-        template was valid when its entry was written) and never imports the generator."""
-        def lower():
-            from . import frontend  # (only on a miss: importing the front end costs milliseconds)
-
-            return frontend.lower(template)
-
-        return self._load(template_sha256, lower)
-
-    def _load(self, sha256: str, lower) -> types.ModuleType:
+    def load_code(self, sha256: str, build: Callable[[], str]) -> types.CodeType:
+        """The compiled code of the module for the template whose canonical hash is `sha256`: from a
+        verified cache entry, else from `build()` (the module's source; it raises for an invalid
+        template), stored for the next process. A hit never calls `build`, so it needs neither
+        validation nor the generator."""
         key = cache_key(sha256)
         path = self.path_for(key)
         try:
             self.fs.ensure_private_dir(self.directory)
             text = self.fs.read_text(path)
         except OSError as e:
-            lowered = lower()  # an invalid template raises its TemplateError before any warning
+            source = build()  # an invalid template raises its TemplateError before any warning
             self._warn(f"cannot use the cache directory {self.directory}: {e}")
-            return api.module_from_source(api.generate(lowered), sha256)
+            return compile_in_memory(source, sha256)
         if text is not None:
             if verified_source(key, text) and describes(text, sha256):
                 try:
-                    return self._module(key, text, sha256, path)
+                    return self._code(key, text, path)
                 except Exception as e:  # a stale or broken entry: rebuild it, keep going
                     _log_warning("rtcompile: cached parser %s failed to load (%s); rebuilding", path, e)
             else:
                 _log_warning("rtcompile: cache entry %s is not a file written for this key; rebuilding", path)
-        lowered = lower()
-        text = with_header(key, api.generate(lowered))
+        text = with_header(key, build())
         try:
             self.fs.write_atomic(path, text)
         except OSError as e:
             self._warn(f"cannot write to the cache directory {self.directory}: {e}")
-            return api.module_from_source(text, sha256)
-        return self._module(key, text, sha256, path)
+            return compile_in_memory(text, sha256)
+        return self._code(key, text, path)
 
-    def _module(self, key: str, text: str, sha256: str, path: Path) -> types.ModuleType:
-        """Run a verified entry: its cached code if that is valid for it, else the compiled source
-        (then kept beside it for the next process; no harm done if that cannot be written)."""
+    def _code(self, key: str, text: str, path: Path) -> types.CodeType:
+        """A verified entry's code: its cached code if that is valid for it, else the compiled
+        source (then kept beside it for the next process; no harm done if that cannot be written)."""
         filename = str(path)
         code_path = self.code_path_for(key)
         data = self.fs.read_bytes(code_path)
@@ -322,7 +326,7 @@ class Cache:
                 self.fs.write_atomic(code_path, code_header(key, text, payload) + payload)
             except OSError:
                 pass
-        return api.module_from_code(code, sha256)
+        return code
 
     def stats(self) -> tuple[list[Path], int]:
         """The entries, and the bytes they take with their compiled code."""

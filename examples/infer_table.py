@@ -61,9 +61,9 @@ def chat_templates_dir(explicit: str | None = None) -> Path:
 
 
 def measure(label, file_name, bundled_name, variables, directory: Path, examples: int, parsers=("rtcompile",)) -> dict:
-    from rtcompile import infer as infer_module
-    from rtcompile import verify as verify_module
-    from rtcompile.chat_render import ChatRenderer, load_chat_template
+    from rtcompile.authoring import infer as infer_module
+    from rtcompile.authoring import verify as verify_module
+    from rtcompile.authoring.chat_render import ChatRenderer, load_chat_template
     from rtcompile.library import template_for, template_names
 
     renderer = ChatRenderer(load_chat_template(directory / file_name), variables)

@@ -14,7 +14,7 @@ import time
 
 import rtcompile
 from rtcompile.library import template_for
-from rtcompile.runtime.openai_stream import OpenAIStream
+from rtcompile.integrations.openai_stream import OpenAIStream
 
 PREFIX = "<|im_start|>user\nWeather and docs, please.<|im_end|>\n<|im_start|>assistant\n"
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import rtcompile
 from rtcompile.api import read_template
-from rtcompile.runtime.openai_stream import OpenAIStream, accumulate_deltas, completion_chunk
+from rtcompile.integrations.openai_stream import OpenAIStream, accumulate_deltas, completion_chunk
 
 DEFAULT_PREFIX = (
     "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n<think>\n"

@@ -1,0 +1,831 @@
+"""Derive a response template from a chat template, by rendering probes and comparing the renders.
+
+Nothing here knows a model family. The chat template renders probe conversations whose values are
+sentinels (texts and names that occur nowhere else), and each part of the response template is
+read off where the sentinels land:
+
+- the generation prompt (what `add_generation_prompt` adds) and, after a tool result, the prompt's
+  last token: the start anchors; a reasoning block the prompt opens (or opens and closes) stays
+  after the anchor so the parser reads it from the prefix;
+- the text before and after the reasoning sentinel: the reasoning delimiters;
+- the text before the answer sentinel (a content opener, when there is one) and after it: where
+  an assistant turn ends (the same rule `verify` uses to cut a rendered turn);
+- one call and two calls: where each call sits (by its name and its argument values), so the
+  text around a call, the text between two calls and the text around all of them are the call's
+  own delimiters, the separator and the section delimiters;
+- the argument syntax, by trying each content parser on the text of the call and keeping the one
+  that gives the arguments back: a JSON list of calls, a Python-style call list, a JSON object
+  holding name and arguments, a JSON object of arguments (also with unquoted keys and custom
+  string delimiters, as Gemma writes them), or repeated key/value markup (XML-style tags,
+  key/value lines).
+
+What cannot be derived is reported part by part, and the template is written without it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import regex as re
+
+from . import verify as v
+from .chat_render import ChatRenderer, RenderError, RenderTimeout
+
+PROBE_CALL = v.function_call("probe_lookup", {"probe_city": "Zanzibarville", "probe_days": 7})
+PROBE_CALL_2 = v.function_call("probe_search", {"probe_query": "Quuxfield", "probe_flag": True})
+PROBE_REASONING = "Pondering the probe question carefully."
+PROBE_ANSWER = "Probe answer sentinel."
+CALL_TRANSFORM = {"type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}}
+
+
+@dataclass
+class Part:
+    name: str
+    status: str  # "derived", "guessed", "not derived"
+    detail: str
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Inference:
+    template: dict
+    parts: list[Part] = field(default_factory=list)
+    turn_ends: list[str] = field(default_factory=list)  # where an answer turn ends
+
+    def note(self, name: str, status: str, detail: str) -> None:
+        part = Part(name, status, detail)
+        if part not in self.parts:
+            self.parts.append(part)
+
+    def format_text(self) -> str:
+        lines = ["inferred parts:"]
+        for part in self.parts:
+            lines.append(f"  {part.name:<16} {part.status:<12} {part.detail}")
+        return "\n".join(lines)
+
+
+# ---- regex building ------------------------------------------------------------------------------
+
+
+def literal_pattern(text: str) -> str:
+    """A literal with every whitespace run loosened to \\s* (models vary spacing; templates too)."""
+    out = []
+    for piece in re.split(r"(\s+)", text):
+        if not piece:
+            continue
+        out.append(r"\s*" if piece.isspace() else re.escape(piece))
+    pattern = "".join(out)
+    while r"\s*\s*" in pattern:
+        pattern = pattern.replace(r"\s*\s*", r"\s*")
+    return pattern
+
+
+def _stop_class(following: str, extra: str = "") -> str:
+    """A character class for a captured name: anything but what follows it, `<` and whitespace."""
+    stops = set(extra + "<")
+    if following and not following[0].isspace():  # (whitespace is excluded by \s already)
+        stops.add(following[0])
+    body = "".join(re.escape(c) if c not in "\\]^-" else "\\" + c for c in sorted(stops))
+    return f"[^{body}\\s]+"
+
+
+def tokens_in(text: str) -> list[str]:
+    """The token-like pieces of `text` in order; text that has none is one piece (stripped)."""
+    found = [m.group() for m in MARKUP_RE.finditer(text)]
+    if found:
+        return found
+    return [text.strip()] if text.strip() else []
+
+
+def _unique(items: list[str]) -> list[str]:
+    return [item for item in dict.fromkeys(items) if item]
+
+
+def _literal_or_list(items: list[str]) -> str | list[str]:
+    return items[0] if len(items) == 1 else items
+
+
+# ---- probing -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Probe:
+    prompt: str
+    generation: str | None  # what the model writes, as verify cuts it
+    turn: str = ""  # the finished assistant turn as rendered, generation prompt included
+    error: str | None = None
+
+
+class Prober:
+    def __init__(self, renderer: ChatRenderer, conventions: v.Conventions):
+        self.renderer = renderer
+        self.conventions = conventions
+
+    def probe(self, message: dict, history: list[dict] | None = None) -> Probe:
+        history = history or [v._user("What is the weather in Paris?")]
+        case = v.Case("probe", "probe", history, message)
+        tools = v.tools_for(history + [message])
+        conversation = v.to_chat_conversation(history, None, self.conventions)
+        try:
+            prompt = self.renderer.render(conversation, tools=tools, add_generation_prompt=True)
+            base = self.renderer.render(conversation, tools=tools, add_generation_prompt=False)
+            full = self.renderer.render(
+                v.to_chat_conversation(history, message, self.conventions), tools=tools, add_generation_prompt=False
+            )
+        except RenderError as e:
+            return Probe("", None, error=str(e))
+        turn = full[v.common_prefix_length(base, full) :]
+        rendered = v.render_turn(self.renderer, case, self.conventions, tools)
+        if rendered.generation is not None:
+            return Probe(prompt, rendered.generation, turn)
+        # The finished turn departs from the prompt: keep what it renders from there on.
+        at = _split_at_tokens(full, v.common_prefix_length(prompt, full))
+        return Probe(prompt, full[at:].rstrip() or None, turn, error=rendered.unrenderable)
+
+    def generation_prompt(self, history: list[dict]) -> tuple[str, str]:
+        """(prompt, what add_generation_prompt adds); when it adds nothing, the prompt's last token."""
+        tools = v.tools_for(history)
+        conversation = v.to_chat_conversation(history, None, self.conventions)
+        prompt = self.renderer.render(conversation, tools=tools, add_generation_prompt=True)
+        base = self.renderer.render(conversation, tools=tools, add_generation_prompt=False)
+        added = prompt[len(base) :] if prompt.startswith(base) and prompt != base else ""
+        if not added:
+            stripped = prompt.rstrip()
+            ends = [m for m in MARKUP_RE.finditer(stripped) if m.end() == len(stripped)]
+            added = prompt[ends[-1].start() :] if ends else ""
+        return prompt, added
+
+
+# ---- the parts -----------------------------------------------------------------------------------
+
+
+_OPENER_PIECE = re.compile(r"(?:" + v.MARKUP_RE.pattern + r"|[^\s<>\[\]|]+)\Z")
+
+
+def opener_before(text: str, at: int, anchors: list[str]) -> str:
+    """The markup right before position `at`: tokens and the words glued to them, back to the
+    previous whitespace, less a generation prompt it starts with."""
+    end = at
+    while end > 0 and text[end - 1].isspace():
+        end -= 1
+    start = end
+    while start > 0:
+        match = _OPENER_PIECE.search(text, 0, start)
+        if not match or match.start() == start:
+            break
+        start = match.start()
+    opener = text[start:end]
+    for anchor in sorted(anchors, key=len, reverse=True):
+        if anchor and opener.startswith(anchor.strip()) and opener != anchor.strip():
+            opener = opener[len(anchor.strip()) :]
+            break
+    return opener.strip()
+
+
+MARKUP_RE = v.MARKUP_RE  # markup a boundary must not cut
+
+
+def _split_at_tokens(text: str, boundary: int) -> int:
+    """Move `boundary` back to the start of the markup of `text` that it would cut in two (a
+    whole token or tag, or one still open at the boundary)."""
+    for match in MARKUP_RE.finditer(text):
+        if match.start() < boundary < match.end():
+            return match.start()
+    before = text[:boundary]
+    for opening, closing in (("<", ">"), ("[", "]")):
+        if before.rfind(opening) > before.rfind(closing):
+            return before.rfind(opening)
+    return boundary
+
+
+def _strip_empty_block(text: str, reasoning: tuple[str, str] | None) -> str:
+    if reasoning:
+        # An empty block, or a bare close (a finished turn that closes what the prompt opened).
+        pattern = r"\A\s*(?:" + literal_pattern(reasoning[0]) + r")?\s*" + literal_pattern(reasoning[1]) + r"\s*"
+        return re.sub(pattern, "", text)
+    return text
+
+
+def _json_values(text: str) -> list[tuple[int, int, Any]]:
+    """Every JSON value starting at a `{` or `[` of `text`: (start, end, value)."""
+    decoder = json.JSONDecoder()
+    out = []
+    for start, char in enumerate(text):
+        if char in "{[":
+            try:
+                value, end = decoder.raw_decode(text, start)
+            except ValueError:
+                continue
+            out.append((start, end, value))
+    return out
+
+
+def _value_texts(value: Any) -> list[str]:
+    """How a chat template may write an argument value: Python str(), JSON, lower-case booleans."""
+    texts = [json.dumps(value, ensure_ascii=False), str(value)]
+    if isinstance(value, bool):
+        texts.append(str(value).lower())
+    if isinstance(value, str):
+        texts.insert(0, value)
+    return _unique(texts)
+
+
+@dataclass
+class CallShape:
+    """One call's rendering split around its name and arguments."""
+
+    start: int  # where the call's own text starts (its name, or the JSON object holding it)
+    end: int  # where its arguments end
+    open_pattern: str  # from `start` up to the arguments, with name/id groups
+    content: str
+    content_args: dict
+    transform: dict
+    content_span: tuple[int, int]
+
+
+def _find_id_pattern(
+    text: str, given_ids: list[str], name: str, following: str, capture_name: bool = True
+) -> tuple[str | None, str]:
+    """If a given call id is rendered in `text`: a pattern for ids like it, and the id found. An id
+    holding the name (Kimi's functions.NAME:0) keeps its shape, its other parts optional; any
+    other id is whatever runs up to the markup that follows it (models write their own ids)."""
+    for given in given_ids:
+        if given and given in text:
+            if capture_name and name in given:
+                before, _, after = given.partition(name)
+                name_class = _stop_class(after or following, ":")
+                loosened = "".join(r"\d+" if piece.isdigit() else re.escape(piece) for piece in re.split(r"(\d+)", after) if piece)
+                pattern = (f"(?:{re.escape(before)})?" if before else "") + f"(?P<name>{name_class})"
+                pattern += f"(?:{loosened})?" if after else ""
+                return f"(?P<id>{pattern})", given
+            return f"(?P<id>{_stop_class(following)})", given
+    return None, ""
+
+
+def _call_shape(text: str, call: dict, given_ids: list[str], parsers) -> CallShape | None:
+    name = call["function"]["name"]
+    arguments = call["function"]["arguments"]
+    at = text.find(name)
+    if at < 0:
+        return None
+    # A JSON object holding the name and the arguments (Hermes / Qwen3 / Llama 3).
+    for start, end, value in _json_values(text):
+        if isinstance(value, dict) and start <= at < end:
+            name_keys = [k for k, item in value.items() if item == name]
+            argument_keys = [k for k, item in value.items() if item == arguments or _loads(item) == arguments]
+            if name_keys and argument_keys:
+                if set(value) == {"name", "arguments"} and value["arguments"] == arguments:
+                    transform = {"type": "function", "function": "{content}"}
+                else:
+                    transform = {
+                        "type": "function",
+                        "function": {"name": f"{{content.{name_keys[0]}}}", "arguments": f"{{content.{argument_keys[0]}}}"},
+                    }
+                return CallShape(start, end, "", "json", {}, transform, (start, end))
+    # The arguments after the name, in some syntax; the text between is the rest of the opener.
+    after_name = at + len(name)
+    candidates = []
+    for start, end, value in _json_values(text):
+        if start >= after_name and value == arguments:
+            candidates.append((start, end, {}))
+            break
+    if not candidates:
+        candidates.extend(_dialect_candidates(text, after_name, arguments, parsers))
+    if candidates:
+        start, end, content_args = candidates[0]
+        between = text[after_name:start]
+        return _named_shape(text, at, name, between, given_ids, start, end, "json", content_args)
+    return _markup_shape(text, at, name, arguments, given_ids, parsers)
+
+
+def _loads(item: Any) -> Any:
+    if isinstance(item, str):
+        try:
+            return json.loads(item)
+        except ValueError:
+            return None
+    return None
+
+
+def _named_shape(text, at, name, between, given_ids, start, end, content, content_args) -> CallShape:
+    id_pattern, given = _find_id_pattern(text[max(0, at - 40) : start], given_ids, name, between)
+    id_at = text.rfind(given, 0, start) if given else -1
+    if id_pattern and given and name in given and id_at <= at < id_at + len(given):
+        # The name is written only inside the id (functions.NAME:0): the opener is built around it.
+        prefix_start = id_at
+        opener = id_pattern + literal_pattern(text[id_at + len(given) : start])
+        return CallShape(prefix_start, end, opener, content, content_args,
+                         {"id": "{id}", **CALL_TRANSFORM_CONTENT}, (start, end))
+    opener = f"(?P<name>{_stop_class(between or text[start : start + 1])})"
+    transform = dict(CALL_TRANSFORM_CONTENT)
+    id_at = between.find(given) if given else -1
+    if id_at >= 0:
+        after_id = between[id_at + len(given) :]
+        id_pattern, _ = _find_id_pattern(between, [given], name, after_id or text[start : start + 1], capture_name=False)
+        opener += literal_pattern(between[:id_at]) + id_pattern + literal_pattern(after_id)
+        transform = {"id": "{id}", **transform}
+    else:
+        opener += literal_pattern(between)
+    return CallShape(at, end, opener, content, content_args, transform, (start, end))
+
+
+CALL_TRANSFORM_CONTENT = {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}}
+
+
+def _dialect_candidates(text: str, after_name: int, arguments: dict, parsers) -> list:
+    """Arguments as a JSON-like object with unquoted keys and strings between custom markers."""
+    brace = text.find("{", after_name)
+    if brace < 0 or not arguments:
+        return []
+    string_values = [value for value in arguments.values() if isinstance(value, str)]
+    delims = []
+    for value in string_values:
+        at = text.find(value, brace)
+        if at < 0:
+            continue
+        colon = text.rfind(":", brace, at)
+        left = text[colon + 1 : at] if colon >= 0 else ""
+        right = ""
+        for stop in range(at + len(value), min(len(text), at + len(value) + 20)):
+            if text[stop] in ",}":
+                right = text[at + len(value) : stop]
+                break
+        if left and right:
+            delims = [[left, right]]
+        break
+    for args in ({"unquoted_keys": True, **({"string_delims": delims} if delims else {})},):
+        for close in [m.start() for m in re.finditer(r"\}", text[brace:])]:
+            body = text[brace : brace + close + 1]
+            try:
+                if parsers["json"](body, args) == arguments:
+                    return [(brace, brace + close + 1, args)]
+            except ValueError:
+                continue
+    return []
+
+
+def _markup_shape(text: str, at: int, name: str, arguments: dict, given_ids, parsers) -> CallShape | None:
+    """Arguments as repeated key/value markup: <parameter=K>V</parameter>, <arg_key>K</arg_key>
+    <arg_value>V</arg_value>, K: V lines. Needs two arguments to tell a unit's two ends apart."""
+    keys = list(arguments)
+    if len(keys) < 2:
+        return None
+    # In the order the template writes them (some sort the keys).
+    keys.sort(key=lambda k: (text.find(k, at + len(name)) < 0, text.find(k, at + len(name))))
+    spans = []
+    position = at + len(name)
+    for key in keys:
+        key_at = text.find(key, position)
+        if key_at < 0:
+            return None
+        for candidate in _value_texts(arguments[key]):
+            value_at = text.find(candidate, key_at + len(key))
+            if value_at >= 0:
+                break
+        else:
+            return None
+        spans.append((key_at, key_at + len(key), value_at, value_at + len(candidate)))
+        position = value_at + len(candidate)
+    middles = _unique([text[span[1] : span[2]] for span in spans])
+    middle = middles[0]
+    inter = text[spans[0][3] : spans[1][0]]
+    close_tag = inter.find(">")
+    right, left = (inter[: close_tag + 1], inter[close_tag + 1 :]) if close_tag >= 0 else ("", inter)
+    if not left.strip() and not right.strip():
+        # key/value lines: no markup around a unit, a separator between key and value.
+        separator = middle.strip() or middle
+        if not separator or "\n" not in inter:
+            return None
+        content, content_args = "kv-lines", {"kv_sep": separator}
+        units_start, units_end = spans[0][0], spans[-1][3]
+    else:
+        key_class = _stop_class(middle)
+        # The markup between key and value may depend on the value's type (string="true").
+        between = literal_pattern(middle) if len(middles) == 1 else "(?:" + "|".join(literal_pattern(m) for m in middles) + ")"
+        tag_pattern = (
+            literal_pattern(left.lstrip()) + f"(?P<key>{key_class})" + between
+            + "(?P<value>.*?)" + literal_pattern(right)
+        )
+        content, content_args = "xml-inline", {"tag_pattern": tag_pattern}
+        units_start = spans[0][0] - len(left.lstrip())
+        units_end = spans[-1][3] + len(right)
+        if text[units_start : spans[0][0]] != left.lstrip() or text[spans[-1][3] : units_end] != right:
+            return None
+    try:
+        parsed = parsers[content](text[units_start:units_end], content_args)
+    except ValueError:
+        return None
+    if set(parsed) != set(keys):
+        return None
+    between = text[at + len(name) : units_start]
+    return _named_shape(text, at, name, between, given_ids, units_start, units_end, content, content_args)
+
+
+def _call_list(text: str, calls: list[dict], parsers) -> tuple[int, int, str, dict] | None:
+    """All calls in one JSON list of objects, or in one Python-style call list."""
+    names = [call["function"]["name"] for call in calls]
+    arguments = [call["function"]["arguments"] for call in calls]
+    for start, end, value in _json_values(text):
+        if isinstance(value, list) and len(value) == len(calls) and all(isinstance(item, dict) for item in value):
+            first = value[0]
+            name_keys = [k for k, item in first.items() if item == names[0]]
+            argument_keys = [k for k, item in first.items() if item == arguments[0] or _loads(item) == arguments[0]]
+            if name_keys and argument_keys:
+                transform = {
+                    "type": "function",
+                    "function": {"name": f"{{{name_keys[0]}}}", "arguments": f"{{{argument_keys[0]}}}"},
+                }
+                return start, end, "json", transform
+    for start in [m.start() for m in re.finditer(r"\[", text)]:
+        for end in [start + m.end() for m in re.finditer(r"\]", text[start:])]:
+            try:
+                parsed = parsers["python-call-list"](text[start:end], {})
+            except (ValueError, KeyError):
+                continue
+            if [p["name"] for p in parsed] == names and [p["arguments"] for p in parsed] == arguments:
+                return start, end, "python-call-list", dict(CALL_TRANSFORM)
+    return None
+
+
+def _common_suffix(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
+        n += 1
+    return n
+
+
+def _content_parsers() -> dict:
+    from transformers.utils.chat_parsing.content_parsers import CONTENT_PARSERS
+
+    return CONTENT_PARSERS
+
+
+def infer(renderer: ChatRenderer) -> Inference:
+    """Derive a response template from the renders of `renderer`'s chat template (module doc)."""
+    parsers = _content_parsers()
+    conventions, notes = v.discover_conventions(renderer)
+    prober = Prober(renderer, conventions)
+    result = Inference(template={})
+    for note in notes:
+        result.note("chat template", "note", note)
+    prompt, prompts_added = _generation_prompts(prober)
+    reasoning = _infer_reasoning(prober, prompts_added, result)
+    anchors = _start_anchors(prompt, prompts_added, reasoning, result)
+    content_field, content_closes = _infer_content(prober, anchors, reasoning, result)
+    try:
+        calls_field, section_tokens = _infer_calls(prober, reasoning, content_field, parsers, result)
+    except (ValueError, IndexError, KeyError, TypeError, re.error) as e:
+        # A chat template unlike any probe here must still get the rest of its template.
+        result.note("tool_calls", "not derived", f"the call renders defeat the analysis ({type(e).__name__}: {e})")
+        calls_field, section_tokens = None, []
+    _close_content(content_field, _unique(content_closes + section_tokens), result)
+    fields: dict[str, dict] = {}
+    if reasoning:
+        fields["reasoning_content"] = {"open": reasoning[0], "close": reasoning[1], "content": "text"}
+    if calls_field:
+        fields["tool_calls"] = calls_field
+    fields["content"] = content_field
+    result.template["defaults"] = {"role": "assistant"}
+    result.template["fields"] = fields
+    _drop_what_the_validators_reject(result)
+    return result
+
+
+def _generation_prompts(prober: Prober) -> tuple[str, list[str]]:
+    """The prompt of a one-question conversation, and what the generation prompt adds there and
+    after a tool result."""
+    question = [v._user("What is the weather in Paris?")]
+    after_tool = question + [
+        {"role": "assistant", "tool_calls": [PROBE_CALL]},
+        {"role": "tool", "name": "probe_lookup", "content": "Probe result."},
+    ]
+    try:
+        prompt, added = prober.generation_prompt(question)
+    except RenderError as e:
+        raise RenderError(f"the chat template cannot render a conversation of one user message: {e}") from None
+    prompts_added = [added]
+    try:
+        prompts_added.append(prober.generation_prompt(after_tool)[1])
+    except RenderError:
+        pass  # a template without tool results: the other anchor is enough
+    return prompt, prompts_added
+
+
+def _infer_reasoning(prober: Prober, prompts_added: list[str], result: Inference) -> tuple[str, str] | None:
+    """(open, close) from the markup around the reasoning sentinel, in an answer or a call turn."""
+    for message in (
+        {"role": "assistant", "reasoning_content": PROBE_REASONING, "content": PROBE_ANSWER},
+        {"role": "assistant", "reasoning_content": PROBE_REASONING, "tool_calls": [PROBE_CALL]},
+    ):
+        turn = prober.probe(message).turn
+        if PROBE_REASONING not in turn:
+            continue
+        at = turn.find(PROBE_REASONING)
+        opener = opener_before(turn, at, prompts_added)
+        tail = turn[at + len(PROBE_REASONING) :]
+        closer = tokens_in(tail.split(PROBE_ANSWER)[0] if PROBE_ANSWER in tail else tail)
+        if opener and closer:
+            result.note("reasoning", "derived", f"{opener!r} ... {closer[0]!r}")
+            return opener, closer[0]
+    # Never rendered, but a prompt that opens (or opens and closes) an XML-like tag shows it.
+    tag = re.search(r"<([A-Za-z_][\w\-]*)>\s*\Z", prompts_added[0]) or re.search(
+        r"<([A-Za-z_][\w\-]*)>\s*</\1>\s*\Z", prompts_added[0]
+    )
+    if tag:
+        reasoning = (f"<{tag.group(1)}>", f"</{tag.group(1)}>")
+        result.note(
+            "reasoning", "guessed",
+            f"the chat template never renders reasoning, but the prompt opens {reasoning[0]!r}; "
+            f"closing it with {reasoning[1]!r} by the XML convention",
+        )
+        return reasoning
+    result.note("reasoning", "not derived", "the chat template renders no reasoning in any probe")
+    return None
+
+
+def _start_anchors(prompt: str, prompts_added: list[str], reasoning, result: Inference) -> list[str]:
+    """The generation prompts, less a reasoning block they open: the parser reads that block
+    from the prefix, after the anchor."""
+    anchors = []
+    for text in prompts_added:
+        at = text.find(reasoning[0]) if reasoning else -1
+        if at > 0:
+            block = text[at:]
+            opened = "opens and closes an empty reasoning block" if reasoning[1] in block else "opens the reasoning"
+            result.note("prefilled", "derived", f"the generation prompt {opened} ({block!r}); the parser reads it from the prefix")
+            text = text[:at]
+        if text.strip():
+            anchors.append(text)
+    anchors = _unique(anchors)
+    if anchors:
+        result.template["start_anchor"] = _literal_or_list(anchors)
+        result.note("start_anchor", "derived", ", ".join(repr(a) for a in anchors))
+    else:
+        result.template["start_anchor"] = prompt[-1:] or "\n"
+        result.note("start_anchor", "not derived", "the prompt ends with nothing token-like; using its last character")
+    return anchors
+
+
+def _infer_content(prober: Prober, anchors: list[str], reasoning, result: Inference) -> tuple[dict, list[str]]:
+    """The content field's opener (the markup before the answer, less an empty reasoning block)
+    and the markers that end it."""
+    content_field: dict[str, Any] = {"content": "text"}
+    closes: list[str] = []
+    answer = prober.probe({"role": "assistant", "content": PROBE_ANSWER})
+    text = answer.turn
+    for anchor in sorted(anchors, key=len, reverse=True):
+        if text.startswith(anchor):
+            text = text[len(anchor) :]
+            break
+    if PROBE_ANSWER not in text:
+        result.note("content", "not derived", f"the answer probe did not render ({answer.error})")
+        return content_field, closes
+    at = text.find(PROBE_ANSWER)
+    before = _strip_empty_block(text[:at], reasoning)
+    if reasoning and before != text[:at] and reasoning[1] in text[:at]:
+        # The answer follows a closed (empty) reasoning block: its close must not become content.
+        closes.append(reasoning[1])
+    opener = opener_before(before, len(before), anchors) if before.strip() else ""
+    if opener:
+        content_field["open"] = opener
+    generation = answer.generation or text
+    end = tokens_in(generation[generation.rfind(PROBE_ANSWER) + len(PROBE_ANSWER) :])
+    closes.extend(end[:1])
+    result.turn_ends = end[:1]
+    result.note(
+        "content", "derived",
+        (f"opens with {opener!r}, " if opener else "implicit, ")
+        + (f"the turn ends at {end[0]!r}" if end else "the turn ends with the generation (no end marker rendered)"),
+    )
+    return content_field, closes
+
+
+def _close_content(content_field: dict, closes: list[str], result: Inference) -> None:
+    if not closes:
+        return
+    if "open" in content_field:
+        content_field["close"] = _literal_or_list(closes)
+    else:
+        # Whitespace before the end belongs to no field: an implicit region must not reopen for it
+        # (a second, empty content would replace the first).
+        content_field["close_pattern"] = r"\s*(?:" + "|".join(re.escape(c) for c in closes) + ")"
+    also = [c for c in closes if c not in result.turn_ends]
+    if also:
+        result.note("content", "derived", "also closed by " + ", ".join(repr(c) for c in also) + " (call sections, closed reasoning)")
+
+
+def _drop_what_the_validators_reject(result: Inference) -> None:
+    """Keep the template valid: a field either validator rejects is left out, and said so."""
+    fields = result.template["fields"]
+    for name in ("tool_calls", "reasoning_content"):
+        try:
+            validate(result.template)
+            return
+        except (ValueError, TypeError) as e:
+            if name in fields:
+                del fields[name]
+                result.note(name, "not derived", f"left out: the validator rejects what was derived ({e})")
+
+
+def _turn_start(reasoning: tuple[str, str] | None) -> str:
+    """Where a call with no opener of its own can start: the start of the turn, or right after
+    the reasoning (anywhere else it could not be told from content)."""
+    if reasoning:
+        return r"(?:^|(?<=" + re.escape(reasoning[1]) + "))"
+    return "^"
+
+
+def _infer_calls(prober: Prober, reasoning, content_field, parsers, result: Inference) -> tuple[dict | None, list[str]]:
+    one = prober.probe({"role": "assistant", "tool_calls": [PROBE_CALL]})
+    two = prober.probe({"role": "assistant", "tool_calls": [PROBE_CALL, PROBE_CALL_2]})
+    g1 = _strip_empty_block(one.generation or "", reasoning)
+    if "probe_lookup" not in g1:
+        result.note("tool_calls", "not derived", "the chat template renders no tool call" + (f" ({one.error})" if one.error else ""))
+        return None, []
+    g2 = _strip_empty_block(two.generation or "", reasoning)
+    parallel = "probe_lookup" in g2 and "probe_search" in g2
+    if not parallel:
+        result.note("parallel calls", "not derived", "the chat template renders only one call per turn" + (f" ({two.error})" if two.error else ""))
+    given = [v.call_id(prober.conventions, 9, i, c["function"]["name"]) for i, c in enumerate([PROBE_CALL, PROBE_CALL_2])]
+
+    listed = _call_list(g2, [PROBE_CALL, PROBE_CALL_2], parsers) if parallel else None
+    if listed:
+        return _list_field(g2, listed, reasoning, result)
+    listed = _call_list(g1, [PROBE_CALL], parsers)
+    if listed:
+        return _list_field(g1, listed, reasoning, result)
+    return _per_call_field(g1, g2 if parallel else None, given, reasoning, content_field, parsers, result)
+
+
+def _list_field(text: str, listed, reasoning, result: Inference) -> tuple[dict, list[str]]:
+    """One region holding every call: a JSON list or a Python-style call list."""
+    start, end, content, transform = listed
+    lead = text[:start]
+    after = tokens_in(text[end:])
+    field: dict[str, Any] = {"content": content, "transform": transform, "transform_each": True}
+    if lead.strip():
+        field["open_pattern"] = r"\s*" + literal_pattern(lead.strip())
+    else:
+        lookahead = r"\[\s*\{" if content == "json" else r"\[\s*[A-Za-z_][\w.\-]*\s*\(\s*(?:\)|[A-Za-z_]\w*\s*=)"
+        field["open_pattern"] = _turn_start(reasoning) + r"\s*(?=" + lookahead + ")"
+    if after:
+        field["close"] = after[0]
+    result.note("tool_calls", "derived", f"all calls in one {content} list after {lead.strip()!r}, closed by {after[:1]}")
+    return field, after[:2]
+
+
+def _per_call_field(g1: str, g2: str | None, given, reasoning, content_field, parsers, result) -> tuple[dict | None, list[str]]:
+    """One region per call: the text shared by the run-up to the first call and the text
+    between two calls is each call's opener; what is left before is the section's opener, and
+    likewise at the other end."""
+    parallel = g2 is not None
+    shape1 = _call_shape(g1, PROBE_CALL, given, parsers)
+    if shape1 is None:
+        result.note("tool_calls", "not derived", f"no argument syntax reproduces the probe's arguments from {g1[:120]!r}")
+        return None, []
+    shape2a = shape2b = None
+    if parallel:
+        shape2a = _call_shape(g2, PROBE_CALL, given, parsers)
+        if shape2a:
+            rest = g2[shape2a.end :]
+            shape2b = _call_shape(rest, PROBE_CALL_2, given[1:] + given, parsers)
+    lead1, trail1 = g1[: shape1.start], g1[shape1.end :]
+    if shape2a and shape2b:
+        inter = g2[shape2a.end : shape2a.end + shape2b.start]
+        trail = g2[shape2a.end + shape2b.end :]
+        per_open = inter[len(inter) - _common_suffix(inter, lead1) :]
+        close_end = _split_at_tokens(inter, v.common_prefix_length(inter, trail))
+        per_close = inter[:close_end]
+        open_start = len(inter) - len(per_open)
+        for match in MARKUP_RE.finditer(inter):
+            if match.start() < open_start < match.end():
+                open_start = match.end()  # the shared text starts inside a token: keep it whole
+        per_open = inter[max(open_start, close_end) :] if per_open else per_open
+        if len(per_open) + len(per_close) > len(inter):
+            per_open = inter[len(per_close) :]
+        separator = inter[len(per_close) : len(inter) - len(per_open)]
+    else:
+        per_open, separator = lead1, ""
+        closing = tokens_in(trail1)
+        per_close = trail1[: trail1.find(closing[0]) + len(closing[0])] if closing else ""
+    section_open = lead1[: len(lead1) - len(per_open)] if lead1.endswith(per_open) else ""
+    section_rest = trail1[len(per_close) :] if trail1.startswith(per_close) else trail1
+    section_tokens = tokens_in(section_rest)
+    if content_field.get("open") and per_open.strip().startswith(content_field["open"]):
+        per_open = per_open.strip()[len(content_field["open"]) :]
+    open_pattern = r"\s*"
+    if separator.strip():
+        open_pattern += "(?:" + literal_pattern(separator.strip()) + r")?\s*"
+    if section_open.strip():
+        open_pattern += "(?:" + literal_pattern(section_open.strip()) + r")?\s*"
+    if per_open.strip():
+        open_pattern += literal_pattern(per_open.strip())
+    elif shape1.open_pattern == "":
+        # No opener at all (Llama 3 writes the JSON bare): a call only where the turn starts.
+        start_text = g1[shape1.start : g1.find('"', shape1.start) + 1 or shape1.start + 1]
+        open_pattern = _turn_start(reasoning) + r"\s*(?=" + literal_pattern(start_text) + ")"
+    else:
+        # A bare name before the arguments: only where the turn starts, and only when the
+        # arguments follow, or every word of an answer would open a call.
+        open_pattern = _turn_start(reasoning) + r"\s*"
+        shape1.open_pattern += "(?=" + re.escape(g1[shape1.content_span[0]]) + ")"
+    open_pattern += shape1.open_pattern
+    field = {"open_pattern": open_pattern}
+    if per_close.strip():
+        field["close_pattern"] = r"\s*" + literal_pattern(per_close.strip())
+    elif per_open.strip():
+        ends = "|".join(re.escape(t) for t in section_tokens[:1])
+        field["close_pattern"] = "(?=" + literal_pattern(per_open.strip()) + ")" + (f"|{ends}" if ends else "")
+    elif section_tokens:
+        field["close"] = section_tokens[0]
+    field.update({"repeats": True, "content": shape1.content})
+    if shape1.content_args:
+        field["content_args"] = shape1.content_args
+    field["transform"] = shape1.transform
+    result.note(
+        "tool_calls", "derived",
+        f"each call {per_open.strip()!r}...{per_close.strip()!r}, arguments as {shape1.content}"
+        + (f" {shape1.content_args}" if shape1.content_args else "")
+        + (f", all calls inside {section_open.strip()!r}" if section_open.strip() else ""),
+    )
+    if parallel:
+        result.note("parallel calls", "derived", f"separated by {separator!r}" if shape2b else "rendered, but not split")
+    return field, section_tokens
+
+
+# ---- validation and the command line ----------------------------------------------------------------
+
+
+def validate(template: dict) -> None:
+    """The interpreter's own validator, then rtcompile's (both must accept what infer writes)."""
+    from transformers.utils.chat_parsing.response_templates import load_response_template
+
+    from rtcompile import frontend
+
+    load_response_template(template)
+    frontend.lower(template)
+
+
+def cli(argv: list[str]) -> int:
+    """python -m rtcompile infer CHAT_TEMPLATE|TOKENIZER_DIR [-o template.json] [--var NAME=VALUE]..."""
+    import argparse
+
+    from .chat_render import ChatTemplateError, load_chat_template
+
+    parser = argparse.ArgumentParser(
+        prog="python -m rtcompile infer",
+        description="Derive a response template from a chat template by rendering probes, then verify it.",
+    )
+    parser.add_argument("chat_template", metavar="CHAT_TEMPLATE|TOKENIZER_DIR")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the template here (default: stdout)")
+    v.add_chat_template_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        variables = v.read_variables(args.var)
+        chat_template = load_chat_template(args.chat_template, args.template_name)
+    except (ChatTemplateError, ValueError, OSError) as e:
+        raise v.UsageError(str(e)) from None
+    renderer = ChatRenderer(chat_template, variables, **({"timeout": args.timeout} if args.timeout else {}))
+    try:
+        try:
+            inference = infer(renderer)
+        except RenderTimeout as e:
+            raise v.UsageError(f"{args.chat_template}: {e}: the chat template does not finish (it may loop forever)") from None
+        except RenderError as e:
+            raise v.UsageError(f"{args.chat_template}: {e}") from None
+        try:
+            validate(inference.template)
+        except (ValueError, TypeError) as e:
+            inference.note("template", "invalid", f"the validator rejects the inferred template: {e}")
+            print(inference.format_text(), file=sys.stderr)
+            return 2
+        text = json.dumps(inference.template, indent=2, ensure_ascii=False) + "\n"
+        if args.output:
+            from rtcompile.cache import FileSystem
+
+            FileSystem().write_atomic(Path(args.output), text)
+        try:
+            report = v.verify(
+                inference.template, renderer, variables=variables, examples=args.examples,
+                template_label=args.output or "<inferred>",
+                parsers=v.PARSERS if args.interpreter else ("rtcompile",),
+            )
+        except RenderTimeout as e:
+            raise v.UsageError(f"{args.chat_template}: {e}: the chat template does not finish (it may loop forever)") from None
+    finally:
+        renderer.close()
+    if args.json:
+        print(json.dumps({"template": inference.template, "parts": [p.to_json() for p in inference.parts],
+                          "verify": report.to_json()}, indent=2, ensure_ascii=False))
+    else:
+        if not args.output:
+            print(text, end="")
+        print(inference.format_text(), file=sys.stderr if not args.output else sys.stdout)
+        print(report.format_text(), file=sys.stderr if not args.output else sys.stdout)
+    return 0 if report.ok else 1

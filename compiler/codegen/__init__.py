@@ -1,0 +1,466 @@
+"""Code generator: IR -> the source of a generated parser module.
+
+The module is rendered from the jinja2 templates in `compiler/codegen/`, formatted with black and
+compiled with `compile()` before anyone sees it, so a generator bug fails here, loudly, with the
+template's hash in the message.
+
+Safety rule: template text reaches the generated source only through `py_literal` (the `py` filter)
+or as an identifier we built ourselves (the `ident` filter). The jinja2 environment enforces it:
+`finalize` refuses any value that did not come out of one of those two filters (or out of a code
+fragment built here from such pieces), and undefined names are errors.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from rtcompile.frontend import canonical, ir
+from rtcompile.frontend.patterns import WHITESPACE
+from rtcompile.version import INTERPRETER_RELEASE, __version__
+
+RUNTIME_ABI = 6  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
+# Sets of first characters up to this size are checked with chained str.find; larger ones with
+# one character-class search.
+MAX_FIND_CHAIN = 2
+
+
+class Code(str):
+    """A fragment of generated Python that the generator built itself: safe to emit as is."""
+
+
+def py_literal(value: Any) -> Code:
+    """A Python literal for `value` (canonical.py_literal: reprs of plain data only)."""
+    return Code(canonical.py_literal(value))
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def ident(name: str) -> Code:
+    """An identifier built by the generator (never template text): checked, then emitted."""
+    if not isinstance(name, str) or not _IDENT.match(name) or name.startswith("__"):
+        raise ValueError(f"not a safe generated identifier: {name!r}")
+    return Code(name)
+
+
+def slug(name: str, limit: int = 24) -> str:
+    """A readable, ASCII-only hint of a field's name for function names (uniqueness comes from the
+    field's index, which always precedes it)."""
+    text = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+    return text[:limit].rstrip("_")
+
+
+def _finalize(value: Any) -> Any:
+    if isinstance(value, Code):
+        return value
+    raise TypeError(f"refusing to emit {type(value).__name__} {value!r} without the py or ident filter")
+
+
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(Path(__file__).parent)),
+    undefined=jinja2.StrictUndefined,
+    finalize=_finalize,
+    autoescape=False,
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_ENV.filters["py"] = py_literal
+_ENV.filters["ident"] = ident
+
+
+# ---- the model the templates render ------------------------------------------------------------
+
+
+@dataclass
+class Watch:
+    """One delimiter watched in one parser state."""
+
+    kind: str  # ir.OPEN or ir.CLOSE
+    field: ir.Field
+    delimiter: ir.Delimiter
+    rank: int  # tie-break order among equal (start, length): opens first, then by field name
+    const: str  # name of the module-level constant holding its pattern or literals
+
+    @property
+    def is_open(self) -> bool:
+        return self.kind == ir.OPEN
+
+    @property
+    def wants_match(self) -> bool:
+        """Named groups are read: an open's become the region's captures, and a close's join them
+        (winning over the open's, as in transformers 5.24.0)."""
+        return bool(self.delimiter.group_names)
+
+    @property
+    def rechecks_before_edge(self) -> bool:
+        """A complete match ending before the buffer's end is re-checked (may it still change?):
+        not when no text appended can change it (patterns.match_is_final)."""
+        return self.delimiter.reads_past_match and not self.delimiter.final
+
+    @property
+    def searched_as_literals(self) -> bool:
+        """Literal delimiters, and patterns that are a lead run then a literal (ir.LiteralRun)."""
+        return self.delimiter.literals is not None or self.delimiter.literal_run is not None
+
+    @property
+    def windowed(self) -> bool:
+        return not self.searched_as_literals and self.delimiter.charsets is not None
+
+    @property
+    def has_lead(self) -> bool:
+        """A literal run with lead characters: the match starts at the run before the literal."""
+        run = self.delimiter.literal_run
+        return run is not None and bool(run.lead)
+
+    @property
+    def window(self) -> str:
+        """The constant holding a windowed pattern's PatternWindow."""
+        return f"{self.const}_WINDOW"
+
+    @property
+    def holds_at_end(self) -> bool:
+        """A complete match ending at the buffer's end is held (it may grow): literal lists where
+        one literal extends another, and every pattern (as the interpreter assumes)."""
+        return self.delimiter.literals is None or self.delimiter.can_extend
+
+    @property
+    def eager_at_edge(self) -> bool:
+        """A pattern's complete match ending at the buffer's end, held where the interpreter holds
+        it, is committed there when the parser is eager (no text appended can change it)."""
+        return self.delimiter.pattern is not None and self.delimiter.final_at_edge
+
+    @property
+    def match_expr(self) -> Code:
+        return Code("m" if self.wants_match else "None")
+
+    @property
+    def preferred_literals(self) -> list[str]:
+        """In the order the engine prefers them at one position: longest first for literal lists
+        (the interpreter's alternation), the pattern's own order for a literal run."""
+        return _preferred_literals(self.delimiter)
+
+    @property
+    def longest(self) -> int:
+        return max(map(len, self.preferred_literals))
+
+
+def _preferred_literals(delimiter: ir.Delimiter) -> list[str]:
+    if delimiter.literal_run is not None:
+        return list(delimiter.literal_run.literals)
+    return sorted(delimiter.literals, key=len, reverse=True)
+
+
+@dataclass
+class State:
+    method: str
+    doc: str
+    watches: list[Watch]
+    quick: QuickCheck | None
+
+    @property
+    def uses_memo(self) -> bool:
+        """Whether its scans of long buffers remember literal searches (Machine._literal_memo)."""
+        return any(w.searched_as_literals or (w.windowed and w.delimiter.charsets.prefix) for w in self.watches)
+
+    @property
+    def literal_watches(self) -> list[Watch]:
+        return [w for w in self.watches if w.searched_as_literals]
+
+    @property
+    def shared_search(self) -> bool:
+        """Whether one search finds the first occurrence of all its literal delimiters' literals.
+
+        The first place any of them occurs decides: a literal occurring later cannot start a match
+        sooner, since the run of lead characters before it cannot reach back across that place...
+        unless a literal starts with one of those lead characters. Then each is searched alone."""
+        watches = self.literal_watches
+        leads = set().union(*(w.delimiter.literal_run.lead for w in watches if w.has_lead))
+        return len(watches) > 1 and not any(lit[0] in leads for lit in self.all_literals)
+
+    @property
+    def literals_const(self) -> str:
+        return "LITERALS" + self.method.upper()
+
+    @property
+    def all_literals(self) -> tuple[str, ...]:
+        """Every literal of its literal delimiters, each once (for the state's one search)."""
+        return tuple(dict.fromkeys(lit for w in self.literal_watches for lit in w.preferred_literals))
+
+
+class Leads:
+    """The module's constants of lead characters (see ir.CharSets), one per distinct set."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}  # characters -> constant name
+
+    def name(self, chars) -> str:
+        text = "".join(sorted(chars))
+        if text not in self.names:
+            self.names[text] = "WHITESPACE" if frozenset(text) == WHITESPACE else f"LEAD_{len(self.names)}"
+        return self.names[text]
+
+
+def _state(method: str, doc: str, watches: list[Watch], triggers: dict, leads: Leads) -> State:
+    for rank, watch in enumerate(sorted(watches, key=lambda w: (0 if w.is_open else 1, w.field.name))):
+        watch.rank = rank
+    # Literal searches first: once a match is known, later regex searches only need to look at
+    # text before it (PatternWindow), instead of running on to the end of a long buffer.
+    ordered = sorted(watches, key=lambda w: not w.searched_as_literals)
+    return State(method, doc, ordered, _quick_check(method, watches, triggers, leads))
+
+
+@dataclass
+class QuickCheck:
+    """How a state decides, without a regex call, that the unread text holds no delimiter."""
+
+    absent: Code  # true when no watched delimiter's first character occurs in buf[pos:]
+    # True when no watched delimiter can start in a fresh chunk `text` (bar its trailing lead run):
+    # no first character in it, or (where every delimiter's matches start with known literals
+    # after their lead run) none that starts one of those literals or, at the end, a prefix of one.
+    no_start_in_text: Code
+    no_start_in_joined: Code  # the same test of `joined`: held text and the chunk after it
+    lead: str | None  # constant holding the lead characters (a trailing run of them may be held)
+    lead_hold: bool  # with no first character, a trailing lead run is exactly what to hold
+    starts: tuple[str, ...] | None  # the literals no_start_in_text checks (see _start_literals)
+    starts_const: str  # the constant holding them (a LiteralSearch)
+
+
+def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: Leads) -> QuickCheck | None:
+    if not watches or any(w.delimiter.charsets is None for w in watches):
+        return None
+    charsets = [w.delimiter.charsets for w in watches]
+    first = frozenset().union(*(c.first for c in charsets))
+    lead = frozenset().union(*(c.lead for c in charsets))
+    tag = method.upper().lstrip("_")
+    targets = (("buf", ", pos"), ("text", ""), ("joined", ""))
+    if len(first) <= MAX_FIND_CHAIN:
+        # `c not in s` is the cheapest test; the scan methods must start at pos, hence find.
+        absent = [" and ".join(f"{t}.find({py_literal(c)}{s}) < 0" if s else f"{py_literal(c)} not in {t}" for c in sorted(first)) for t, s in targets]
+    else:
+        name = f"FIRST_CHARS_{tag}"
+        triggers[name] = _char_class(first)
+        absent = [f"{name}.search({t}{s}) is None" for t, s in targets]
+    no_start_in_text, no_start_in_joined = absent[1], absent[2]
+    starts = _start_literals(watches)
+    starts_const = f"STARTS_{tag}"
+    if starts is not None:
+        # ("x < y" in reasoning, "<parameter=" in a call: a first character that starts nothing)
+        no_start_in_text = f"({absent[1]} or {starts_const}.starts_nowhere(text))"
+        no_start_in_joined = f"({absent[2]} or {starts_const}.starts_nowhere(joined))"
+    lead_name = leads.name(lead) if lead else None
+    lead_hold = bool(lead) and all(c.lead_run and c.lead == lead for c in charsets if c.lead)
+    return QuickCheck(
+        Code(absent[0]), Code(no_start_in_text), Code(no_start_in_joined), lead_name, lead_hold, starts, starts_const
+    )
+
+
+def _start_literals(watches: list[Watch]) -> tuple[str, ...] | None:
+    """The literals every match of the watched delimiters starts with after its lead run (a literal
+    delimiter's literals, a literal run's, a pattern's literal prefix), or None if one has none."""
+    starts: dict[str, None] = {}
+    for w in watches:
+        d = w.delimiter
+        if d.literals is not None:
+            literals = d.literals
+        elif d.literal_run is not None:
+            literals = d.literal_run.literals
+        elif d.charsets is not None and d.charsets.prefix:
+            literals = (d.charsets.prefix,)
+        else:
+            return None
+        starts.update(dict.fromkeys(literals))
+    return tuple(starts)
+
+
+def _char_class(chars: frozenset[str]) -> str:
+    """A stdlib `re` character class matching exactly `chars`."""
+    return "[" + "".join(re.escape(c) for c in sorted(chars)) + "]"
+
+
+def _transform_expr(node: ir.TransformNode, each: bool) -> Code:
+    if isinstance(node, ir.Literal):
+        return py_literal(node.value)
+    if isinstance(node, ir.DictNode):
+        return Code("{%s}" % ", ".join(f"{py_literal(k)}: {_transform_expr(v, each)}" for k, v in node.items))
+    if isinstance(node, ir.ListNode):
+        return Code("[%s]" % ", ".join(_transform_expr(v, each) for v in node.items))
+    if not each and node.root == "content" and not node.keys:
+        return Code("content")  # always defined: the parsed value itself
+    keys = f", {py_literal(node.keys)}" if node.keys else ""
+    return Code(f"resolve(scope, {py_literal(node.path)}, {py_literal(node.root)}{keys})")
+
+
+def _needs_scope(node: ir.TransformNode) -> bool:
+    if isinstance(node, ir.Placeholder):
+        return node.root != "content" or bool(node.keys)
+    if isinstance(node, ir.DictNode):
+        return any(_needs_scope(v) for _, v in node.items)
+    if isinstance(node, ir.ListNode):
+        return any(_needs_scope(v) for v in node.items)
+    return False
+
+
+def _inline_scalar(field: ir.Field) -> Code | None:
+    """Direct code for text/int/float/bool with well-formed args; None means call make_parser."""
+    args = field.content.args
+    if not isinstance(args, dict):
+        return None
+    body = "body.strip()" if args.get("strip", True) else "body"
+    return {
+        "text": Code(body),
+        "int": Code(f"int({body})"),
+        "float": Code(f"float({body})"),
+        "bool": Code(f'{body}.lower() in ("true", "1")'),
+    }.get(field.content.parser)
+
+
+def _border_free(literal: str) -> bool:
+    return not any(literal[:k] == literal[-k:] for k in range(1, len(literal)))
+
+
+def render(template: ir.Template, *, origin: str = "a response template") -> str:
+    """The generated module's source, before formatting."""
+    fields = template.fields
+    consts: dict[str, Any] = {}
+    watches_in_sink: list[Watch] = []
+    for f in fields:
+        if f.open is not None:
+            watches_in_sink.append(Watch(ir.OPEN, f, f.open, 0, f"OPEN_{f.index}"))
+    if template.implicit is not None and fields[template.implicit].close is not None:
+        f = fields[template.implicit]
+        watches_in_sink.append(Watch(ir.CLOSE, f, f.close, 0, f"CLOSE_{f.index}"))
+    triggers: dict[str, str] = {}  # constant name -> character class (stdlib re) of first characters
+    leads = Leads()  # characters a match may start with before those
+    states = [
+        _state(
+            "_scan_sink",
+            "Outside explicit regions (the implicit field or the null sink): every open, and the "
+            "implicit field's close.",
+            watches_in_sink,
+            triggers,
+            leads,
+        )
+    ]
+    field_methods = []
+    for f in fields:
+        method = f"_scan_in_{f.index}" + (f"_{slug(f.name)}" if slug(f.name) else "")
+        field_methods.append(method)
+        if f.open is None:
+            continue  # the implicit field is scanned by the sink state
+        watches = [Watch(ir.CLOSE, f, f.close, 0, f"CLOSE_{f.index}")] if f.close is not None else []
+        doc = f"Inside field {f.index} ({f.name!r}): " + ("watch its close." if watches else "no close; runs to the end.")
+        states.append(_state(method, doc, watches, triggers, leads))
+    for state in states:
+        for w in state.watches:
+            consts[w.const] = w.delimiter
+    # States whose plain chunks skip the machine (the generated feed), keyed by the current field
+    # index (None: the null sink). Only without lookbehind context: these paths keep no consumed text.
+    fast_states, lead_states = [], []
+    if template.context == 0:
+        by_field = {template.implicit: states[0]}
+        for f, state in zip([f for f in fields if f.open is not None], states[1:]):
+            by_field[f.index] = state
+        for index, state in sorted(by_field.items(), key=lambda item: (item[0] is None, item[0] or 0)):
+            if state.quick is None:
+                continue
+            if state.quick.lead_hold:  # (name: None for the null sink, which feed_text leaves to feed)
+                name = fields[index].name if index is not None else None
+                lead_states.append({"index": index, "name": name, "quick": state.quick})
+            if index is not None:
+                fast_states.append({"index": index, "name": fields[index].name, "dirty": fields[index].dirty, "quick": state.quick})
+    anchor = template.start_anchor
+    border_free = (
+        anchor.literals[0] if anchor.literals is not None and len(anchor.literals) == 1 and _border_free(anchor.literals[0]) else None
+    )
+    finishers = []
+    for f in fields:
+        finishers.append(
+            {
+                "field": f,
+                "name": f"_finish_{f.index}" + (f"_{slug(f.name)}" if slug(f.name) else ""),
+                "doc": f"Field {f.index} ({f.name!r}): {f.content.parser} content"
+                + (", transform on each element." if f.transform_each else ", transform." if f.transform is not None else "."),
+                "inline": _inline_scalar(f),
+                "call": Code(f"CONTENT_{f.index}(body)"),
+                "transform": None if f.transform is None else _transform_expr(f.transform, f.transform_each),
+                "scope": f.transform is not None and not f.transform_each and _needs_scope(f.transform),
+            }
+        )
+    lead_names = {}  # delimiter constant -> the constant holding its lead characters
+    for name, d in consts.items():
+        if d.literal_run is not None:
+            chars = d.literal_run.lead
+        else:
+            chars = d.charsets.lead if d.pattern is not None and d.charsets is not None else ""
+        if chars:
+            lead_names[name] = Code(leads.name(chars))
+    return _ENV.get_template("module.py.jinja").render(
+        version=__version__,
+        interpreter_release=INTERPRETER_RELEASE,
+        abi=RUNTIME_ABI,
+        origin=origin,
+        template=template,
+        fields=fields,
+        consts=consts,
+        triggers=triggers,
+        leads={name: chars for chars, name in leads.names.items()},
+        lead_names=lead_names,
+        state_literals={state.literals_const: state.all_literals for state in states if state.shared_search},
+        state_starts={s.quick.starts_const: s.quick.starts for s in states if s.quick is not None and s.quick.starts},
+        fast_states=fast_states,
+        lead_states=lead_states,
+        preferred={
+            name: tuple(_preferred_literals(d))
+            for name, d in consts.items()
+            if d.literals is not None or d.literal_run is not None
+        },
+        first_classes={
+            name: _char_class(d.charsets.first)
+            for name, d in consts.items()
+            if d.pattern is not None and d.literal_run is None and d.charsets is not None
+        },
+        states=states,
+        field_methods=tuple(field_methods),
+        names=tuple(f.name for f in fields),
+        dirty=tuple(f.dirty for f in fields),
+        repeats=tuple(f.repeats for f in fields),
+        joins=tuple(f.join for f in fields),
+        default_keys=tuple(template.defaults),
+        finishers=finishers,
+        anchor_border_free=border_free,
+        # Literal anchors as a stdlib `re` alternation: the same matches, and it compiles faster.
+        anchor_literals=(
+            "|".join(re.escape(lit) for lit in _preferred_literals(anchor)) if anchor.literals is not None else None
+        ),
+        required=tuple(f.name for f in fields if not f.optional),
+        context=template.context,
+    )
+
+
+class CodegenError(RuntimeError):
+    """The generator produced invalid Python: a bug in rtcompile, never in the template."""
+
+
+def generate(template: ir.Template, *, origin: str | None = None) -> str:
+    """The formatted, compile-checked module source for a lowered template."""
+    import black  # imported on a cache miss only: a hit never formats anything
+
+    label = f"<rtcompile {template.sha256[:16]}>"
+    raw = render(template, origin=origin or f"response template sha256:{template.sha256[:16]}")
+    _check_compiles(raw, label, "unformatted")
+    source = black.format_str(raw, mode=black.Mode(line_length=100))
+    _check_compiles(source, label, "formatted")
+    return source
+
+
+def _check_compiles(source: str, label: str, stage: str) -> None:
+    try:
+        compile(source, label, "exec")
+    except SyntaxError as e:
+        raise CodegenError(f"rtcompile generated invalid Python ({stage}) for {label}: {e}") from e

@@ -1,0 +1,353 @@
+"""verify: rendering untrusted chat templates (sandbox, deadline, loading) and the round trip."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("transformers", reason="verify renders with transformers (the `test` extra installs it)")
+
+from rtcompile.authoring import verify as v  # noqa: E402
+from rtcompile.__main__ import main  # noqa: E402
+from rtcompile.authoring.chat_render import (  # noqa: E402
+    ChatRenderer,
+    ChatTemplate,
+    ChatTemplateError,
+    RenderError,
+    RenderTimeout,
+    load_chat_template,
+)
+
+# A ChatML chat template with <think> reasoning and Hermes-style JSON calls.
+CHATML = """
+{%- for m in messages -%}
+<|im_start|>{{ m.role }}
+{% if m.role == 'assistant' and m.reasoning_content %}<think>
+{{ m.reasoning_content }}
+</think>
+
+{% endif %}{{ m.content or '' }}
+{%- for c in m.tool_calls or [] %}
+<tool_call>
+{{ {"name": c.function.name, "arguments": c.function.arguments} | tojson }}
+</tool_call>
+{%- endfor %}<|im_end|>
+{% endfor -%}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif -%}
+""".strip()
+
+# The same format, but reasoning is never written and content beside calls is dropped.
+CHATML_LOSSY = CHATML.replace(
+    "{% if m.role == 'assistant' and m.reasoning_content %}", "{% if false %}"
+).replace("{{ m.content or '' }}", "{{ '' if m.tool_calls else (m.content or '') }}")
+
+RESPONSE_TEMPLATE = {
+    "start_anchor": "<|im_start|>assistant\n",
+    "defaults": {"role": "assistant"},
+    "fields": {
+        "reasoning_content": {"open": "<think>", "close": "</think>", "content": "text"},
+        "tool_calls": {
+            "open_pattern": r"\s*<tool_call>",
+            "close": "</tool_call>",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
+        "content": {"close": "<|im_end|>", "content": "text"},
+    },
+}
+
+
+def chat(source: str, origin: str = "test.jinja") -> ChatTemplate:
+    return ChatTemplate(source=source, origin=origin)
+
+
+# ---- rendering ------------------------------------------------------------------------------------
+
+
+def test_render_runs_the_template_in_the_sandbox():
+    with ChatRenderer(chat(CHATML)) as renderer:
+        text = renderer.render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_a_template_that_loops_forever_times_out_and_the_renderer_recovers():
+    looping = "{% for i in range(100000) %}{% for j in range(100000) %}{{ '' }}{% endfor %}{% endfor %}"
+    renderer = ChatRenderer(chat(looping + "{% if add_generation_prompt %}x{% endif %}"), timeout=1)
+    with renderer:
+        with pytest.raises(RenderTimeout, match="render timed out"):
+            renderer.render([], add_generation_prompt=False)
+    # A killed worker is replaced on the next render.
+    quick = ChatRenderer(chat("{{ messages[0].content }}"), timeout=5)
+    with quick:
+        assert quick.render([{"role": "user", "content": "ok"}], add_generation_prompt=False) == "ok"
+
+
+def test_the_sandbox_refuses_unsafe_attribute_access():
+    escape = "{{ ''.__class__.__mro__[1].__subclasses__() }}"
+    with ChatRenderer(chat(escape)) as renderer:
+        with pytest.raises(RenderError, match="SecurityError|unsafe"):
+            renderer.render([], add_generation_prompt=False)
+
+
+def test_raise_exception_is_a_render_error():
+    with ChatRenderer(chat("{{ raise_exception('roles must alternate') }}")) as renderer:
+        with pytest.raises(RenderError, match="roles must alternate"):
+            renderer.render([], add_generation_prompt=False)
+
+
+def test_load_from_jinja_config_and_tokenizer_directory(tmp_path):
+    jinja = tmp_path / "t.jinja"
+    jinja.write_text(CHATML, encoding="utf-8")
+    assert load_chat_template(jinja).source == CHATML
+
+    config = tmp_path / "tokenizer_config.json"
+    config.write_text(json.dumps({"chat_template": CHATML, "bos_token": {"content": "<s>"}, "eos_token": "</s>"}))
+    loaded = load_chat_template(config)
+    assert loaded.source == CHATML and loaded.variables == {"bos_token": "<s>", "eos_token": "</s>"}
+
+    named = tmp_path / "named" / "tokenizer_config.json"
+    named.parent.mkdir()
+    named.write_text(json.dumps({"chat_template": [{"name": "default", "template": "A"}, {"name": "tool_use", "template": "B"}]}))
+    assert load_chat_template(named).source == "A"
+    assert load_chat_template(named.parent, "tool_use").source == "B"
+    with pytest.raises(ChatTemplateError, match="no chat template named 'rag'"):
+        load_chat_template(named, "rag")
+
+    directory = tmp_path / "tok"
+    directory.mkdir()
+    (directory / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    (directory / "chat_template.jinja").write_text(CHATML, encoding="utf-8")
+    loaded = load_chat_template(directory)
+    assert loaded.source == CHATML and loaded.variables == {"eos_token": "<|im_end|>"}
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no such chat template"),
+        ("{not json", "not valid JSON"),
+        (json.dumps({"bos_token": "<s>"}), "has no 'chat_template'"),
+        (json.dumps({"chat_template": 3}), "must be a string or a list"),
+    ],
+)
+def test_bad_chat_template_sources_are_clear_errors(tmp_path, content, message):
+    path = tmp_path / "tokenizer_config.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ChatTemplateError, match=message):
+        load_chat_template(path)
+
+
+def test_a_directory_without_a_chat_template_is_an_error(tmp_path):
+    with pytest.raises(ChatTemplateError, match="without a chat template"):
+        load_chat_template(tmp_path)
+
+
+# ---- the round trip -------------------------------------------------------------------------------
+
+
+def test_a_matching_template_passes_every_case():
+    report = v.verify(RESPONSE_TEMPLATE, chat(CHATML), examples=6)
+    assert report.count(v.FAILED) == 0, report.format_text()
+    assert report.count(v.UNRENDERABLE) == 0, report.format_text()
+    assert report.count(v.PASSED) == len(v.fixed_cases()) + 6
+    assert report.ok
+
+
+def test_a_wrong_template_fails_with_the_first_difference():
+    broken = json.loads(json.dumps(RESPONSE_TEMPLATE))
+    broken["fields"]["reasoning_content"]["close"] = "</thinking>"  # never matches
+    report = v.verify(broken, chat(CHATML), examples=0)
+    failed = {r.id: r for r in report.results if r.status == v.FAILED}
+    assert set(failed) == {"reasoning_answer", "reasoning_call"}
+    assert "message.reasoning_content" in failed["reasoning_answer"].detail
+    assert not report.ok
+    assert "FAIL  reasoning_answer" in report.format_text()
+
+
+def test_what_the_chat_template_loses_is_not_round_trippable_not_failed():
+    report = v.verify(RESPONSE_TEMPLATE, chat(CHATML_LOSSY), examples=0)
+    by_id = {r.id: r for r in report.results}
+    assert by_id["reasoning_answer"].status == v.UNRENDERABLE
+    assert "reasoning" in by_id["reasoning_answer"].detail
+    assert by_id["content_call"].status == v.UNRENDERABLE
+    assert "drops the content beside tool calls" in by_id["content_call"].detail
+    assert by_id["answer"].status == v.PASSED and by_id["one_call"].status == v.PASSED
+    assert report.ok
+
+
+def test_a_prompt_the_finished_turn_does_not_start_with_is_detected():
+    # The generation prompt pre-writes '<think>\n'; finished turns never contain it.
+    prefilled = CHATML.replace("<|im_start|>assistant\n{% endif -%}", "<|im_start|>assistant\n<think>\n{% endif -%}")
+    report = v.verify(RESPONSE_TEMPLATE, chat(prefilled), examples=0)
+    for result in report.results:
+        if result.id.startswith("reasoning"):  # a turn with reasoning does start with '<think>\n'
+            assert result.status == v.PASSED
+        else:
+            assert result.status == v.UNRENDERABLE
+            assert "rendered differently from the generation prompt" in result.detail
+
+
+def test_spellings_are_found_by_rendering():
+    # Reasoning read from a thinking chunk, arguments that must be JSON strings.
+    source = CHATML.replace(
+        "{% if m.role == 'assistant' and m.reasoning_content %}<think>\n{{ m.reasoning_content }}",
+        "{% if m.role == 'assistant' and m.content is not string and m.content %}<think>\n{{ m.content[0].thinking }}",
+    ).replace("{{ m.content or '' }}", "{{ (m.content if m.content is string else (m.content[1].text if m.content|length > 1 else '')) or '' }}")
+    source = source.replace(
+        '{{ {"name": c.function.name, "arguments": c.function.arguments} | tojson }}',
+        '{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments }}}',
+    )
+    with ChatRenderer(chat(source)) as renderer:
+        conventions, _ = v.discover_conventions(renderer)
+        assert conventions.reasoning_answer == "thinking_chunk"
+        assert conventions.arguments_as == "json"
+        report = v.verify(RESPONSE_TEMPLATE, renderer, examples=0)
+    assert report.count(v.FAILED) == 0 and report.count(v.PASSED) == len(v.fixed_cases()), report.format_text()
+
+
+def test_generated_cases_are_deterministic_and_varied():
+    first = v.generated_cases(10, ["<tool_call", "<|im_end|"])
+    second = v.generated_cases(10, ["<tool_call", "<|im_end|"])
+    assert [c.message for c in first] == [c.message for c in second]
+    shapes = {tuple(sorted(k for k in c.message if k != "role")) for c in first}
+    assert len(shapes) >= 3
+    for case in first:
+        for text in (case.message.get("content"), case.message.get("reasoning_content")):
+            assert text is None or (text and text == text.strip())
+
+
+def test_first_difference_names_the_path():
+    expected = {"tool_calls": [{"function": {"arguments": {"a": 1}}}]}
+    actual = {"tool_calls": [{"function": {"arguments": {"a": "1"}}}]}
+    assert v.first_difference(expected, actual) == "message.tool_calls[0].function.arguments.a: expected 1, got '1'"
+    assert v.first_difference({"a": 1}, {"a": 1, "b": 2}) == "message.b: unexpected 2"
+    assert v.first_difference({"a": [1]}, {"a": [1, 2]}) == "message.a: expected 1 items, got 2"
+
+
+# ---- command line ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "chat.jinja").write_text(CHATML, encoding="utf-8")
+    (tmp_path / "good.json").write_text(json.dumps(RESPONSE_TEMPLATE))
+    broken = json.loads(json.dumps(RESPONSE_TEMPLATE))
+    broken["fields"]["content"]["close"] = "<|eot|>"
+    (tmp_path / "bad.json").write_text(json.dumps(broken))
+    return tmp_path
+
+
+def test_cli_exit_status_and_json(files, capsys):
+    assert main(["verify", str(files / "good.json"), "--chat-template", str(files / "chat.jinja"), "--examples", "2"]) == 0
+    assert "0 failed" in capsys.readouterr().out
+    status = main(["verify", str(files / "bad.json"), "--chat-template", str(files / "chat.jinja"), "--examples", "0", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert status == 1 and report["failed"] > 0
+    assert {"id", "status", "description"} <= set(report["cases"][0])
+
+
+def test_cli_passes_chat_template_variables(files, capsys):
+    switchable = CHATML.replace("<|im_start|>assistant\n{% endif -%}", "<|im_start|>assistant\n{% if prefill %}<think>\n{% endif %}{% endif -%}")
+    (files / "switch.jinja").write_text(switchable, encoding="utf-8")
+    args = ["verify", str(files / "good.json"), "--chat-template", str(files / "switch.jinja"), "--examples", "0"]
+    assert main(args) == 0
+    assert "not round-trippable by the chat template" in capsys.readouterr().out
+    main(args + ["--var", "prefill=true", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["variables"] == {"prefill": True} and report["not_round_trippable"] == len(report["cases"]) - 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["good.json", "--chat-template", "missing.jinja"], "no such chat template"),
+        (["nothing.json", "--chat-template", "chat.jinja"], "nothing.json"),
+        (["good.json", "--chat-template", "chat.jinja", "--var", "no-equals"], "--var expects NAME=VALUE"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_status_2(files, capsys, args, message, monkeypatch):
+    monkeypatch.chdir(files)
+    assert main(["verify", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_ci_has_transformers_and_hypothesis():
+    """The round trip needs both; CI installs them through the `test` extra."""
+    if os.environ.get("CI"):
+        import hypothesis  # noqa: F401
+        import transformers  # noqa: F401
+
+
+def test_cli_a_tokenizer_directory_holds_both_templates(tmp_path, capsys):
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": CHATML, "response_template": RESPONSE_TEMPLATE, "eos_token": "<|im_end|>"})
+    )
+    assert main(["verify", str(tmp_path), "--examples", "1"]) == 0
+    assert "0 failed" in capsys.readouterr().out
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "tokenizer_config.json").write_text(json.dumps({"response_template": RESPONSE_TEMPLATE}))
+    assert main(["verify", str(empty)]) == 2
+    assert "without a chat template" in capsys.readouterr().err
+
+
+def test_ids_are_compared_only_where_the_chat_template_renders_them():
+    rendered = v.RenderedTurn(
+        prefix="", generation="[CALL]f[ID]abc", expected={"role": "assistant", "tool_calls": [v.function_call("f", {})]},
+        given_ids=["abc"],
+    )
+    parsed = {"role": "assistant", "tool_calls": [{"id": "abc", **v.function_call("f", {})}, {"id": "zzz", **v.function_call("g", {})}]}
+    expected, compared = v._comparable(parsed, rendered)
+    assert expected["tool_calls"][0]["id"] == "abc" and "id" not in compared["tool_calls"][1]
+    assert v.first_difference(expected, compared) == "message.tool_calls: expected 1 items, got 2"
+    rendered.generation = "[CALL]f"  # the template renumbers: the parsed id is not compared
+    expected, compared = v._comparable(parsed, rendered)
+    assert "id" not in expected["tool_calls"][0] and "id" not in compared["tool_calls"][0]
+
+
+def test_with_another_thread_alive_the_worker_is_spawned_not_forked():
+    import threading
+
+    release = threading.Event()
+    waiter = threading.Thread(target=release.wait)
+    waiter.start()
+    try:
+        from rtcompile.authoring import chat_render
+
+        assert chat_render._context().get_start_method() == "spawn"
+        with ChatRenderer(chat(CHATML), timeout=60) as renderer:
+            text = renderer.render([{"role": "user", "content": "hi"}], add_generation_prompt=False)
+    finally:
+        release.set()
+        waiter.join()
+    assert text == "<|im_start|>user\nhi<|im_end|>\n"
+
+
+def test_cli_interpreter_checks_both_parsers(files, capsys):
+    args = ["verify", str(files / "good.json"), "--chat-template", str(files / "chat.jinja"), "--examples", "0"]
+    assert main(args + ["--interpreter"]) == 0
+    assert "0 failed" in capsys.readouterr().out
+    bad = ["verify", str(files / "bad.json"), "--chat-template", str(files / "chat.jinja"), "--examples", "0"]
+    assert main(bad + ["--interpreter", "--json"]) == 1
+    failed = [case for case in json.loads(capsys.readouterr().out)["cases"] if case["status"] == v.FAILED]
+    assert failed and all(case["detail"].startswith("rtcompile, ") for case in failed)
+
+
+def test_a_conversation_that_hangs_the_template_is_that_case_only():
+    # Loops forever only on the text of one case's answer.
+    hanging = CHATML.replace(
+        "{{ m.content or '' }}",
+        "{% if m.content == 'Sunny, 21 degrees.' %}{% for i in range(100000) %}{% for j in range(100000) %}{{ '' }}{% endfor %}{% endfor %}{% endif %}{{ m.content or '' }}",
+    )
+    with ChatRenderer(chat(hanging), timeout=2) as renderer:
+        report = v.verify(RESPONSE_TEMPLATE, renderer, examples=0)
+    by_id = {r.id: r for r in report.results}
+    assert by_id["answer_multi_turn"].status == v.UNRENDERABLE
+    assert "does not finish" in by_id["answer_multi_turn"].detail
+    assert by_id["answer"].status == v.PASSED and by_id["one_call"].status == v.PASSED and report.ok

@@ -1,0 +1,769 @@
+"""rtcompile.integrations.sglang against the real SGLang package, on CPU.
+
+These tests run in the environment `.ci/sglang.sh` builds for them (sglang with the transformers it
+pins, rtcompile installed beside it): `RTCOMPILE_REQUIRE_SGLANG=1 python -m pytest -q
+tests/integrations/test_sglang.py`. Elsewhere (the main test environment has no sglang) they skip; with
+RTCOMPILE_REQUIRE_SGLANG=1 a missing sglang is an error, so CI can never skip them silently.
+
+- The plugin: the entry point is installed, SGLang's own plugin loader registers `rtcompile` in its
+  reasoning-parser and tool-call-parser registries, its argument parser accepts the names, and
+  `ReasoningParser("rtcompile")` / `FunctionCallParser(tools, "rtcompile")` build our detectors.
+- Differential against SGLang's `ResponseTemplateReasoningDetector` / `ResponseTemplateToolDetector`
+  over every bundled template SGLang accepts (a copy whose reasoning field is named `thinking` for
+  SGLang), generated turns and random chunkings: reasoning, normal text and calls (arguments after
+  `json.loads`), one-shot and streamed-then-accumulated, with and without a reasoning parser in front.
+- Every bundled template, SGLang's refusals included: the stream accumulates to the one-shot result,
+  which is rtcompile's own message.
+- Incremental calls (the name before the call closes, arguments in fragments), SGLang's serving
+  bookkeeping, unknown tools, malformed and truncated calls keep their text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+REQUIRED = os.environ.get("RTCOMPILE_REQUIRE_SGLANG") == "1"
+try:
+    import sglang.srt.function_call.function_call_parser  # noqa: F401
+except ImportError:
+    if REQUIRED:
+        raise
+    pytest.skip(
+        "sglang is not installed here: these tests run in the SGLang environment that "
+        ".ci/sglang.sh builds (RTCOMPILE_REQUIRE_SGLANG=1 turns a missing sglang into an error)",
+        allow_module_level=True,
+    )
+
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+from sglang.srt.entrypoints.openai.protocol import Tool
+from sglang.srt.function_call.function_call_parser import FunctionCallParser
+from sglang.srt.parser.reasoning_parser import ReasoningParser
+from sglang.srt.parser.response_template import validate_response_template_for_serving
+
+import rtcompile
+from rtcompile.library import template_for, template_names
+from strategies import chunkings
+from test_openai_stream import FORMATS, STREAMING_CALL, Turn, _cut_before_call_end, tools_for, turns
+
+# What SGLang does at startup in every process (and before building its argument parser).
+from sglang.srt.plugins import load_plugins  # noqa: E402
+
+load_plugins()
+
+from rtcompile.integrations.sglang import (  # noqa: E402
+    TEMPLATE_ENVIRONMENT_VARIABLE,
+    RtcompileReasoningDetector,
+    RtcompileToolDetector,
+)
+
+EXAMPLES = 40 if os.environ.get("CI", "").lower() == "true" else 15
+
+
+class Tokenizer:
+    """What the detectors read of a tokenizer: its template metadata and where it was loaded from."""
+
+    def __init__(self, response_template: Any = None, name_or_path: str = ""):
+        self.response_template = response_template
+        self.init_kwargs: dict = {}
+        self.name_or_path = name_or_path
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [ord(c) for c in text]
+
+
+def thinking_copy(template: dict) -> dict:
+    copy = json.loads(json.dumps(template))
+    if "reasoning_content" in copy["fields"]:
+        copy["fields"]["thinking"] = copy["fields"].pop("reasoning_content")
+    return copy
+
+
+def sglang_accepts(template: dict) -> bool:
+    try:
+        validate_response_template_for_serving(template)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def sglang_tools(tools: list[dict]) -> list[Tool]:
+    # a tool the model never calls keeps the list non-empty (no tools: no parsing at all)
+    spare = {
+        "type": "function",
+        "function": {"name": "never_called", "parameters": {"type": "object"}},
+    }
+    return [Tool.model_validate(tool) for tool in [*tools, spare]]
+
+
+def reasoning_whole(name: str, tokenizer, prefix: str, text: str) -> tuple[str, str]:
+    parser = ReasoningParser(name, tokenizer=tokenizer, prefix=prefix)
+    reasoning, normal = parser.parse_non_stream(text)
+    return reasoning or "", normal or ""
+
+
+def reasoning_streamed(name: str, tokenizer, prefix: str, chunks: list[str]) -> tuple[str, str]:
+    parser = ReasoningParser(name, tokenizer=tokenizer, prefix=prefix)
+    reasoning, normal = [], []
+    for chunk in chunks:
+        r, n = parser.parse_stream_chunk(chunk)
+        reasoning.append(r or "")
+        normal.append(n or "")
+    r, n = parser.parse_stream_end()
+    return "".join(reasoning) + (r or ""), "".join(normal) + (n or "")
+
+
+def calls_view(calls) -> list[tuple[int, str, Any]]:
+    return [(call.tool_index, call.name, json.loads(call.parameters)) for call in calls]
+
+
+def tools_whole(name, tools, tokenizer, prefix, text) -> tuple[str, list]:
+    parser = FunctionCallParser(tools, name, tokenizer=tokenizer, prefix=prefix)
+    normal, calls = parser.parse_non_stream(text)
+    return normal, calls_view(calls)
+
+
+def tools_streamed(name, tools, tokenizer, prefix, chunks, items=None) -> tuple[str, list]:
+    """Streamed, then accumulated by tool_index as SGLang's serving does (the name from the first
+    item, arguments concatenated)."""
+    parser = FunctionCallParser(tools, name, tokenizer=tokenizer, prefix=prefix)
+    normal, calls = [], {}
+    pieces = [parser.parse_stream_chunk(chunk) for chunk in chunks] + [parser.parse_stream_end()]
+    for text, items_out in pieces:
+        normal.append(text)
+        for item in items_out:
+            if items is not None:
+                items.append(item)
+            call = calls.setdefault(item.tool_index, {"name": None, "arguments": ""})
+            if item.name:
+                assert call["name"] is None, "a call's name is sent once"
+                call["name"] = item.name
+            call["arguments"] += item.parameters
+    assert sorted(calls) == list(range(len(calls))), "tool indices count up from 0"
+    view = [
+        (index, calls[index]["name"], json.loads(calls[index]["arguments"]))
+        for index in sorted(calls)
+    ]
+    return "".join(normal), view
+
+
+# --------------------------------------------------------------------------------------------------
+# The plugin
+
+
+def test_sglangs_plugin_loader_registers_the_detectors():
+    from importlib.metadata import entry_points
+
+    from sglang.srt.function_call.parser_names import TOOL_CALL_PARSER_NAMES
+    from sglang.srt.parser.reasoning_parser_names import REASONING_PARSER_NAMES
+
+    points = {point.name: point.value for point in entry_points(group="sglang.srt.plugins")}
+    assert points.get("rtcompile") == "rtcompile.integrations.sglang:register"
+    assert ReasoningParser.DetectorMap["rtcompile"] is RtcompileReasoningDetector
+    assert FunctionCallParser.ToolCallParserEnum["rtcompile"] is RtcompileToolDetector
+    assert "rtcompile" in REASONING_PARSER_NAMES and "rtcompile" in TOOL_CALL_PARSER_NAMES
+    tokenizer = Tokenizer(template_for("qwen3"))
+    assert isinstance(
+        ReasoningParser("rtcompile", tokenizer=tokenizer).detector, RtcompileReasoningDetector
+    )
+    parser = FunctionCallParser(sglang_tools([]), "rtcompile", tokenizer=tokenizer, prefix="")
+    assert isinstance(parser.detector, RtcompileToolDetector)
+
+
+def test_the_detectors_keep_their_signatures_for_sglangs_per_request_inspection():
+    """SGLang's parser wrappers call `inspect.signature(detector_class)` for every request; the
+    kept signature is the one inspect computes from `__init__`, and a subclass with an `__init__`
+    of its own keeps its own, not its parent's."""
+    import inspect
+
+    for cls in (RtcompileReasoningDetector, RtcompileToolDetector):
+        assert isinstance(cls.__dict__["__signature__"], inspect.Signature)
+        computed = inspect.signature(cls.__init__)
+        assert inspect.signature(cls) == computed.replace(
+            parameters=list(computed.parameters.values())[1:]  # (without self)
+        )
+        assert "tokenizer" in inspect.signature(cls).parameters
+
+    class Narrower(RtcompileToolDetector):
+        def __init__(self, tokenizer=None, *, only: int = 0):
+            super().__init__(tokenizer=tokenizer)
+
+    assert list(inspect.signature(Narrower).parameters) == ["tokenizer", "only"]
+    tokenizer = Tokenizer(template_for("qwen3"))
+    parser = FunctionCallParser(sglang_tools([]), "rtcompile", tokenizer=tokenizer, prefix="")
+    assert parser.detector.response_template == template_for("qwen3")
+
+
+def test_a_fresh_process_gets_the_names_from_the_entry_point_alone():
+    """What `sglang serve` does: load the plugins, then build the argument parser; nothing of
+    rtcompile imported by hand."""
+    code = (
+        "import argparse\n"
+        "from sglang.srt.plugins import load_plugins\n"
+        "load_plugins()\n"
+        "from sglang.srt.server_args import ServerArgs\n"
+        "parser = argparse.ArgumentParser()\n"
+        "ServerArgs.add_cli_args(parser)\n"
+        "args = parser.parse_args(['--model-path', 'm', '--reasoning-parser', 'rtcompile',"
+        " '--tool-call-parser', 'rtcompile'])\n"
+        "assert (args.reasoning_parser, args.tool_call_parser) == ('rtcompile', 'rtcompile')\n"
+        "from sglang.srt.parser.reasoning_parser import ReasoningParser\n"
+        "assert ReasoningParser.DetectorMap['rtcompile'].__module__ == 'rtcompile.integrations.sglang'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    typo = code.replace(
+        "'--tool-call-parser', 'rtcompile'", "'--tool-call-parser', 'rtcompile-typo'"
+    )
+    failed = subprocess.run([sys.executable, "-c", typo], capture_output=True, text=True)
+    assert failed.returncode != 0 and "invalid choice" in failed.stderr
+
+
+def test_rtcompiles_runtime_and_generated_parsers_never_import_sglang():
+    code = (
+        "import sys, rtcompile, rtcompile.runtime, rtcompile.integrations.openai_stream\n"
+        "import rtcompile.integrations.serving_common\n"
+        "from rtcompile.generated import qwen3\n"
+        "rtcompile.parse_response('<think>a</think>b', rtcompile.template_for('qwen3'), prefix='')\n"
+        "assert not [m for m in sys.modules if m == 'sglang' or m.startswith('sglang.')]\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Templates
+
+
+def test_the_template_comes_from_the_argument_the_tokenizer_the_model_type_then_the_environment(
+    tmp_path, monkeypatch
+):
+    monkeypatch.delenv(TEMPLATE_ENVIRONMENT_VARIABLE, raising=False)
+    own = template_for("qwen3")
+    detector = RtcompileReasoningDetector(tokenizer=Tokenizer(own))
+    assert detector.response_template is own
+    assert detector.template_origin == "the tokenizer's response_template"
+    from_kwargs = Tokenizer()
+    from_kwargs.init_kwargs["response_template"] = thinking_copy(own)
+    assert RtcompileToolDetector(tokenizer=from_kwargs).response_template == thinking_copy(own)
+    explicit = RtcompileToolDetector(tokenizer=Tokenizer(own), response_template="glm4_5")
+    assert explicit.response_template == template_for("glm4_5")
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gemma4"}))
+    detector = RtcompileReasoningDetector(tokenizer=Tokenizer(name_or_path=str(tmp_path)))
+    assert detector.response_template == template_for("gemma4")
+
+    monkeypatch.setenv(TEMPLATE_ENVIRONMENT_VARIABLE, "kimi_k2")
+    assert RtcompileToolDetector(tokenizer=Tokenizer()).response_template == template_for("kimi_k2")
+    path = tmp_path / "template.json"
+    path.write_text(json.dumps(template_for("minimax_m2")))
+    monkeypatch.setenv(TEMPLATE_ENVIRONMENT_VARIABLE, str(path))
+    assert RtcompileToolDetector(tokenizer=None).response_template == template_for("minimax_m2")
+    # the tokenizer's template comes first
+    assert RtcompileToolDetector(tokenizer=Tokenizer(own)).response_template is own
+
+    monkeypatch.delenv(TEMPLATE_ENVIRONMENT_VARIABLE)
+    with pytest.raises(ValueError, match=TEMPLATE_ENVIRONMENT_VARIABLE):
+        RtcompileReasoningDetector(tokenizer=Tokenizer())
+
+
+def test_templates_with_fields_no_client_would_see_are_refused():
+    template = template_for("qwen3")
+    extra = json.loads(json.dumps(template))
+    extra["fields"]["citations"] = {"open": "<cite>", "close": "</cite>"}
+    with pytest.raises(ValueError, match="citations"):
+        RtcompileReasoningDetector(tokenizer=Tokenizer(extra))
+    both = json.loads(json.dumps(template))
+    both["fields"]["thinking"] = {"open": "<thought>", "close": "</thought>"}
+    with pytest.raises(ValueError, match="both"):
+        RtcompileToolDetector(tokenizer=Tokenizer(both))
+    no_tools = json.loads(json.dumps(template))
+    del no_tools["fields"]["tool_calls"]
+    with pytest.raises(ValueError, match="tool_calls"):
+        RtcompileToolDetector(tokenizer=Tokenizer(no_tools))
+    broken = json.loads(json.dumps(template))
+    broken["fields"]["content"]["close_pattern"] = "(unclosed"
+    with pytest.raises(ValueError):
+        RtcompileReasoningDetector(tokenizer=Tokenizer(broken))
+
+
+# --------------------------------------------------------------------------------------------------
+# Differential against SGLang's response-template detectors
+
+DIFFERENTIAL = sorted(FORMATS)
+
+
+def test_sglang_refuses_a_thinking_copy_only_for_content_parsers_it_lacks():
+    """Keeps the set the differential compares on from shrinking unnoticed."""
+    for name in DIFFERENTIAL:
+        try:
+            validate_response_template_for_serving(thinking_copy(template_for(name)))
+        except ValueError as error:
+            assert "unknown content parser" in str(error), (name, error)
+    assert sum(sglang_accepts(thinking_copy(template_for(name))) for name in DIFFERENTIAL) >= 18
+
+
+@pytest.mark.parametrize("name", DIFFERENTIAL)
+@settings(max_examples=EXAMPLES)
+@given(data=st.data())
+def test_reasoning_normal_text_and_calls_equal_sglangs_detectors(name, data):
+    template = template_for(name)
+    turn = data.draw(turns(name), label="turn")
+    prefix, text = FORMATS[name].render(turn)
+    chunks = data.draw(chunkings(text), label="chunks")
+    tools = sglang_tools(tools_for(turn.calls))
+    note(f"prefix={prefix!r}\ntext={text!r}\nchunks={chunks!r}")
+    ours_tokenizer = Tokenizer(template)
+    theirs_tokenizer = Tokenizer(thinking_copy(template))
+    has_reasoning = "reasoning_content" in template["fields"] or "thinking" in template["fields"]
+
+    ours_reasoning = reasoning_whole("rtcompile", ours_tokenizer, prefix, text)
+    assert reasoning_streamed("rtcompile", ours_tokenizer, prefix, chunks) == ours_reasoning
+    normal = ours_reasoning[1]
+    normal_chunks = data.draw(chunkings(normal), label="normal chunks")
+    ours_calls = tools_whole("rtcompile", tools, ours_tokenizer, prefix, normal)
+    assert tools_streamed("rtcompile", tools, ours_tokenizer, prefix, normal_chunks) == ours_calls
+    # no reasoning parser in front: the tool parser reads the whole output
+    ours_alone = tools_whole("rtcompile", tools, ours_tokenizer, prefix, text)
+    assert tools_streamed("rtcompile", tools, ours_tokenizer, prefix, chunks) == ours_alone
+
+    # the calls are the ones rtcompile's own parser finds in the output
+    message = rtcompile.parse_response(
+        text, template, prefix=prefix, tools=tools_for(turn.calls) or None
+    )
+    found = [
+        (c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or ()
+    ]
+    if all(call_name in {t.function.name for t in tools} for call_name, _ in found):
+        assert [(n, a) for _, n, a in ours_calls[1]] == found
+
+    if not sglang_accepts(thinking_copy(template)):
+        return
+    if has_reasoning:
+        theirs_reasoning = reasoning_whole("response_template", theirs_tokenizer, prefix, text)
+        assert ours_reasoning == theirs_reasoning
+        assert (
+            reasoning_streamed("response_template", theirs_tokenizer, prefix, chunks)
+            == ours_reasoning
+        )
+    theirs_calls = tools_whole("response_template", tools, theirs_tokenizer, prefix, normal)
+    assert ours_calls == theirs_calls
+    theirs_streamed = tools_streamed(
+        "response_template", tools, theirs_tokenizer, prefix, normal_chunks
+    )
+    assert ours_calls == theirs_streamed
+    assert ours_alone == tools_whole("response_template", tools, theirs_tokenizer, prefix, text)
+
+
+@pytest.mark.parametrize("name", sorted(template_names()))
+def test_every_bundled_template_is_served(name):
+    """SGLang's refusals included: plain text is normal text, where the template gives it a place."""
+    template = template_for(name)
+    tokenizer = Tokenizer(template)
+    reasoning, normal = reasoning_streamed("rtcompile", tokenizer, "", ["Hello", ", world"])
+    content = template["fields"]["content"]
+    expected = "" if "open" in content or "open_pattern" in content else "Hello, world"
+    assert (reasoning, normal) == ("", expected)
+    if sglang_accepts(thinking_copy(template)):
+        theirs = reasoning_streamed(
+            "response_template", Tokenizer(thinking_copy(template)), "", ["Hello", ", world"]
+        )
+        assert theirs == (reasoning, normal)
+
+
+# --------------------------------------------------------------------------------------------------
+# The stream itself
+
+WEATHER = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            },
+        },
+    }
+]
+QWEN3_PREFIX = "<|im_start|>assistant\n"
+QWEN3_CALL = (
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>'
+)
+
+
+def test_a_calls_name_goes_out_first_and_its_arguments_while_they_are_written():
+    tools = sglang_tools(WEATHER)
+    text = "Let me check.\n" + QWEN3_CALL
+    chunks = [text[i : i + 4] for i in range(0, len(text), 4)]
+    parser = FunctionCallParser(
+        tools, "rtcompile", tokenizer=Tokenizer(template_for("qwen3")), prefix=QWEN3_PREFIX
+    )
+    seen = []
+    written = ""
+    for chunk in chunks:
+        written += chunk
+        _, items = parser.parse_stream_chunk(chunk)
+        seen.extend((written, item) for item in items)
+    first_written, first = seen[0]
+    assert first.name == "get_weather" and "</tool_call>" not in first_written
+    fragments = [item for _, item in seen[1:]]
+    assert all(item.name is None and item.tool_index == 0 for item in fragments)
+    assert len(fragments) >= 2  # "city" went out before "days" was written
+    before_close = [w for w, item in seen if '"city"' in item.parameters]
+    assert before_close and '"days"' not in before_close[0].split('"city"', 1)[1]
+    arguments = "".join(item.parameters for _, item in seen)
+    assert json.loads(arguments) == {"city": "Paris", "days": 3}
+    # what SGLang's serving checks at the end of the stream: nothing left to send
+    detector = parser.detector
+    assert detector.prev_tool_call_arr == [
+        {"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}
+    ]
+    assert detector.streamed_args_for_tool == [json.dumps({"city": "Paris", "days": 3})]
+    assert detector.incomplete_tool_call_indices == set()
+
+
+def test_a_call_opened_by_a_pattern_streams_through_the_reasoning_detector():
+    """qwen3.5's call opener is a pattern that no more text can change: the detectors' parsers are
+    eager, so the chunk that completes it opens the call (the interpreter would wait for the next
+    chunk). The reasoning detector passes the call's text on from that chunk, so that the tool
+    detector announces the call there and streams its arguments before the call closes (it once
+    held the text until then)."""
+    template = template_for("qwen3_5")
+    tokenizer = Tokenizer(template)
+    prefix = QWEN3_PREFIX + "<think>\n"
+    reasoning = ReasoningParser("rtcompile", tokenizer=tokenizer, prefix=prefix)
+    tools = FunctionCallParser(sglang_tools(WEATHER), "rtcompile", tokenizer=tokenizer, prefix=prefix)
+    chunks = [
+        "a</think>\n\n",
+        "<tool_call>\n<function=get_weather>",
+        "\n<parameter=city>\nParis\n</parameter>\n",
+        "<parameter=days>\n3\n</parameter>\n",
+        "</function>\n</tool_call>",
+    ]
+    normal_seen, items = [], []
+    for chunk in chunks:
+        _, normal = reasoning.parse_stream_chunk(chunk)
+        normal_seen.append(normal or "")
+        items.append(tools.parse_stream_chunk(normal)[1] if normal else [])
+    _, normal = reasoning.parse_stream_end()
+    if normal:
+        items.append(tools.parse_stream_chunk(normal)[1])
+    items.append(tools.parse_stream_end()[1])
+    assert "<function=get_weather>\n<parameter=city>\nParis" in "".join(normal_seen[:3])
+    # the call goes out with its opener, its first parameter next, the second as it is written,
+    # all before the close
+    assert [(item.name, item.parameters) for item in items[1]] == [("get_weather", "")]
+    assert [(item.name, item.parameters) for item in items[2]] == [(None, '{"city": "Paris"')]
+    assert [item.parameters for item in items[3]] == [', "days": 3']
+    arguments = "".join(item.parameters for batch in items for item in batch)
+    assert json.loads(arguments) == {"city": "Paris", "days": 3}
+
+
+@pytest.mark.parametrize("size", [1, 3, 7])
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_through_both_detectors_a_calls_arguments_are_out_before_it_closes(name, size):
+    """SGLang's serving layering, every bundled format, chunks of a few characters up to the call's
+    closing delimiter: the reasoning detector passes the call's text on as it comes, and the tool
+    detector has announced the call and sent every argument (only the final "}" waits)."""
+    template = template_for(name)
+    turn = Turn(None, "", [("get_weather", dict(STREAMING_CALL))], False, True, ["abc123XYZ"])
+    prefix, text = FORMATS[name].render(turn)
+    cut = _cut_before_call_end(name, text)
+    tokenizer = Tokenizer(template)
+    reasoning = ReasoningParser("rtcompile", tokenizer=tokenizer, prefix=prefix)
+    tools = FunctionCallParser(
+        sglang_tools(tools_for(turn.calls)), "rtcompile", tokenizer=tokenizer, prefix=prefix
+    )
+    items: list = []
+
+    def feed(piece: str) -> None:
+        _, normal = reasoning.parse_stream_chunk(piece)
+        if normal:
+            items.extend(tools.parse_stream_chunk(normal)[1])
+
+    for start in range(0, cut, size):
+        feed(text[start : min(start + size, cut)])
+    assert [item.name for item in items if item.name] == ["get_weather"]
+    assert json.loads("".join(item.parameters for item in items) + "}") == STREAMING_CALL
+    feed(text[cut:])
+    _, normal = reasoning.parse_stream_end()
+    if normal:
+        items.extend(tools.parse_stream_chunk(normal)[1])
+    items.extend(tools.parse_stream_end()[1])
+    assert json.loads("".join(item.parameters for item in items)) == STREAMING_CALL
+
+
+def test_calls_to_functions_not_in_the_tools_are_dropped_as_sglang_drops_them():
+    tools = sglang_tools(WEATHER)
+    other = QWEN3_CALL.replace("get_weather", "launch_rockets")
+    text = other + "\n" + QWEN3_CALL
+    template = template_for("qwen3")
+    ours = tools_whole("rtcompile", tools, Tokenizer(template), QWEN3_PREFIX, text)
+    theirs = tools_whole(
+        "response_template", tools, Tokenizer(thinking_copy(template)), QWEN3_PREFIX, text
+    )
+    assert ours == theirs
+    assert [name for _, name, _ in ours[1]] == ["get_weather"]
+    chunks = [text[i : i + 3] for i in range(0, len(text), 3)]
+    assert tools_streamed("rtcompile", tools, Tokenizer(template), QWEN3_PREFIX, chunks) == ours
+
+
+@pytest.mark.parametrize("cut", [12, 30, 60])
+def test_a_truncated_call_loses_nothing(cut):
+    tools = sglang_tools(WEATHER)
+    text = "Checking." + QWEN3_CALL[:cut]
+    template = template_for("qwen3")
+    chunks = [text[i : i + 5] for i in range(0, len(text), 5)]
+    normal, calls = tools_streamed("rtcompile", tools, Tokenizer(template), QWEN3_PREFIX, chunks)
+    body = QWEN3_CALL[len("<tool_call>") : cut]
+    # the text is kept as normal text; a call already announced is closed with what was complete
+    assert normal == "Checking." + body
+    assert calls == ([] if cut < 40 else [(0, "get_weather", {})])
+    parser = FunctionCallParser(
+        tools, "rtcompile", tokenizer=Tokenizer(template), prefix=QWEN3_PREFIX
+    )
+    for chunk in chunks:
+        parser.parse_stream_chunk(chunk)
+    parser.parse_stream_end()
+    assert parser.detector.incomplete_tool_call_indices == ({0} if calls else set())
+    assert tools_whole("rtcompile", tools, Tokenizer(template), QWEN3_PREFIX, text) == (
+        normal,
+        calls,
+    )
+    # SGLang's detector drops the call and its text
+    theirs = tools_streamed(
+        "response_template", tools, Tokenizer(thinking_copy(template)), QWEN3_PREFIX, chunks
+    )
+    assert theirs[1] == [] and body not in theirs[0]
+
+
+def test_a_call_cut_off_after_its_arguments_is_a_call():
+    tools = sglang_tools(WEATHER)
+    text = QWEN3_CALL[: -len("</tool_call>")]
+    template = template_for("qwen3")
+    chunks = [text[i : i + 5] for i in range(0, len(text), 5)]
+    expected = ("", [(0, "get_weather", {"city": "Paris", "days": 3})])
+    assert tools_streamed("rtcompile", tools, Tokenizer(template), QWEN3_PREFIX, chunks) == expected
+    assert tools_whole("rtcompile", tools, Tokenizer(template), QWEN3_PREFIX, text) == expected
+
+
+def test_a_malformed_call_keeps_its_text_and_later_calls_still_parse():
+    tools = sglang_tools(WEATHER)
+    broken = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par\n</tool_call>'
+    text = "a" + broken + "\n" + QWEN3_CALL
+    template = template_for("qwen3")
+    normal, calls = tools_whole("rtcompile", tools, Tokenizer(template), QWEN3_PREFIX, text)
+    assert '{"name": "get_weather", "arguments": {"city": "Par' in normal
+    assert calls[-1][1:] == ("get_weather", {"city": "Paris", "days": 3})
+    chunks = [text[i : i + 2] for i in range(0, len(text), 2)]
+    assert tools_streamed("rtcompile", tools, Tokenizer(template), QWEN3_PREFIX, chunks) == (
+        normal,
+        calls,
+    )
+
+
+def test_reasoning_waits_for_its_close_without_stream_reasoning():
+    template = template_for("qwen3")
+    parser = ReasoningParser(
+        "rtcompile", stream_reasoning=False, tokenizer=Tokenizer(template), prefix=QWEN3_PREFIX
+    )
+    out = [parser.parse_stream_chunk(chunk) for chunk in ["<think>ab", "cd</th", "ink>Answer"]]
+    assert out[0] == ("", "") and out[1] == ("", "")
+    assert out[2] == ("abcd", "Answer")
+    theirs = ReasoningParser(
+        "response_template",
+        stream_reasoning=False,
+        tokenizer=Tokenizer(thinking_copy(template)),
+        prefix=QWEN3_PREFIX,
+    )
+    assert [theirs.parse_stream_chunk(c) for c in ["<think>ab", "cd</th", "ink>Answer"]] == out
+
+
+def test_prefilled_reasoning_and_the_tool_call_text_the_reasoning_parser_passes_on():
+    template = template_for("qwen3")
+    prefix = QWEN3_PREFIX + "<think>\n"
+    text = "plan</think>\n\nSure." + "\n" + QWEN3_CALL + "<|im_end|>"
+    ours = reasoning_whole("rtcompile", Tokenizer(template), prefix, text)
+    assert ours == reasoning_whole(
+        "response_template", Tokenizer(thinking_copy(template)), prefix, text
+    )
+    assert QWEN3_CALL in ours[1]
+
+
+QWEN3_5_CALL = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        # a pattern closer (the parser reports what it matched); two identical calls in one chunk
+        (
+            "qwen3_5",
+            "plan\n</think>\n\nOK." + "\n" + QWEN3_5_CALL + "\n" + QWEN3_5_CALL + "<|im_end|>",
+        ),
+        # two identical calls in one chunk, closed by a lookahead then by '</s>'
+        ("ministral3", "[TOOL_CALLS]get_weather[ARGS]{}[TOOL_CALLS]get_weather[ARGS]{}</s>"),
+        # a closer the parser holds back at the end of the output
+        ("llama3_json", '{"name": "get_weather", "parameters": {"city": "Paris"}}<|eot_id|>'),
+        # a literal closer at the very end
+        ("qwen3", "<think>a</think>b\n" + QWEN3_CALL),
+    ],
+)
+def test_tool_call_text_passes_through_the_reasoning_detector_with_its_closer(name, text):
+    template = template_for(name)
+    prefix = {
+        "qwen3_5": QWEN3_PREFIX + "<think>\n",
+        "llama3_json": "<|start_header_id|>assistant<|end_header_id|>\n\n",
+        "qwen3": QWEN3_PREFIX,
+        "ministral3": "[/INST]",
+    }[name]
+    ours = reasoning_whole("rtcompile", Tokenizer(template), prefix, text)
+    theirs = reasoning_whole("response_template", Tokenizer(thinking_copy(template)), prefix, text)
+    assert ours == theirs
+    for size in (1, 3, len(text)):
+        chunks = [text[i : i + size] for i in range(0, len(text), size)]
+        assert reasoning_streamed("rtcompile", Tokenizer(template), prefix, chunks) == theirs
+
+
+@pytest.mark.parametrize("text", ["<think>only reasoning", "<think>a</think>", "<think>a</think>b"])
+def test_force_nonempty_content_as_sglangs_detector(text):
+    """A request with force_nonempty_content: reasoning stands in for missing content (one-shot),
+    and reasoning the stream leaves open comes back as content at its end."""
+    from sglang.srt.parser.response_template import ResponseTemplateReasoningDetector
+
+    template = template_for("qwen3")
+    ours = RtcompileReasoningDetector(
+        tokenizer=Tokenizer(template), prefix=QWEN3_PREFIX, force_nonempty_content=True
+    )
+    theirs = ResponseTemplateReasoningDetector(
+        tokenizer=Tokenizer(thinking_copy(template)),
+        prefix=QWEN3_PREFIX,
+        force_nonempty_content=True,
+    )
+
+    def whole(detector):
+        result = detector.detect_and_parse(text)
+        return result.reasoning_text, result.normal_text
+
+    def streamed(detector):
+        results = [detector.parse_streaming_increment(c) for c in (text[:5], text[5:])]
+        results.append(detector.finish())
+        return [(r.reasoning_text, r.normal_text) for r in results]
+
+    assert whole(ours) == whole(theirs)
+    assert streamed(ours) == streamed(theirs)
+
+
+def test_text_results_are_built_without_validation_and_equal_validated_ones():
+    """The tool detector's answer to a text chunk skips pydantic's validation where the installed
+    pydantic lays instances out as the check expects (it does in the pinned SGLang environment);
+    each such result is what the validated constructor builds."""
+    from sglang.srt.function_call.core_types import StreamingParseResult
+
+    from rtcompile.integrations import sglang
+    from rtcompile.integrations.serving_common import same_as_validated
+
+    assert sglang._text_result is not sglang._validated_text_result
+    for text in ("", "plain", "<tool_call>", "é\n"):
+        fast = sglang._text_result(text)
+        assert same_as_validated(fast, StreamingParseResult(normal_text=text))
+        fast.calls.append("x")  # a fresh list each time, as pydantic copies the default
+        assert sglang._text_result(text).calls == []
+
+
+def test_call_items_and_call_results_are_built_without_validation_and_equal_validated_ones():
+    """A chunk that announces a call or sends some of its arguments is answered with call items
+    and a result built without pydantic's validation (in the pinned SGLang environment); each is
+    what the validated constructor builds, and a streamed item still takes more arguments."""
+    from sglang.srt.function_call.core_types import StreamingParseResult, ToolCallItem
+
+    from rtcompile.integrations import sglang
+    from rtcompile.integrations.serving_common import same_as_validated
+
+    for values in ((0, "get_weather", ""), (2, None, '{"city": "Lisbon"'), (1, "é", "}")):
+        fast = sglang._call_item(*values)
+        assert type(fast) is ToolCallItem
+        assert same_as_validated(
+            fast, ToolCallItem(tool_index=values[0], name=values[1], parameters=values[2])
+        )
+    item = sglang._call_item(0, None, "{")
+    item.parameters += "}"
+    assert item.parameters == "{}" and item.model_fields_set == {"tool_index", "name", "parameters"}
+    for text, calls in (("", []), ("x", [sglang._call_item(0, "f", "{}")])):
+        assert same_as_validated(
+            sglang._calls_result(text, calls), StreamingParseResult(normal_text=text, calls=calls)
+        )
+    # the unvalidated builders were chosen, not the validated fallbacks
+    assert sglang._call_item.__name__ == "build" and sglang._calls_result.__name__ == "build"
+
+
+def test_reasoning_results_are_built_without_the_constructor_and_equal_its_results():
+    """The reasoning detector's answer to more reasoning or content sets the two attributes of
+    SGLang's result class itself (checked once against the constructor, as here)."""
+    from sglang.srt.parser.reasoning_parser import StreamingParseResult
+
+    from rtcompile.integrations import sglang
+
+    # the pinned SGLang's class takes plain attributes: the check chose them, not the constructor
+    assert sglang._reasoning_result.__name__ == "reasoning_result"
+    assert sglang._normal_result.__name__ == "normal_result"
+    for text in ("", "plain", "<think>", "é\n"):
+        made = sglang._reasoning_result(text)
+        assert type(made) is StreamingParseResult
+        assert vars(made) == vars(StreamingParseResult(None, text))
+        assert vars(sglang._normal_result(text)) == vars(StreamingParseResult(text, None))
+    parser = ReasoningParser("rtcompile", tokenizer=Tokenizer(template_for("qwen3")), prefix=QWEN3_PREFIX)
+    assert parser.parse_stream_chunk("<think>") == ("", "")
+    assert parser.parse_stream_chunk("a plan") == ("a plan", "")
+    assert parser.parse_stream_chunk("</think>") == ("", "")
+    assert parser.parse_stream_chunk("Sure") == ("", "Sure")
+    assert parser.parse_stream_chunk(", done") == ("", ", done")
+
+
+def test_the_parser_reads_each_tools_name_and_parameters_as_model_dump_gives_them():
+    """The tool detector reads a request's `Tool` objects by their attributes (no model_dump, a
+    copy of each whole tool, per request); the parser's casting tables come out the same."""
+    from rtcompile.integrations import sglang
+    from rtcompile.runtime.coerce import tool_parameters
+
+    tools = sglang_tools(WEATHER)
+    dumped = [tool.model_dump(exclude_none=True) for tool in tools]
+    assert tool_parameters(sglang._tool_dicts(tools)) == tool_parameters(dumped)
+    assert sglang._tool_dicts(dumped) == dumped  # dicts as they are
+    assert [t["function"]["name"] for t in sglang._tool_dicts(tools)] == ["get_weather", "never_called"]
+
+
+def test_detectors_of_one_template_share_its_plans_and_see_it_changed_in_place():
+    """Detectors built from the tokenizer's one template object reuse its compiled plans and the
+    copy SGLang's classes read (found without serializing the template per request); a template
+    changed in place gets plans of its own; SGLang's classes leave the shared copy as it was."""
+    from rtcompile.integrations import sglang
+
+    template = json.loads(json.dumps(template_for("qwen3")))
+    tokenizer = Tokenizer(template)
+    tools = sglang_tools(WEATHER)
+    first = ReasoningParser("rtcompile", tokenizer=tokenizer).detector
+    tool = FunctionCallParser(tools, "rtcompile", tokenizer=tokenizer).detector
+    assert first.plans is tool.plans
+    view = first.plans.sglang_view
+    assert view == sglang._sglang_view(template)
+    # used, as a request uses them: the shared copy is unchanged
+    text = '<think>a</think>b<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'
+    assert ReasoningParser("rtcompile", tokenizer=tokenizer).parse_non_stream(text)[0] == "a"
+    assert calls_view(
+        FunctionCallParser(tools, "rtcompile", tokenizer=tokenizer).parse_non_stream(text[16:])[1]
+    ) == [(0, "get_weather", {"city": "Rome"})]
+    assert view == sglang._sglang_view(template_for("qwen3"))
+    assert ReasoningParser("rtcompile", tokenizer=tokenizer).detector.plans is first.plans
+
+    template["fields"]["reasoning_content"]["open"] = "<reason>"  # changed in place
+    template["fields"]["reasoning_content"]["close"] = "</reason>"
+    changed = ReasoningParser("rtcompile", tokenizer=tokenizer)
+    assert changed.detector.plans is not first.plans
+    assert changed.parse_non_stream("<reason>r</reason>n") == ("r", "n")
