@@ -1,16 +1,25 @@
-"""Hypothesis profiles for the whole test suite.
+"""The two tiers of the suite, and hypothesis profiles.
 
-    ci   at least 300 examples per property (CI=true selects it); failures print a reproduction blob
-    dev  a quick local run (the default)
+    python -m pytest -q            the quick tier: every test not marked `full`, properties at the
+                                   `quick` profile (a few minutes on two cores)
+    python -m pytest -q --full     the full tier, which CI runs: every test, properties at the `ci`
+                                   profile (at least 300 examples each)
 
-HYPOTHESIS_PROFILE picks a profile by name and wins over CI. RTCOMPILE_EXAMPLES overrides
-max_examples of whichever profile is active, for long local runs:
+Profiles: `ci` (300 examples; failures print a reproduction blob), `dev` (60), `quick` (the quick
+tier's). HYPOTHESIS_PROFILE picks a profile by name and wins over the tier. RTCOMPILE_EXAMPLES
+overrides max_examples of whichever profile is active, for long local runs:
 
-    RTCOMPILE_EXAMPLES=100000 python -m pytest tests/test_differential.py
+    RTCOMPILE_EXAMPLES=100000 python -m pytest --full tests/differential/test_differential.py
+
+A test is marked `full` (`@pytest.mark.full`, or `pytestmark` for a whole module) when it adds time
+rather than coverage the quick tier lacks: long property runs, every chat template rendered many
+times, heavy engines started. Without `--full` those tests are deselected (reported as such), never
+skipped.
 """
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Compiling a template (code generation, black, import) takes a variable, sometimes long, time per
@@ -34,16 +43,43 @@ settings.register_profile(
     suppress_health_check=_SUPPRESSED,
 )
 
-_profile = os.environ.get("HYPOTHESIS_PROFILE") or (
-    "ci" if os.environ.get("CI", "").lower() == "true" else "dev"
+settings.register_profile(
+    "quick",
+    max_examples=15,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=_SUPPRESSED,
 )
-_examples = os.environ.get("RTCOMPILE_EXAMPLES")
-if _examples:
-    settings.register_profile(
-        f"{_profile}-examples", settings.get_profile(_profile), max_examples=int(_examples)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--full",
+        action="store_true",
+        help="rtcompile: run the full tier (every test, properties at the ci profile), as CI does",
     )
-    _profile = f"{_profile}-examples"
-settings.load_profile(_profile)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "full: part of the full tier only (python -m pytest --full)")
+    profile = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if config.getoption("--full") else "quick")
+    examples = os.environ.get("RTCOMPILE_EXAMPLES")
+    if examples:
+        settings.register_profile(f"{profile}-examples", settings.get_profile(profile), max_examples=int(examples))
+        profile = f"{profile}-examples"
+    settings.load_profile(profile)
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--full"):
+        return
+    kept, deselected = [], []
+    for item in items:
+        (deselected if item.get_closest_marker("full") else kept).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
 
 # Compiled parsers go to a cache directory of this test session, not the user's: the suite compiles
 # thousands of generated templates. (Tests of the cache itself point it elsewhere again.)
