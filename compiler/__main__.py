@@ -67,7 +67,8 @@ def _compile_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m rtcompile",
         description="Compile a response template into a Python parser module (a drop-in for "
-        "transformers' chat_parsing). Subcommands: list, regenerate, cache, parse, verify, infer.",
+        "transformers' chat_parsing). Subcommands: list, regenerate, cache, parse, verify, infer, "
+        "serve (python -m rtcompile SUBCOMMAND --help).",
         epilog="TEMPLATE is a response-template JSON file, a tokenizer_config.json (or tokenizer "
         "directory) with a response_template, or the name / model_type of a bundled template. "
         "A file whose name is a subcommand must be given as ./NAME.",
@@ -87,16 +88,16 @@ def _compile(argv: list[str]) -> int:
         lowered = frontend.lower(template)
     except (frontend.TemplateError, TypeError) as e:
         raise CliError(f"{label}: {e}") from None
-    if args.check or args.strict:
-        warnings = lint.lint(lowered)
-        for warning in warnings:
-            print(f"rtcompile: warning: {label}: {warning}", file=sys.stderr)
-        if warnings and args.strict:
-            print(f"rtcompile: error: {label}: {len(warnings)} warning(s) under --strict", file=sys.stderr)
-            return EXIT_ERROR
-        if args.check:
-            print(f"{label}: ok ({len(lowered.fields)} fields, {len(warnings)} warning(s))")
-            return 0
+    # Warnings go to stderr whenever a template is compiled: what they name fails while parsing.
+    warnings = lint.lint(lowered)
+    for warning in warnings:
+        print(f"rtcompile: warning: {label}: {warning}", file=sys.stderr)
+    if warnings and args.strict:
+        print(f"rtcompile: error: {label}: {len(warnings)} warning(s) under --strict", file=sys.stderr)
+        return EXIT_ERROR
+    if args.check:
+        print(f"{label}: ok ({len(lowered.fields)} fields, {len(warnings)} warning(s))")
+        return 0
     from . import codegen
 
     source = codegen.generate(lowered, origin=label)
@@ -121,10 +122,12 @@ def _read(spec: str) -> tuple[str, object]:
 def _write(path: Path, text: str) -> None:
     from .cache import FileSystem, user_file_mode
 
+    if not path.parent.is_dir():  # (else the error would name the temporary file beside it)
+        raise CliError(f"{path}: cannot write: no such directory: {path.parent}")
     try:  # (the mode of any new file of the user: another user or a container may import it)
         FileSystem().write_atomic(path, text, mode=user_file_mode())
     except OSError as e:
-        raise CliError(f"{path}: cannot write: {e}") from None
+        raise CliError(f"{path}: cannot write: {e.strerror or e}") from None
 
 
 def _round_trip_command(name: str, argv: list[str]) -> int:
@@ -145,9 +148,10 @@ def _list(argv: list[str]) -> int:
     from .library import list_templates
 
     entries = list_templates()
-    width = max(len(e["name"]) for e in entries)
+    width = max(len(e["name"]) for e in entries + [{"name": "TEMPLATE"}])
+    print(f"{'TEMPLATE':<{width}}  MODEL TYPES")
     for entry in entries:
-        print(f"{entry['name']:<{width}}  {', '.join(entry.get('model_types', []))}")
+        print(f"{entry['name']:<{width}}  {', '.join(entry.get('model_types', [])) or '(by name)'}")
     return 0
 
 
@@ -183,8 +187,25 @@ def _cache(argv: list[str]) -> int:
     print(f"cache directory: {cache.directory}")
     print(f"entries: {len(entries)}, {size} bytes")
     for path in entries:
-        print(f"  {path.name}")
+        print(f"  {path.name}  {_describe_template(cache.entry_template(path))}")
     return 0
+
+
+def _describe_template(template: object) -> str:
+    """Which template a cache entry holds: a bundled template's name, else its fields and anchor."""
+    from .frontend.canonical import canonical_text
+    from .library import list_templates, template_for
+
+    if not isinstance(template, dict):
+        return "(no readable template)"
+    text = canonical_text(template)
+    for entry in list_templates():
+        if canonical_text(template_for(entry["name"])) == text:
+            return f"bundled {entry['name']!r}"
+    fields = template.get("fields")
+    names = ", ".join(map(repr, fields)) if isinstance(fields, dict) else "?"
+    anchor = template.get("start_anchor", template.get("start_anchor_pattern"))
+    return f"fields {names}; start anchor {anchor!r}"
 
 
 def _parse(argv: list[str]) -> int:

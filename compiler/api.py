@@ -8,15 +8,13 @@ never disagree.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import threading
 import types
-from pathlib import Path
 from typing import Any
 
 from .frontend import canonical
-from .version import __version__
+from .library import read_template
 
 
 def compile_template(template: Any, *, origin: str | None = None) -> str:
@@ -53,7 +51,11 @@ class _Memo:
         self._by_hash: dict[str, types.ModuleType] = {}
         self._last: tuple[Any, Any, types.ModuleType] | None = None  # (object, snapshot, module)
 
-    def get(self, template: dict) -> types.ModuleType:
+    def get(self, template: Any) -> types.ModuleType:
+        """The module for a template dict, or for a path or bundled name (read on every call: the
+        file may change)."""
+        if isinstance(template, (str, os.PathLike)):
+            template = read_template(template)
         last = self._last
         if last is not None and last[0] is template and last[1] == template:
             return last[2]
@@ -76,31 +78,7 @@ _MEMO = _Memo()
 def load(template_or_path: Any) -> types.ModuleType:
     """The generated parser module for a template dict, a template JSON file, a tokenizer_config.json
     with a `response_template`, or the name of a bundled template."""
-    if isinstance(template_or_path, (str, os.PathLike)):
-        template_or_path = read_template(template_or_path)
     return _MEMO.get(template_or_path)
-
-
-def read_template(source: str | os.PathLike) -> dict:
-    """A response template from a JSON file (a template, or a tokenizer_config.json holding one), a
-    tokenizer directory, or a bundled template's name."""
-    path = Path(source)
-    if path.is_dir():
-        path = path / "tokenizer_config.json"
-    if not path.exists() and isinstance(source, str) and os.sep not in source and not source.endswith(".json"):
-        from .library import template_for
-
-        return template_for(source)
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    if isinstance(data, dict) and "fields" not in data:
-        if "response_template" in data:
-            data = data["response_template"]
-        elif path.name == "tokenizer_config.json":
-            data = None
-        if data is None:
-            raise canonical.TemplateError("response_template", f"{path} has no response template")
-    return data
 
 
 def parse_response(

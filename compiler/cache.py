@@ -333,6 +333,25 @@ class Cache:
         entries = self.fs.entries(self.directory)
         return entries, sum(p.stat().st_size for p in entries + self.fs.code_files(self.directory))
 
+    def entry_template(self, path: Path) -> dict | None:
+        """The response template an entry was generated from, read from its `TEMPLATE` literal
+        (parsed, never executed), or None for a file that holds none."""
+        import ast
+
+        text = self.fs.read_text(path)
+        try:
+            tree = ast.parse(text or "")
+        except SyntaxError:
+            return None
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["TEMPLATE"]:
+                try:
+                    value = ast.literal_eval(node.value)
+                except ValueError:  # (NaN and infinities are emitted as float(...) calls)
+                    return None
+                return value if isinstance(value, dict) else None
+        return None
+
     def clear(self) -> int:
         """Remove every entry, its compiled code and temporary files left by interrupted writes;
         the entry count."""

@@ -9,6 +9,9 @@ the index, so the template files stay loadable by the interpreter unchanged.
     '<|im_start|>assistant\\n'
     >>> template_for("qwen3_moe") == template_for("qwen3")   # a model_type finds its template too
     True
+
+`read_template` (and `template_for`, given a path) also reads templates that are not bundled: a
+template JSON file, a `tokenizer_config.json` holding a `response_template`, or a tokenizer directory.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import os
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; the annotation is all we need from it
@@ -25,6 +30,7 @@ if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; the annotation is all we 
 __all__ = [
     "UnknownTemplateError",
     "list_templates",
+    "read_template",
     "template_for",
     "template_names",
     "template_path",
@@ -105,15 +111,44 @@ def list_templates() -> list[dict[str, Any]]:
     return copy.deepcopy(list(_index()))
 
 
-def template_for(name_or_model_type: str) -> dict[str, Any]:
+def template_for(name_or_path: str | os.PathLike) -> dict[str, Any]:
     """The bundled response template with this name, or the one serving this HF `model_type`
-    (`config.model_type`, e.g. ``"qwen3_moe"``). Returns a fresh deep copy on every call.
+    (`config.model_type`, e.g. ``"qwen3_moe"``); or, for a path, the template it holds (see
+    `read_template`). Returns a fresh copy on every call.
 
     Raises `UnknownTemplateError` (a `KeyError` and a `ValueError`) listing the known names and
     model types when nothing matches.
     """
+    if isinstance(name_or_path, (str, os.PathLike)):
+        return read_template(name_or_path)
+    return _bundled(name_or_path)
+
+
+def _bundled(name_or_model_type: str) -> dict[str, Any]:
     entry = _entry(name_or_model_type)
     return copy.deepcopy(_load_template_file(entry["file"]))
+
+
+def read_template(source: str | os.PathLike) -> dict:
+    """A response template from a JSON file (a template, or a tokenizer_config.json holding one), a
+    tokenizer directory, or a bundled template's name or model_type (a name that is no file)."""
+    from .frontend.canonical import TemplateError
+
+    path = Path(source)
+    if path.is_dir():
+        path = path / "tokenizer_config.json"
+    if not path.exists() and isinstance(source, str) and os.sep not in source and not source.endswith(".json"):
+        return _bundled(source)
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if isinstance(data, dict) and "fields" not in data:
+        if "response_template" in data:
+            data = data["response_template"]
+        elif path.name == "tokenizer_config.json":
+            data = None
+        if data is None:
+            raise TemplateError("response_template", f"{path} has no response template")
+    return data
 
 
 def template_path(name_or_model_type: str) -> Traversable:

@@ -6,8 +6,14 @@ region closes: "7" becomes 7 for an integer parameter and stays "7" for a string
 the same, with identical results, for generated parsers:
 
     tool_params = tool_parameters(tools)              # once, when the parser is built
-    if tool_params:                                   # no usable tool: no casting at all
-        value = coerce_tool_calls(value, tool_params)  # on every closed field's value
+    mode = cast_mode(content, content_args)           # once per field, from its content parser
+    if tool_params and mode is not None:              # no usable tool: no casting at all
+        value = coerce_tool_calls(value, tool_params, typed=mode == TYPED)  # each closed value
+
+Which arguments are cast depends on the field's content parser (transformers 5.25.0): the typed
+formats (`json`, `python-call-list`) already tell a quoted string from a number, so an argument whose
+schema allows a string is left as the model wrote it there; a field whose xml-inline
+`value_parser_by` reads each value as the model's own output says is never cast.
 
 Types are read from the schema again on every cast, as the interpreter does: `tool_parameters` keeps
 references to the caller's `properties` dicts, so a schema edited between two regions takes effect, and
@@ -25,9 +31,23 @@ import json
 from types import FunctionType, MethodType
 from typing import Any
 
-__all__ = ["coerce_tool_calls", "coerce_value", "schema_types", "tool_parameters"]
+__all__ = ["ALL", "TYPED", "cast_mode", "coerce_argument", "coerce_tool_calls", "coerce_value", "schema_types", "tool_parameters"]
 
 _INFINITIES = (float("inf"), float("-inf"))
+
+# Content parsers whose syntax already tells a quoted string from a typed literal.
+TYPED_FORMATS = frozenset({"json", "python-call-list"})
+# How a field's values are cast (`cast_mode`): every argument the schema types, or only those whose
+# schema does not allow a string.
+ALL, TYPED = "all", "typed"
+
+
+def cast_mode(content: Any, content_args: Any) -> str | None:
+    """How the tool schema casts the values of a field with this content parser: ALL, TYPED, or
+    None (never: with `value_parser_by` the model's own output says how to read each value)."""
+    if isinstance(content_args, dict) and "value_parser_by" in content_args:
+        return None
+    return TYPED if content in TYPED_FORMATS else ALL
 
 
 def tool_parameters(tools: Any) -> dict[str, dict]:
@@ -132,17 +152,29 @@ def coerce_value(raw: str, types: tuple[str, ...]) -> Any:
     return raw
 
 
-def coerce_tool_calls(value: Any, tool_params: dict[str, dict]) -> Any:
+def coerce_argument(argument: Any, types: tuple[str, ...], typed: bool = False) -> Any:
+    """One argument cast as `coerce_tool_calls` casts it (never mutating it): a string by `types`, a
+    list (duplicate keys gathered by `merge_duplicates`) item by item unless the parameter may be an
+    "array"; with `typed`, nothing when the parameter may be a string."""
+    if typed and "string" in types:
+        return argument
+    if isinstance(argument, str):
+        return coerce_value(argument, types)
+    if isinstance(argument, list) and "array" not in types:
+        return [coerce_value(item, types) if isinstance(item, str) else item for item in argument]
+    return argument
+
+
+def coerce_tool_calls(value: Any, tool_params: dict[str, dict], typed: bool = False) -> Any:
     """Cast the string arguments of the tool call(s) in a closed field's `value`, in place.
 
     A list is handled item by item (recursively) and comes back as a new list; a dict of the shape
     `{"function": {"name": str, "arguments": dict}}` has its arguments cast in place and is returned;
     anything else is returned untouched. Only arguments named in the tool's `properties` with at least
-    one declared type are cast. A list argument (duplicate keys gathered by `merge_duplicates`) has each
-    string item cast, unless the parameter itself may be an "array".
+    one declared type are cast (see `coerce_argument`; `typed` for the TYPED cast mode).
     """
     if isinstance(value, list):
-        return [coerce_tool_calls(item, tool_params) for item in value]
+        return [coerce_tool_calls(item, tool_params, typed) for item in value]
     function = value.get("function") if isinstance(value, dict) else None
     if not isinstance(function, dict):
         return value
@@ -158,10 +190,6 @@ def coerce_tool_calls(value: Any, tool_params: dict[str, dict]) -> Any:
         types = schema_types(properties[key])
         if not types:
             continue
-        if isinstance(argument, str):
-            arguments[key] = coerce_value(argument, types)
-        elif isinstance(argument, list) and "array" not in types:
-            arguments[key] = [
-                coerce_value(item, types) if isinstance(item, str) else item for item in argument
-            ]
+        if isinstance(argument, (str, list)):
+            arguments[key] = coerce_argument(argument, types, typed)
     return value

@@ -1,7 +1,7 @@
 """Content parsers with their arguments bound once, at import of a generated module.
 
 `make_parser(name, args)` returns a function of the region's text. The behaviour, including every
-error class and message, is that of the transformers 5.24.0 interpreter, which reads `args` on each
+error class and message, is that of the transformers 5.25.0 interpreter, which reads `args` on each
 call; here what can be prepared (compiled patterns, flags) is prepared once. Arguments the
 interpreter would only choke on while parsing (a non-dict `args`, a malformed `string_delims`, an
 invalid `tag_pattern`) are not prepared: such parsers run the per-call path and fail as the
@@ -233,16 +233,36 @@ def _xml_inline(text: str, args: Any) -> dict:
     tag_pattern = args.get("tag_pattern")
     if tag_pattern is None:
         raise ValueError("xml-inline: 'tag_pattern' content_arg is required")
+    by_capture = _parsers_by_capture(args)
     return _run_xml_inline(
         text,
         regex.finditer(tag_pattern, text, flags=regex.DOTALL, timeout=MATCH_TIMEOUT.get()),
         tag_pattern,
         args.get("value_parser"),
         args.get("merge_duplicates", False),
+        by_capture,
     )
 
 
-def _run_xml_inline(text: str, matches: Any, tag_pattern: Any, value_parser: Any, merge: Any) -> dict:
+def _parsers_by_capture(args: Any) -> tuple[str, dict] | None:
+    """`value_parser_by` ({"group": G, "parsers": {capture: parser}}) as (G, parsers), or None.
+    A malformed spec fails as the interpreter's does: a ValueError, or an AttributeError for a
+    spec that is not a dict (the interpreter calls its `.get`)."""
+    spec = args.get("value_parser_by")
+    if spec is None:
+        return None
+    group, parsers = spec.get("group"), spec.get("parsers")
+    if not isinstance(group, str) or not isinstance(parsers, dict):
+        raise ValueError(
+            "xml-inline: 'value_parser_by' must be a dict with 'group' (a named group in tag_pattern) "
+            f"and 'parsers' (a dict mapping what that group captures to a value parser). Got: {spec!r}"
+        )
+    return group, parsers
+
+
+def _run_xml_inline(
+    text: str, matches: Any, tag_pattern: Any, value_parser: Any, merge: Any, by_capture: tuple[str, dict] | None
+) -> dict:
     out: dict[str, Any] = {}
     merged: set = set()  # keys already turned into a list of their values (see below)
     for match in matches:
@@ -250,10 +270,20 @@ def _run_xml_inline(text: str, matches: Any, tag_pattern: Any, value_parser: Any
         key = groups.get("key")
         if key is None:
             raise ValueError(f"xml-inline: tag_pattern must have a named group 'key'. Pattern: {tag_pattern}")
-        value = _sub_parse(groups.get("value", ""), value_parser)
+        parser = value_parser
+        if by_capture is not None:
+            group, parsers = by_capture
+            if group not in groups:
+                raise ValueError(
+                    f"xml-inline: value_parser_by names group '{group}', which tag_pattern does not define. "
+                    f"Pattern: {tag_pattern}"
+                )
+            # a capture without an entry (or a group that took no part in the match): value_parser
+            parser = parsers.get(groups[group], value_parser)
+        value = _sub_parse(groups.get("value", ""), parser)
         if key in out and merge:
             # The first repeat wraps the first value in a list even when that value is itself a
-            # list (a value_parser's JSON array, say): 5.24.0 tracks merged keys, not value types.
+            # list (a value_parser's JSON array, say): the interpreter tracks merged keys, not value types.
             if key not in merged:
                 out[key] = [out[key]]
                 merged.add(key)
@@ -267,6 +297,7 @@ def _xml_inline_factory(args: dict) -> Callable[[str], dict]:
     tag_pattern = args.get("tag_pattern")
     if not isinstance(tag_pattern, str):
         raise TypeError("tag_pattern is checked per call")
+    by_capture = _parsers_by_capture(args)  # (a malformed spec raises: checked per call instead)
     compiled = LazyRegex(tag_pattern)  # (compiled on first use)
     value_parser = args.get("value_parser")
     merge = args.get("merge_duplicates", False)
@@ -275,7 +306,7 @@ def _xml_inline_factory(args: dict) -> Callable[[str], dict]:
         timeout = MATCH_TIMEOUT.get()
         # (without a time bound, the plain engine: the stdlib twin where one exists, see twin.py)
         matches = compiled.plain().finditer(text) if timeout is None else compiled.finditer(text, timeout=timeout)
-        return _run_xml_inline(text, matches, tag_pattern, value_parser, merge)
+        return _run_xml_inline(text, matches, tag_pattern, value_parser, merge, by_capture)
 
     return xml_inline
 

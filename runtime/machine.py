@@ -5,7 +5,7 @@ method per parser state (which delimiters are watched there and how they are mat
 function per field (content parser and transform), and a few tables. This class owns what is the
 same for every template, written once: the event protocol, chunk boundaries, holding back possibly
 partial delimiters, region bookkeeping, `repeats`/`join`, defaults, and finalization. It follows the
-transformers 5.24.0 interpreter step for step; comments mark where it must stay so.
+transformers 5.25.0 interpreter step for step; comments mark where it must stay so.
 
 Streaming is linear in the output's length: the buffer holds only unread text (plus the few
 consumed characters a lookbehind may need, `CONTEXT`), and region text is collected in a list.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .coerce import coerce_tool_calls, tool_parameters
+from .coerce import TYPED, coerce_tool_calls, tool_parameters
 from .content_parsers import MATCH_TIMEOUT
 from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError, region_error
 
@@ -47,6 +47,8 @@ class Machine:
     DIRTY: tuple[bool, ...] = ()  # chunks of structured parsers are raw, unparsed text
     REPEATS: tuple[bool, ...] = ()
     JOINS: tuple[str | None, ...] = ()
+    # Per field, how the tool schema casts its values (coerce.cast_mode): ALL, TYPED or None.
+    CASTS: tuple[str | None, ...] = ()
     REQUIRED: tuple[str, ...] = ()  # names of fields with optional: false, in template order
     IMPLICIT: int | None = None  # index of the field without an open delimiter
     CONTEXT: int | None = 0  # consumed characters kept for lookbehind; None keeps everything
@@ -440,7 +442,9 @@ class Machine:
                     finally:
                         MATCH_TIMEOUT.reset(token)
                 if self._tool_params and not isinstance(value, str):  # (text is never a tool call)
-                    value = coerce_tool_calls(value, self._tool_params)
+                    cast = self.CASTS[index]
+                    if cast is not None:
+                        value = coerce_tool_calls(value, self._tool_params, cast == TYPED)
                 if join is not None and not isinstance(value, str):
                     raise ValueError(
                         f"Field '{name}': 'join' requires each match to parse to a string, "

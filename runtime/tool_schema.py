@@ -4,7 +4,7 @@ Parsers accept `tools=[...]` in the same format as `apply_chat_template`: JSON s
 Python functions. A function is turned into its schema here, from its type hints (the argument types)
 and its Google-style docstring (the summary, each argument's description, optional `(choices: [...])`
 enums and an optional `Returns:` section). The output, the exception classes and their messages match
-transformers 5.24.0 exactly, so a tool that works (or fails) with the interpreter does the same here.
+transformers 5.25.0 exactly, so a tool that works (or fails) with the interpreter does the same here.
 
 Standard library only: this module is imported at parse time by generated parsers.
 """
@@ -217,7 +217,8 @@ def _parameters_schema(func: Callable) -> dict:
                 properties[hint_name] = _hint_schema(hint)
             except TypeHintParsingException:
                 pass
-        else:
+        elif hint_name in signature.parameters:
+            # A bound method's signature omits its receiver, whose annotation the hints still hold.
             properties[hint_name] = _hint_schema(hint)
 
     schema = {"type": "object", "properties": properties}

@@ -19,7 +19,6 @@ skipped.
 
 import os
 
-import pytest
 from hypothesis import HealthCheck, settings
 
 # Compiling a template (code generation, black, import) takes a variable, sometimes long, time per

@@ -19,7 +19,7 @@ Public entry points:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field as dataclass_field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Literal, Optional, Union
 
@@ -531,7 +531,43 @@ XML_TAG_STYLES = {
     ),
     # No `key` group: the interpreter raises ValueError at parse time once a tag matches.
     "missing_key": (r"<v>(?P<value>.*?)</v>", lambda key, value: f"<v>{value}</v>"),
+    # A `type` group saying how to read the value (for value_parser_by); it may be left out.
+    "typed": (
+        r'<arg name="(?P<key>\w+)"(?: type="(?P<type>\w+)")?>(?P<value>.*?)</arg>',
+        lambda key, value, kind: f'<arg name="{key}"' + (f' type="{kind}"' if kind else "") + f">{value}</arg>",
+    ),
 }
+# What the "typed" style's `type` group captures, and value_parser_by specs over it: well formed
+# (some captures without a parser fall back to value_parser), naming a group the pattern lacks
+# (ValueError once a tag matches), malformed (ValueError), not a dict at all (AttributeError), or
+# None (ignored when parsing, but its key still turns the tool-schema casts off).
+VALUE_TYPES = ("int", "str", "json", "bool", "float", "other")
+value_parser_by_specs = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "group": st.just("type"),
+            "parsers": st.dictionaries(
+                st.sampled_from(VALUE_TYPES),
+                st.sampled_from(
+                    [{"name": "int"}, {"name": "text"}, {"name": "json"}, {"name": "bool"}, {"name": "float"}, {}]
+                ),
+                max_size=4,
+            ),
+        }
+    ),
+    st.sampled_from(
+        [
+            {"group": "kind", "parsers": {"int": {"name": "int"}}},
+            {"group": "type"},
+            {"group": 3, "parsers": {}},
+            {"group": "type", "parsers": [["int", {"name": "int"}]]},
+            {"group": "type", "parsers": {"int": {"name": "no-such-parser"}}},
+            "type",
+            ["type"],
+            None,
+        ]
+    ),
+)
 
 value_parsers = st.one_of(
     st.none(),
@@ -556,6 +592,8 @@ def xml_inline_args(draw) -> tuple[dict, str]:
         args["value_parser"] = value_parser
     if draw(st.booleans()):
         args["merge_duplicates"] = draw(st.booleans())
+    if style == "typed" or draw(one_in(8)):
+        args["value_parser_by"] = draw(value_parser_by_specs)
     malformed = draw(st.sampled_from(["no"] * 18 + ["missing", "bad_regex"]))
     if malformed == "missing":
         del args["tag_pattern"]  # ValueError at parse time
@@ -578,7 +616,10 @@ def xml_inline_payloads(draw, style: str) -> str:
     parts = []
     for key, value in pairs:
         parts.append(draw(padding))
-        parts.append(render(key, value))
+        if style == "typed":
+            parts.append(render(key, value, draw(st.sampled_from(VALUE_TYPES + ("",)))))
+        else:
+            parts.append(render(key, value))
     if draw(one_in(5)):
         parts.append(draw(noise))
     return "".join(parts)

@@ -21,9 +21,10 @@ import jinja2
 
 from rtcompile.frontend import canonical, ir
 from rtcompile.frontend.patterns import WHITESPACE
+from rtcompile.runtime.coerce import cast_mode
 from rtcompile.version import INTERPRETER_RELEASE, __version__
 
-RUNTIME_ABI = 6  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
+RUNTIME_ABI = 7  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
 # Sets of first characters up to this size are checked with chained str.find; larger ones with
 # one character-class search.
 MAX_FIND_CHAIN = 2
@@ -431,6 +432,7 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         dirty=tuple(f.dirty for f in fields),
         repeats=tuple(f.repeats for f in fields),
         joins=tuple(f.join for f in fields),
+        casts=tuple(cast_mode(f.content.parser, f.content.args) for f in fields),
         default_keys=tuple(template.defaults),
         finishers=finishers,
         anchor_border_free=border_free,

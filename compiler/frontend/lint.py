@@ -20,7 +20,7 @@ CONTENT_ARG_KEYS = {
     "float": {"strip"},
     "bool": {"strip"},
     "json": {"unquoted_keys", "string_delims", "allow_non_json", "strip"},
-    "xml-inline": {"tag_pattern", "value_parser", "merge_duplicates"},
+    "xml-inline": {"tag_pattern", "value_parser", "value_parser_by", "merge_duplicates"},
     "kv-lines": {"line_sep", "kv_sep", "strip", "value_parser"},
     "python-call-list": set(),  # (takes no arguments)
 }
@@ -84,6 +84,7 @@ def _lint_content(field: ir.Field) -> list[Warning_]:
             else:
                 if "key" not in compiled.groupindex:
                     out.append(Warning_(where, "'tag_pattern' has no named group 'key'; any tag it matches fails to parse"))
+                out += _lint_value_parser_by(where, args.get("value_parser_by"), compiled)
     if field.content.parser in ("xml-inline", "kv-lines"):
         out += _lint_value_parser(where, args.get("value_parser"))
     if field.content.parser == "json":
@@ -102,6 +103,22 @@ def _lint_value_parser(where: str, value_parser) -> list[Warning_]:
     if name not in CONTENT_ARG_KEYS:
         return [Warning_(where, f"'value_parser' names unknown parser {name!r}; parsing fails with KeyError")]
     return []
+
+
+def _lint_value_parser_by(where: str, spec, compiled_tag) -> list[Warning_]:
+    """xml-inline's `value_parser_by` ({"group": G, "parsers": {capture: parser}}): the interpreter
+    reads it when a region closes, and fails there."""
+    if spec is None:
+        return []
+    if not isinstance(spec, dict) or not isinstance(spec.get("group"), str) or not isinstance(spec.get("parsers"), dict):
+        return [Warning_(where, "'value_parser_by' must be an object with 'group' (a string) and 'parsers' (an object); every region of this field fails to parse")]
+    out = []
+    if spec["group"] not in compiled_tag.groupindex:
+        out.append(Warning_(where, f"'value_parser_by' names group {spec['group']!r}, which 'tag_pattern' does not define; any tag it matches fails to parse"))
+    for capture, parser in spec["parsers"].items():
+        for warning in _lint_value_parser(where, parser):
+            out.append(Warning_(where, f"'value_parser_by' for {capture!r}: {warning.message}"))
+    return out
 
 
 def _lint_transform(field: ir.Field) -> list[Warning_]:

@@ -1,6 +1,6 @@
 """Front end: validate a response template and lower it to the IR.
 
-The rules, their order and the exception classes are those of the transformers 5.24.0 interpreter
+The rules, their order and the exception classes are those of the transformers 5.25.0 interpreter
 (`transformers.utils.chat_parsing.response_templates`), so a template is accepted here exactly when
 the interpreter accepts it, and the first problem found is the one the interpreter reports. Messages
 start with the JSON path of the problem (`fields.tool_calls.open_pattern: invalid regex: ...`).

@@ -85,7 +85,7 @@ from typing import Any, Callable
 
 import regex
 
-from rtcompile.runtime.coerce import coerce_value, schema_types, tool_parameters
+from rtcompile.runtime.coerce import TYPED, cast_mode, coerce_argument, schema_types, tool_parameters
 from rtcompile.runtime.content_parsers import CallListReader, make_parser, parse_content
 from rtcompile.runtime.twin import stdlib_twin
 
@@ -1201,6 +1201,7 @@ class _ToolRegion:
         elif (
             plan.content in ("xml-inline", "kv-lines")
             and isinstance(args, dict)
+            and "value_parser_by" not in args  # (a value's parser is chosen per tag: sent whole at the close)
             and not plan.each
             and arguments.kind == "path"
             and arguments.value == ()
@@ -1336,6 +1337,7 @@ class _ToolField:
         self.deltas = stream._deltas
         self.plan, self.json_parser = _tool_plan(spec)
         self.tool_params = tool_params
+        self.cast = cast_mode(self.plan.content, self.plan.content_args)
         self.make_id = make_id
         self.region: _ToolRegion | None = None
         self.calls: list[_Call] = []  # every announced call, by OpenAI index
@@ -1365,17 +1367,13 @@ class _ToolField:
 
     def _coerce(self, name: str | None, key: str, value: Any) -> Any:
         """coerce_tool_calls for one argument (same rules; never mutates `value`)."""
-        properties = self.tool_params.get(name) if name is not None else None
+        properties = self.tool_params.get(name) if name is not None and self.cast is not None else None
         if not properties or key not in properties:
             return value
         types = schema_types(properties[key])
         if not types:
             return value
-        if isinstance(value, str):
-            return coerce_value(value, types)
-        if isinstance(value, list) and "array" not in types:
-            return [coerce_value(item, types) if isinstance(item, str) else item for item in value]
-        return value
+        return coerce_argument(value, types, self.cast == TYPED)
 
     def _close_arguments(self, call: _Call) -> None:
         self._arguments(call, "}" if call.args_open else "{}")

@@ -244,6 +244,36 @@ def test_strict_without_check_refuses_to_write_a_linted_template(cli, tmp_path):
     assert clean.returncode == 0 and output.exists()
 
 
+def test_compiling_prints_the_warnings_it_writes_the_module_anyway(cli, tmp_path):
+    """A transform placeholder that can never resolve makes every region raise: compiling says so."""
+    typo = {"start_anchor": "x", "fields": {"content": {"transform": "{contnt}"}}}
+    path = write_json(tmp_path / "typo.json", typo)
+    output = tmp_path / "parser.py"
+    result = cli(path, "-o", output)
+    assert result.returncode == 0 and output.exists()
+    (warning,) = result.stderr.strip().splitlines()
+    assert warning.startswith(f"rtcompile: warning: {path}: fields.content.transform") and "{contnt}" in warning
+
+
+def test_an_output_in_a_missing_directory_names_that_directory(cli, tmp_path):
+    output = tmp_path / "no" / "such" / "parser.py"
+    result = cli("qwen3", "-o", output)
+    assert_one_line_error(result, str(output), f"no such directory: {output.parent}")
+    assert ".tmp" not in result.stderr
+
+
+def test_cache_show_says_which_template_each_entry_is(cli, tmp_path):
+    path = write_json(tmp_path / "mine.json", TEMPLATE)
+    for spec in ("qwen3", path):
+        program = f"import rtcompile; rtcompile.load({str(spec)!r})"
+        subprocess.run([sys.executable, "-c", program], check=True, env={**os.environ, "RTCOMPILE_CACHE_DIR": str(tmp_path / "cache")})
+    result = cli("cache", "show")
+    assert result.returncode == 0, result.stderr
+    entries = [line.strip() for line in result.stdout.splitlines() if line.startswith("  tmpl_")]
+    descriptions = sorted(line.split("  ", 1)[1] for line in entries)
+    assert descriptions == ["bundled 'qwen3'", "fields 'reasoning_content', 'tool_calls', 'content'; start anchor '<|assistant|>'"]
+
+
 def test_check_writes_nothing(cli, tmp_path):
     path = write_json(tmp_path / "linted.json", LINTED)
     output = tmp_path / "parser.py"
@@ -387,13 +417,14 @@ def test_usage_errors(cli):
 def test_list(cli):
     result = cli("list")
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+    header, *lines = result.stdout.splitlines()
+    assert header.split() == ["TEMPLATE", "MODEL", "TYPES"]
     entries = list_templates()
     assert len(lines) == len(entries)
     for line, entry in zip(lines, entries):
         name, _, model_types = line.partition("  ")
         assert name.strip() == entry["name"]
-        assert model_types.strip() == ", ".join(entry["model_types"])
+        assert model_types.strip() == (", ".join(entry["model_types"]) or "(by name)")
     assert any(line.split()[0] == "qwen3" and "qwen3_moe" in line for line in lines)
 
 
@@ -411,7 +442,7 @@ def test_regenerate_check_on_a_clean_tree(cli):
 def test_help(cli):
     result = cli("--help")
     assert result.returncode == 0
-    for word in ("TEMPLATE", "--output", "--check", "--strict", "list", "regenerate", "cache"):
+    for word in ("TEMPLATE", "--output", "--check", "--strict", "list", "regenerate", "cache", "parse", "verify", "infer", "serve"):
         assert word in result.stdout
     for subcommand in ("list", "regenerate", "cache", "parse"):
         sub = cli(subcommand, "--help")
@@ -470,7 +501,7 @@ def test_a_reader_that_closed_the_pipe_ends_the_command_quietly(tmp_path, args):
 
 def test_head_of_list_in_a_shell_pipeline(tmp_path):
     result = subprocess.run(
-        f"{sys.executable} -m rtcompile list | head -n 1; exit ${{PIPESTATUS[0]}}",
+        f"{sys.executable} -m rtcompile list | head -n 2; exit ${{PIPESTATUS[0]}}",
         shell=True,
         executable="/bin/bash",
         capture_output=True,
@@ -479,7 +510,7 @@ def test_head_of_list_in_a_shell_pipeline(tmp_path):
         cwd=tmp_path,
     )
     assert result.stderr == ""
-    assert result.stdout.split()[0] == list_templates()[0]["name"]
+    assert result.stdout.splitlines()[1].split()[0] == list_templates()[0]["name"]  # (after the header)
     assert result.returncode in (0, 1)  # 0 when all of the list fit in the pipe before head left
 
 

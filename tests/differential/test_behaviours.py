@@ -370,7 +370,7 @@ def test_interpreter_reference_is_the_one_installed():
 
     # The differential tests prove parity with the installed interpreter: it must be the release
     # the generated parsers declare they implement.
-    assert transformers.__version__ == INTERPRETER_RELEASE == "5.24.0"
+    assert transformers.__version__ == INTERPRETER_RELEASE == "5.25.0"
     assert rtcompile.load({"start_anchor": "@", "fields": {"content": {}}}).IMPLEMENTS_TRANSFORMERS == INTERPRETER_RELEASE
     assert interpreter.parse_response is not rtcompile.parse_response
 
@@ -541,3 +541,68 @@ def test_a_first_character_that_starts_no_delimiter_keeps_the_fast_path():
     message, _ = parser.finalize()
     assert message["reasoning_content"] == "so x < 3 and </b>"
     assert message["tool_calls"][0]["function"] == {"name": "f", "arguments": {"a": "1"}}
+
+
+# ---- xml-inline value_parser_by -------------------------------------------------------------------
+
+TYPED_TAGS = {
+    "start_anchor": "<|assistant|>",
+    "fields": {
+        "tool_calls": {
+            "open_pattern": r"<call name=(?P<name>\w+)>",
+            "close": "</call>",
+            "repeats": True,
+            "content": "xml-inline",
+            "content_args": {
+                "tag_pattern": r'<arg name="(?P<key>\w+)"(?: type="(?P<type>\w+)")?>(?P<value>.*?)</arg>',
+                "value_parser": {"name": "text"},
+                "value_parser_by": {"group": "type", "parsers": {"int": {"name": "int"}, "json": {"name": "json"}}},
+            },
+            "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
+        },
+        "content": {"close": "<|end|>"},
+    },
+}
+TYPED_CALL = (
+    '<call name=f><arg name="a" type="int">7</arg><arg name="b" type="json">[1, "x"]</arg>'
+    '<arg name="c">7</arg><arg name="d" type="other">7</arg></call>'
+)
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"properties": {
+    "a": {"type": "string"}, "b": {"type": "string"}, "c": {"type": "integer"}, "d": {"type": "integer"}}}}}]
+
+
+def test_value_parser_by_picks_each_values_parser_and_turns_schema_casts_off():
+    """The `type` capture picks the parser (int, json); a tag without it, or with a capture that has no
+    entry, falls back to value_parser. The tool schema casts none of them: the model's own output said
+    how to read each value, even where the schema disagrees."""
+    steps = assert_same(TYPED_TAGS, "", [TYPED_CALL[:30], TYPED_CALL[30:]], tools=TOOLS)
+    (call,) = message_of(steps)["tool_calls"]
+    assert call["function"]["arguments"] == {"a": 7, "b": [1, "x"], "c": "7", "d": "7"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        ({"group": "kind", "parsers": {}}, ValueError),  # a group the pattern lacks
+        ({"group": "type"}, ValueError),  # no parsers
+        ({"group": 1, "parsers": {}}, ValueError),
+        (["type"], AttributeError),  # not a dict: the interpreter calls its .get
+    ],
+)
+def test_a_malformed_value_parser_by_fails_when_the_region_closes(spec, error):
+    template = copy.deepcopy(TYPED_TAGS)
+    template["fields"]["tool_calls"]["content_args"]["value_parser_by"] = spec
+    steps = assert_same(template, "", [TYPED_CALL])
+    assert steps[-1] == ("raised", error)
+    # rtcompile --check says so before any output is parsed
+    from rtcompile.frontend import lint, lower
+
+    assert any("value_parser_by" in str(w) for w in lint.lint(lower(template)))
+
+
+def test_value_parser_by_none_only_turns_the_casts_off():
+    template = copy.deepcopy(TYPED_TAGS)
+    template["fields"]["tool_calls"]["content_args"]["value_parser_by"] = None
+    steps = assert_same(template, "", [TYPED_CALL], tools=TOOLS)
+    (call,) = message_of(steps)["tool_calls"]
+    assert call["function"]["arguments"] == {"a": "7", "b": '[1, "x"]', "c": "7", "d": "7"}

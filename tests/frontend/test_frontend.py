@@ -1,6 +1,7 @@
 """The front end accepts and rejects exactly what the interpreter does, naming the JSON path."""
 
 import copy
+import json
 
 import pytest
 from transformers.utils.chat_parsing.response_templates import load_response_template
@@ -145,3 +146,29 @@ def test_tuples_are_kept_apart_from_lists_as_the_interpreter_does():
     text = "<think>r</think>answer<|end|>"
     assert rtcompile.parse_response(text, as_tuple, prefix="")["content"] == ("{content}", 1)
     assert rtcompile.parse_response(text, as_list, prefix="")["content"] == ["answer", 1]
+
+
+def test_the_public_names_are_all_dir_shows():
+    assert {"Any", "annotations", "importlib"}.isdisjoint(dir(rtcompile))
+    assert set(rtcompile.__all__) <= set(dir(rtcompile))
+    for name in rtcompile.__all__:
+        assert getattr(rtcompile, name) is not None
+
+
+def test_the_drop_ins_take_a_template_file(tmp_path):
+    """`load` reads a path; so do the interpreter's drop-ins and template_for."""
+    template = rtcompile.template_for("qwen3")
+    path = tmp_path / "my.json"
+    path.write_text(json.dumps(template), encoding="utf-8")
+    generation = "<think>a</think>b"
+    expected = rtcompile.parse_response(generation, template, prefix="")
+    for spec in (str(path), path):
+        assert rtcompile.parse_response(generation, spec, prefix="") == expected
+        parser = rtcompile.ResponseParser(spec, "")
+        parser.feed(generation)
+        assert parser.finalize()[0] == expected
+        assert rtcompile.template_for(spec) == template
+    tokenizer_dir = tmp_path / "tok"
+    tokenizer_dir.mkdir()
+    (tokenizer_dir / "tokenizer_config.json").write_text(json.dumps({"response_template": template}), encoding="utf-8")
+    assert rtcompile.template_for(tokenizer_dir) == template

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rtcompile.runtime.coerce import coerce_tool_calls, coerce_value, schema_types, tool_parameters
+from rtcompile.runtime.coerce import ALL, TYPED, cast_mode, coerce_tool_calls, coerce_value, schema_types, tool_parameters
 from rtcompile.runtime.tool_schema import DocstringParsingException
 
 transformers_parser = pytest.importorskip("transformers.utils.chat_parsing.response_parser")
@@ -401,8 +401,10 @@ def run_coercion(function, value):
 
 
 @settings(max_examples=at_least(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tool_params_maps, tool_call_values)
-def test_coerce_tool_calls_matches_interpreter(params, value):
+@given(tool_params_maps, tool_call_values, st.booleans())
+def test_coerce_tool_calls_matches_interpreter(params, value, typed):
+    """Both cast modes: `typed` (json and python-call-list content) leaves an argument whose schema
+    allows a string as the model wrote it."""
     tools = [
         {"name": name, "parameters": {"properties": properties}}
         for name, properties in params.items()
@@ -410,9 +412,34 @@ def test_coerce_tool_calls_matches_interpreter(params, value):
     interpreter = interpreter_with_tools(tools)
     ours_params = tool_parameters(tools)
 
-    ours = run_coercion(lambda v: coerce_tool_calls(v, ours_params), copy.deepcopy(value))
-    theirs = run_coercion(interpreter._coerce_tool_calls, copy.deepcopy(value))
+    ours = run_coercion(lambda v: coerce_tool_calls(v, ours_params, typed), copy.deepcopy(value))
+    theirs = run_coercion(lambda v: interpreter._coerce_tool_calls(v, typed=typed), copy.deepcopy(value))
     assert ours == theirs
+
+
+@pytest.mark.parametrize(
+    ("content", "content_args", "mode"),
+    [
+        ("json", {}, TYPED),
+        ("python-call-list", None, TYPED),
+        ("xml-inline", {"tag_pattern": "x"}, ALL),
+        ("kv-lines", {}, ALL),
+        ("xml-inline", {"tag_pattern": "x", "value_parser_by": None}, None),  # the key alone
+        ("json", {"value_parser_by": {"group": "t", "parsers": {}}}, None),
+    ],
+)
+def test_cast_mode_follows_the_content_parser(content, content_args, mode):
+    assert cast_mode(content, content_args) == mode
+
+
+def test_typed_formats_keep_string_unions_as_written():
+    """Under ["integer", "string"], "5" stays "5" in json and python-call-list content; a list stays a
+    list; an integer-only parameter is still cast."""
+    tools = [{"name": "f", "parameters": {"properties": {"a": {"type": ["integer", "string"]}, "b": {"type": "integer"}}}}]
+    params = tool_parameters(tools)
+    call = {"function": {"name": "f", "arguments": {"a": "5", "b": "6"}}}
+    assert coerce_tool_calls(copy.deepcopy(call), params, typed=True)["function"]["arguments"] == {"a": "5", "b": 6}
+    assert coerce_tool_calls(copy.deepcopy(call), params)["function"]["arguments"] == {"a": 5, "b": 6}
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -665,6 +665,36 @@ def test_exception_classes_mirror_transformers_hierarchy():
         assert ours.__bases__ == theirs.__bases__
 
 
+class Weather:
+    def forecast(self: "Weather", city: str, days: int = 3) -> str:
+        """The forecast for a city.
+
+        Args:
+            city: Where.
+            days: How many days ahead.
+        """
+        return city
+
+    @classmethod
+    def lookup(cls: "type[Weather]", code: int):
+        """Look a station up.
+
+        Args:
+            code: The station's code.
+        """
+
+
+def test_bound_methods_with_an_annotated_receiver_match_get_json_schema():
+    """A bound method's signature omits its receiver; its annotation in the type hints is not an
+    argument either (`self: Weather`, `cls: type[Weather]`)."""
+    for tool in (Weather().forecast, Weather.lookup):
+        ours = function_schema(tool)
+        assert ours == get_json_schema(tool)
+        assert set(ours["function"]["parameters"]["properties"]) <= {"city", "days", "code"}
+    # unbound, `self` is an ordinary, annotated argument: both describe it (or fail) alike
+    assert outcome(function_schema, Weather.forecast) == outcome(get_json_schema, Weather.forecast)
+
+
 def test_methods_drop_only_an_unannotated_receiver():
     assert "self" not in function_schema(Toolbox().method)["function"]["parameters"]["properties"]
     assert "self" not in function_schema(Toolbox.method)["function"]["parameters"]["properties"]
