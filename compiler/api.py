@@ -64,8 +64,7 @@ class _Memo:
         if module is None:
             from .cache import default_cache
 
-            code = default_cache().load_code(key, lambda: compile_template(template))
-            module = module_from_code(code, key)
+            module = default_cache().load(key, lambda: compile_template(template), lambda code: module_from_code(code, key))
             with self._lock:
                 module = self._by_hash.setdefault(key, module)
         self._last = (template, copy.deepcopy(template), module)

@@ -35,7 +35,7 @@ import threading
 import types
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 from .runtime import RUNTIME_ABI
 from .version import INTERPRETER_RELEASE, __version__
@@ -47,6 +47,9 @@ ENTRY_NAME = re.compile(r"tmpl_[0-9a-f]{32}\.py")
 CODE_NAME = re.compile(r"tmpl_[0-9a-f]{32}\.code")
 CODE_HEADER_PREFIX = b"# rtcompile-code "
 TEMPORARY_NAME = re.compile(r"tmpl_[0-9a-f]{32}\.[^.]+\.tmp")
+
+
+T = TypeVar("T")
 
 
 class CacheWarning(UserWarning):
@@ -280,11 +283,11 @@ class Cache:
     def code_path_for(self, key: str) -> Path:
         return self.directory / f"tmpl_{key[:32]}.code"
 
-    def load_code(self, sha256: str, build: Callable[[], str]) -> types.CodeType:
-        """The compiled code of the module for the template whose canonical hash is `sha256`: from a
-        verified cache entry, else from `build()` (the module's source; it raises for an invalid
-        template), stored for the next process. A hit never calls `build`, so it needs neither
-        validation nor the generator."""
+    def load(self, sha256: str, build: Callable[[], str], run: Callable[[types.CodeType], T]) -> T:
+        """`run(code)` for the compiled code of the module of the template whose canonical hash is
+        `sha256`: from a verified cache entry, else from `build()` (the module's source; it raises for
+        an invalid template), stored for the next process. A hit never calls `build`, so it needs
+        neither validation nor the generator; an entry whose code fails to run is rebuilt."""
         key = cache_key(sha256)
         path = self.path_for(key)
         try:
@@ -293,11 +296,11 @@ class Cache:
         except OSError as e:
             source = build()  # an invalid template raises its TemplateError before any warning
             self._warn(f"cannot use the cache directory {self.directory}: {e}")
-            return compile_in_memory(source, sha256)
+            return run(compile_in_memory(source, sha256))
         if text is not None:
             if verified_source(key, text) and describes(text, sha256):
                 try:
-                    return self._code(key, text, path)
+                    return run(self._code(key, text, path))
                 except Exception as e:  # a stale or broken entry: rebuild it, keep going
                     _log_warning("rtcompile: cached parser %s failed to load (%s); rebuilding", path, e)
             else:
@@ -307,8 +310,8 @@ class Cache:
             self.fs.write_atomic(path, text)
         except OSError as e:
             self._warn(f"cannot write to the cache directory {self.directory}: {e}")
-            return compile_in_memory(text, sha256)
-        return self._code(key, text, path)
+            return run(compile_in_memory(text, sha256))
+        return run(self._code(key, text, path))
 
     def _code(self, key: str, text: str, path: Path) -> types.CodeType:
         """A verified entry's code: its cached code if that is valid for it, else the compiled

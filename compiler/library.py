@@ -113,15 +113,25 @@ def list_templates() -> list[dict[str, Any]]:
 
 def template_for(name_or_path: str | os.PathLike) -> dict[str, Any]:
     """The bundled response template with this name, or the one serving this HF `model_type`
-    (`config.model_type`, e.g. ``"qwen3_moe"``); or, for a path, the template it holds (see
-    `read_template`). Returns a fresh copy on every call.
+    (`config.model_type`, e.g. ``"qwen3_moe"``); or, for an existing template file or tokenizer
+    directory (or any `os.PathLike`), the template it holds (see `read_template`). Returns a fresh
+    copy on every call.
 
     Raises `UnknownTemplateError` (a `KeyError` and a `ValueError`) listing the known names and
     model types when nothing matches.
     """
-    if isinstance(name_or_path, (str, os.PathLike)):
+    if isinstance(name_or_path, os.PathLike) or (isinstance(name_or_path, str) and _names_a_template_file(name_or_path)):
         return read_template(name_or_path)
     return _bundled(name_or_path)
+
+
+def _names_a_template_file(text: str) -> bool:
+    """An existing file, or a tokenizer directory (one with a tokenizer_config.json)."""
+    path = Path(text)
+    try:
+        return path.is_file() or (path / "tokenizer_config.json").is_file()
+    except (OSError, ValueError):  # (a name no filesystem takes: NUL, too long)
+        return False
 
 
 def _bundled(name_or_model_type: str) -> dict[str, Any]:

@@ -43,8 +43,8 @@ FULLWIDTH = {
 def load_module(store: Cache, template: dict):
     """The parser module for `template` through `store`, as rtcompile.load builds it on a miss."""
     sha256 = frontend.lower(template).sha256
-    code = store.load_code(sha256, lambda: codegen.generate(frontend.lower(template)))
-    return api.module_from_code(code, sha256)
+    build = lambda: codegen.generate(frontend.lower(template))  # noqa: E731
+    return store.load(sha256, build, lambda code: api.module_from_code(code, sha256))
 
 
 def check_angle_parser(module) -> None:
@@ -537,8 +537,8 @@ def generate_then_wait(lowered, **kwargs):
 
 codegen.generate = generate_then_wait
 sha256 = frontend.lower(template).sha256
-code = Cache(directory).load_code(sha256, lambda: codegen.generate(frontend.lower(template)))
-module = api.module_from_code(code, sha256)
+build = lambda: codegen.generate(frontend.lower(template))
+module = Cache(directory).load(sha256, build, lambda code: api.module_from_code(code, sha256))
 print(json.dumps(module.parse_response("<t>r</t>c", prefix="")))
 """
 
@@ -594,7 +594,9 @@ def test_cli_shows_and_clears_the_cache(isolated):
     lines = shown.stdout.splitlines()
     assert lines[0] == f"cache directory: {isolated}"
     assert lines[1] == f"entries: 2, {size} bytes"
-    assert [line.strip() for line in lines[2:]] == names
+    assert [line.strip().split("  ")[0] for line in lines[2:]] == names
+    described = sorted(line.strip().split("  ", 1)[1] for line in lines[2:])  # which template each holds
+    assert described == ["fields 'content'; start anchor '[a]'", "fields 'reasoning_content', 'content'; start anchor '<a>'"]
     assert run_cli("cache", "show", directory=isolated).stdout == shown.stdout
 
     cleared = run_cli("cache", "clear", directory=isolated)
