@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from rtcompile.runtime.coerce import ALL, TYPED, cast_mode, coerce_tool_calls, coerce_value, schema_types, tool_parameters
 from rtcompile.runtime.tool_schema import DocstringParsingException
 
+from examples import scaled
+
 transformers_parser = pytest.importorskip("transformers.utils.chat_parsing.response_parser")
 
 # The smallest template the interpreter accepts; only its tools handling is exercised here.
@@ -27,11 +29,6 @@ MINIMAL_TEMPLATE = {"start_anchor": "<start>", "fields": {"content": {"content":
 JSON_TYPE_NAMES = ["integer", "number", "boolean", "null", "object", "array", "string"]
 # Names a hand-written schema could plausibly contain that the interpreter does not know.
 ODD_TYPE_NAMES = ["Integer", "int", "float", "", "any", "image"]
-
-
-def at_least(examples: int) -> int:
-    """This property's example count, raised by a bigger active profile (tests/conftest.py)."""
-    return max(examples, settings.default.max_examples)
 
 
 def outcome(function, *args):
@@ -325,20 +322,20 @@ tools_arguments = st.one_of(
 # Differential properties
 
 
-@settings(max_examples=at_least(400), deadline=None)
+@settings(max_examples=scaled(400), deadline=None)
 @given(schemas)
 def test_schema_types_matches_interpreter(schema):
     assert outcome(schema_types, schema) == outcome(transformers_parser._schema_types, schema)
 
 
-@settings(max_examples=at_least(600), deadline=None)
+@settings(max_examples=scaled(600), deadline=None)
 @given(raw_texts, type_tuples)
 def test_coerce_value_matches_interpreter(raw, types):
     ours = outcome(coerce_value, raw, types)
     assert ours == outcome(transformers_parser._coerce, raw, types)
 
 
-@settings(max_examples=at_least(300), deadline=None)
+@settings(max_examples=scaled(300), deadline=None)
 @given(raw_texts, schemas)
 def test_coerce_value_with_schema_types_matches_interpreter(raw, schema):
     """The pair as the parser uses it: the types come from a schema."""
@@ -362,7 +359,7 @@ def _input_property_dicts(tools) -> list[dict]:
     return found
 
 
-@settings(max_examples=at_least(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tools_arguments)
 def test_tool_parameters_matches_interpreter(tools):
     ours = outcome(tool_parameters, tools)
@@ -400,7 +397,7 @@ def run_coercion(function, value):
     return ("returned", repr(result), repr(value), identity_shape(result, value))
 
 
-@settings(max_examples=at_least(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tool_params_maps, tool_call_values, st.booleans())
 def test_coerce_tool_calls_matches_interpreter(params, value, typed):
     """Both cast modes: `typed` (json and python-call-list content) leaves an argument whose schema

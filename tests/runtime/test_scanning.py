@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from rtcompile.frontend.patterns import analyse_pattern, literal_charsets, whitespace
 from rtcompile.runtime.scanning import LazyRegex, LiteralSearch, PatternWindow, literal_partial_start
 
+from examples import scaled
+
 ALPHABET = "ab <>/x\n\t|"
 PATTERNS = [
     r"\s*<tool_call>",
@@ -60,7 +62,7 @@ def _classes(pattern):
 
 
 @given(st.sampled_from(PATTERNS), st.one_of(texts, long_texts), st.data())
-@settings(max_examples=max(settings().max_examples, 1000))
+@settings(max_examples=scaled(1000))
 def test_pattern_window_equals_search_up_to_the_bound(pattern, text, data):
     compiled = regex.compile(pattern, regex.DOTALL)
     first, lead, tail, lead_run, prefix = _classes(pattern)
@@ -251,7 +253,7 @@ def _as_literal_run(run, text, pos, eos):
 
 
 @given(st.one_of(literal_run_patterns(), st.sampled_from(PATTERNS)), texts, st.data())
-@settings(max_examples=max(settings().max_examples, 1000))
+@settings(max_examples=scaled(1000))
 def test_a_literal_run_finds_what_the_regex_partial_search_finds(pattern, text, data):
     from rtcompile.frontend.patterns import literal_run
 
@@ -298,7 +300,7 @@ def test_literal_runs_are_recognised_only_where_they_are_exact():
     st.sampled_from(["", " \n"]),
     st.data(),
 )
-@settings(max_examples=max(settings().max_examples, 500))
+@settings(max_examples=scaled(500))
 def test_literal_search_with_memo_and_bounds_agrees_with_a_fresh_search(literals, text, lead, data):
     literals = list(dict.fromkeys(sorted(literals, key=len, reverse=True)))
     alternation = re.compile("|".join(re.escape(s) for s in literals))
@@ -370,7 +372,7 @@ EDGE_PATTERNS = PATTERNS + [
 ]
 
 
-@settings(max_examples=400)
+@settings(max_examples=scaled(400))
 @given(st.sampled_from(EDGE_PATTERNS), st.text(ALPHABET + "\x00", max_size=12))
 def test_patterns_said_not_to_read_past_a_match_never_move(source, buf):
     """`patterns.reads_past_match` may only say False when the interpreter's re-check (match again

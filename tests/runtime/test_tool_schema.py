@@ -31,13 +31,10 @@ from rtcompile.runtime.tool_schema import (
     parse_google_docstring,
 )
 
+from examples import scaled
+
 chat_template_utils = pytest.importorskip("transformers.utils.chat_template_utils")
 get_json_schema = chat_template_utils.get_json_schema
-
-
-def at_least(examples: int) -> int:
-    """This property's example count, raised by a bigger active profile (tests/conftest.py)."""
-    return max(examples, settings.default.max_examples)
 
 
 def outcome(function, *args):
@@ -309,13 +306,13 @@ def generated_functions(draw):
     return holder.generated_tool  # as a class attribute a plain function stays unbound
 
 
-@settings(max_examples=at_least(500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(generated_functions())
 def test_function_schema_matches_get_json_schema(func):
     assert_same_as_transformers(func)
 
 
-@settings(max_examples=at_least(300), deadline=None)
+@settings(max_examples=scaled(300), deadline=None)
 @given(type_hints)
 def test_single_hint_schema_matches(hint):
     namespace = {"Hint": hint}
@@ -347,14 +344,14 @@ docstring_alphabet = st.sampled_from(
 )
 
 
-@settings(max_examples=at_least(500), deadline=None)
+@settings(max_examples=scaled(500), deadline=None)
 @given(st.one_of(st.lists(docstring_alphabet, max_size=25).map("".join), st.text(max_size=40)))
 def test_docstring_parsing_matches_on_arbitrary_text(text):
     ours = outcome(parse_google_docstring, text)
     assert ours == outcome(chat_template_utils.parse_google_format_docstring, text)
 
 
-@settings(max_examples=at_least(300), deadline=None)
+@settings(max_examples=scaled(300), deadline=None)
 @given(docstrings(["x", "y", "query"]))
 def test_docstring_parsing_matches_on_google_docstrings(text):
     assume(text is not None)

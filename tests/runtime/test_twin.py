@@ -16,6 +16,8 @@ from rtcompile.runtime import content_parsers
 from rtcompile.runtime.scanning import LazyRegex
 from rtcompile.runtime.twin import REGEX_WHITESPACE, stdlib_twin
 
+from examples import scaled
+
 # ---- the whitespace set the twin spells out ---------------------------------------------------
 
 
@@ -113,7 +115,7 @@ def _outcome(match):
     return None if match is None else (match.span(), match.groups(), match.groupdict())
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=scaled(1500), deadline=None)
 @given(patterns.map(_named), st.text(TEXT_ALPHABET, max_size=10))
 def test_a_twin_matches_exactly_as_regex(source, text):
     try:
@@ -133,7 +135,7 @@ def test_a_twin_matches_exactly_as_regex(source, text):
     assert [_outcome(m) for m in twin.finditer(text)] == [_outcome(m) for m in reference.finditer(text)], (source, text)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=scaled(1500), deadline=None)
 @given(patterns.map(_named), st.text(TEXT_ALPHABET, max_size=10))
 def test_a_partial_search_completes_where_the_twin_finds_a_match(source, text):
     """OpenAIStream's xml-inline extractor asks the twin where it would ask `regex` for a partial
@@ -174,7 +176,7 @@ def test_scan_at_the_end_gives_the_complete_search_and_partial_before():
 KEY_ALPHABET = 'ab_9 {},:"\\\n\t\x0b\x1c\x01'
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=scaled(1500), deadline=None)
 @given(st.text(KEY_ALPHABET, max_size=30))
 def test_unquoted_keys_rewrite_ascii_text_alike(text):
     expected = content_parsers.unquoted_key().sub(content_parsers._quote_key, text)
@@ -184,7 +186,7 @@ def test_unquoted_keys_rewrite_ascii_text_alike(text):
 # ---- json string_delims by str.find ------------------------------------------------------------
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=scaled(1500), deadline=None)
 @given(
     st.lists(st.tuples(st.sampled_from(["<", "<|", "'", "<s>", "|>", "ab"]), st.sampled_from([">", "|>", "'", "</s>", "<|", "b"])), min_size=1, max_size=2),
     st.text("<|>'/sab x", max_size=24),
@@ -221,7 +223,7 @@ def _partial_search(source: str, head: str, data) -> tuple[Any, int, Any]:
     return compiled, pos, compiled.search(head, pos, partial=True)
 
 
-@settings(max_examples=max(settings().max_examples, 4000), deadline=None)
+@settings(max_examples=scaled(4000), deadline=None)
 @_appended_text
 def test_a_final_match_stays_when_text_is_appended(source, head, more, data):
     """What the parser commits while reading a prefix (a complete match before the buffer's end,
@@ -250,7 +252,7 @@ def test_finality_of_the_bundled_formats_delimiters():
     assert not match_is_final(r"a(?=b)")
 
 
-@settings(max_examples=max(settings().max_examples, 4000), deadline=None)
+@settings(max_examples=scaled(4000), deadline=None)
 @_appended_text
 def test_a_match_final_at_the_edge_stays_when_text_is_appended(source, head, more, data):
     """What an eager parser commits at the buffer's end (a complete match ending there, where the
