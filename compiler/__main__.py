@@ -43,8 +43,12 @@ def main(argv: list[str] | None = None) -> int:
             from .integrations.transformers import serve
 
             status = serve.main(argv[1:])
+        elif argv and argv[0] == "parse":  # rtcompile.batch: datasets of finished generations
+            from .batch import cli
+
+            status = cli.main(argv[1:])
         elif argv and argv[0] in SUBCOMMANDS:
-            status = {"list": _list, "regenerate": _regenerate, "cache": _cache, "parse": _parse}[argv[0]](argv[1:])
+            status = {"list": _list, "regenerate": _regenerate, "cache": _cache}[argv[0]](argv[1:])
         else:
             status = _compile(argv)
         sys.stdout.flush()  # (inside the try: a closed pipe shows up here at the latest)
@@ -206,55 +210,6 @@ def _describe_template(template: object) -> str:
     names = ", ".join(map(repr, fields)) if isinstance(fields, dict) else "?"
     anchor = template.get("start_anchor", template.get("start_anchor_pattern"))
     return f"fields {names}; start anchor {anchor!r}"
-
-
-def _parse(argv: list[str]) -> int:
-    """python -m rtcompile parse: the batch job of rtcompile.batch, on files."""
-    from . import batch
-
-    parser = argparse.ArgumentParser(
-        prog="python -m rtcompile parse",
-        description="Parse a dataset of finished generations (JSONL, Parquet, or a datasets "
-        "save_to_disk folder) into messages. The output keeps every input column and row, in "
-        "order, and adds a message column (a JSON object in JSONL, a JSON string in Parquet) and "
-        "an error column (null, or a record of what went wrong on that row).",
-    )
-    parser.add_argument("input", metavar="INPUT", help="a .jsonl, .parquet file or a datasets folder")
-    parser.add_argument("-o", "--output", metavar="OUTPUT", required=True, help="where to write (format from the name: .jsonl, .parquet, else a datasets folder)")
-    parser.add_argument("--template", required=True, metavar="NAME|FILE|TOKENIZER_DIR", help="the response template")
-    parser.add_argument("--text-column", default=batch.DEFAULT_TEXT_COLUMN, help="the generation (default: %(default)s)")
-    parser.add_argument("--prefix-column", default=batch.DEFAULT_PREFIX_COLUMN, help="the prompt the generation continues (default: %(default)s)")
-    parser.add_argument("--no-prefix", action="store_true", help="no prompt column: each generation holds the whole message")
-    parser.add_argument("--tools-column", default=batch.DEFAULT_TOOLS_COLUMN, help="the tools: a list, or a JSON string of one; optional (default: %(default)s)")
-    parser.add_argument("--message-column", default="message", help="the added message column (default: %(default)s)")
-    parser.add_argument("--error-column", default="error", help="the added error column (default: %(default)s)")
-    parser.add_argument("--errors", choices=batch.ERRORS_MODES, default="default", help="default: the interpreter's message, and where it raises the error plus what keep mode recovers; keep: keep semantics throughout; strict: stop at the first bad row")
-    parser.add_argument("--input-format", choices=batch.FORMATS, help="instead of guessing from the name")
-    parser.add_argument("--output-format", choices=batch.FORMATS, help="instead of guessing from the name")
-    parser.add_argument("--jobs", type=int, default=None, metavar="N", help="worker processes (default: every core)")
-    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="bound each delimiter regex search")
-    parser.add_argument("--engine", choices=("local", "ray"), default="local", help="local processes, or Ray Data (RAY_ADDRESS picks the cluster)")
-    args = parser.parse_args(argv)
-    _, template = _read(args.template)
-    columns = batch.Columns(
-        text=args.text_column,
-        prefix=None if args.no_prefix else args.prefix_column,
-        tools=args.tools_column,
-        message=args.message_column,
-        error=args.error_column,
-    )
-    options = dict(columns=columns, errors=args.errors, input_format=args.input_format, output_format=args.output_format, timeout=args.timeout)
-    try:
-        if args.engine == "ray":
-            summary = batch.parse_with_ray(args.input, args.output, template, concurrency=args.jobs, **options)
-        else:
-            summary = batch.parse_file(args.input, args.output, template, jobs=args.jobs, **options)
-    except batch.BatchError as e:
-        raise CliError(f"{args.input}: {e}" if isinstance(e, batch.RowError) else str(e)) from None
-    except (frontend.TemplateError, TypeError) as e:
-        raise CliError(f"{args.template}: {e}") from None
-    print(f"{args.output}: {summary.rows} rows, {summary.errors} with an error", file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import pytest
 from transformers.utils.chat_parsing import parse_response as interpreter_parse
 
 from rtcompile import batch
+from rtcompile.batch import jsonl
 from rtcompile.library import template_for
 
 
@@ -325,7 +326,7 @@ def test_a_failure_while_writing_removes_the_temporary_file(tmp_path, monkeypatc
     def full_disk(parser, batch_):
         raise OSError(28, "No space left on device", str(tmp_path / "out.jsonl"))
 
-    monkeypatch.setattr(batch, "_jsonl_task", full_disk)
+    monkeypatch.setattr(jsonl, "jsonl_task", full_disk)
     with pytest.raises(batch.BatchError, match="No space left"):
         batch.parse_file(source, tmp_path / "out.jsonl", QWEN3, jobs=1, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
@@ -443,3 +444,10 @@ def test_rows_with_different_tools_strings_each_get_their_own_schema():
             assert error is None
             assert message["tool_calls"][0]["function"]["arguments"]["days"] == days
             assert message == interpreter_parse(text, QWEN3, prefix=PROMPT, tools=json.loads(tools))
+
+
+def test_importing_the_package_loads_none_of_its_optional_dependencies():
+    code = "import sys, rtcompile.batch; print(sorted({m.split('.')[0] for m in sys.modules} & {'pyarrow', 'tqdm', 'ray', 'datasets'}))"
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "[]"

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from rtcompile import batch
+from rtcompile.batch.arrow import error_type
 from test_batch import (
     BAD,
     BROKEN_CALL,
@@ -80,7 +81,7 @@ def test_parquet_in_and_out(tmp_path, jobs):
     assert result.returncode == 0, result.stderr
     table = pq.read_table(tmp_path / "out.parquet")
     assert table.schema.field("message").type == pa.string()  # a JSON string
-    assert table.schema.field("error").type == batch.error_type()  # a record
+    assert table.schema.field("error").type == error_type()  # a record
     check_parsed(rows, table.to_pylist(), message_is_text=True)
     assert leftovers(tmp_path) == []
 
@@ -240,7 +241,8 @@ def test_row_parser_pickles_as_its_template_only():
 _PEAK_RSS = """
 import sys
 from rtcompile import batch
-batch._ParquetWriter.ROW_GROUP_BYTES = 8 << 20  # so that the test's inputs are many row groups long
+from rtcompile.batch.parquet import ParquetWriter
+ParquetWriter.ROW_GROUP_BYTES = 8 << 20  # so that the test's inputs are many row groups long
 batch.parse_file(sys.argv[1], sys.argv[2], "qwen3", jobs=1, progress=False)
 # VmHWM, not ru_maxrss: Linux carries the forked parent's peak into ru_maxrss across exec.
 print(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")))

@@ -15,6 +15,7 @@ import types
 import pytest
 
 from rtcompile import batch
+from rtcompile.batch.ray import ray_parse_batch
 from test_batch import GOOD, QWEN3, _require, assert_one_line_error, interpreter_message, run_cli
 from test_batch_arrow import arrow_rows, check_parsed
 
@@ -86,7 +87,7 @@ def test_the_task_arguments_hold_the_template_not_code():
     buffer = io.BytesIO()
     NoCode(buffer).dump(arguments)
     assert pickle.loads(buffer.getvalue())["template"] == QWEN3
-    assert pickle.loads(pickle.dumps(batch.ray_parse_batch)) is batch.ray_parse_batch
+    assert pickle.loads(pickle.dumps(ray_parse_batch)) is ray_parse_batch
 
 
 def test_the_command_with_engine_ray(tmp_path):

@@ -1,0 +1,97 @@
+"""`python -m rtcompile parse`: the command line of the batch job (`parse_file`, `parse_with_ray`).
+
+    python -m rtcompile parse rollouts.jsonl -o parsed.jsonl --template qwen3
+    python -m rtcompile parse evals.parquet -o parsed.parquet --template path/to/tokenizer_dir --jobs 8
+
+`rtcompile.__main__` hands it the arguments after `parse`. An error is one line on stderr,
+`rtcompile: error: ...`, with exit status 2; a finished job prints how many rows it wrote and how
+many of them carry an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .. import api, frontend
+from .files import FORMATS
+from .job import parse_file
+from .ray import parse_with_ray
+from .rows import DEFAULT_PREFIX_COLUMN, DEFAULT_TEXT_COLUMN, DEFAULT_TOOLS_COLUMN, ERRORS_MODES, BatchError, Columns, RowError
+
+EXIT_ERROR = 2
+
+
+class CommandError(Exception):
+    """A bad argument, template or input, or a failed job: printed as one line, exit status 2."""
+
+
+def main(argv: list[str]) -> int:
+    try:
+        return _run(argv)
+    except CommandError as e:
+        print(f"rtcompile: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m rtcompile parse",
+        description="Parse a dataset of finished generations (JSONL, Parquet, or a datasets "
+        "save_to_disk folder) into messages. The output keeps every input column and row, in "
+        "order, and adds a message column (a JSON object in JSONL, a JSON string in Parquet) and "
+        "an error column (null, or a record of what went wrong on that row).",
+    )
+    parser.add_argument("input", metavar="INPUT", help="a .jsonl, .parquet file or a datasets folder")
+    parser.add_argument("-o", "--output", metavar="OUTPUT", required=True, help="where to write (format from the name: .jsonl, .parquet, else a datasets folder)")
+    parser.add_argument("--template", required=True, metavar="NAME|FILE|TOKENIZER_DIR", help="the response template")
+    parser.add_argument("--text-column", default=DEFAULT_TEXT_COLUMN, help="the generation (default: %(default)s)")
+    parser.add_argument("--prefix-column", default=DEFAULT_PREFIX_COLUMN, help="the prompt the generation continues (default: %(default)s)")
+    parser.add_argument("--no-prefix", action="store_true", help="no prompt column: each generation holds the whole message")
+    parser.add_argument("--tools-column", default=DEFAULT_TOOLS_COLUMN, help="the tools: a list, or a JSON string of one; optional (default: %(default)s)")
+    parser.add_argument("--message-column", default="message", help="the added message column (default: %(default)s)")
+    parser.add_argument("--error-column", default="error", help="the added error column (default: %(default)s)")
+    parser.add_argument("--errors", choices=ERRORS_MODES, default="default", help="default: the interpreter's message, and where it raises the error plus what keep mode recovers; keep: keep semantics throughout; strict: stop at the first bad row")
+    parser.add_argument("--input-format", choices=FORMATS, help="instead of guessing from the name")
+    parser.add_argument("--output-format", choices=FORMATS, help="instead of guessing from the name")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N", help="worker processes (default: every core)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="bound each delimiter regex search")
+    parser.add_argument("--engine", choices=("local", "ray"), default="local", help="local processes, or Ray Data (RAY_ADDRESS picks the cluster)")
+    return parser
+
+
+def _run(argv: list[str]) -> int:
+    args = _argument_parser().parse_args(argv)
+    template = _read_template(args.template)
+    columns = Columns(
+        text=args.text_column,
+        prefix=None if args.no_prefix else args.prefix_column,
+        tools=args.tools_column,
+        message=args.message_column,
+        error=args.error_column,
+    )
+    options = dict(columns=columns, errors=args.errors, input_format=args.input_format, output_format=args.output_format, timeout=args.timeout)
+    try:
+        if args.engine == "ray":
+            summary = parse_with_ray(args.input, args.output, template, concurrency=args.jobs, **options)
+        else:
+            summary = parse_file(args.input, args.output, template, jobs=args.jobs, **options)
+    except BatchError as e:
+        raise CommandError(f"{args.input}: {e}" if isinstance(e, RowError) else str(e)) from None
+    except (frontend.TemplateError, TypeError) as e:
+        raise CommandError(f"{args.template}: {e}") from None
+    print(f"{args.output}: {summary.rows} rows, {summary.errors} with an error", file=sys.stderr)
+    return 0
+
+
+def _read_template(spec: str) -> dict:
+    """The response template `--template` names, with the compile command's one-line errors."""
+    try:
+        return api.read_template(spec)
+    except FileNotFoundError:
+        raise CommandError(f"{spec}: no such file, tokenizer directory or bundled template") from None
+    except json.JSONDecodeError as e:
+        raise CommandError(f"{spec}: not valid JSON: {e}") from None
+    except (frontend.TemplateError, KeyError, ValueError, OSError) as e:
+        raise CommandError(f"{spec}: {e}") from None

@@ -1,0 +1,129 @@
+"""The same job on Ray Data (`parse_with_ray`, `parse --engine ray`): read_parquet / read_json,
+map_batches with tasks that receive the template as plain data, and the parsed batches written in
+the input's order.
+
+Ray is imported only inside `parse_with_ray` (`pip install 'rtcompile[ray]'`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .arrow import arrow_inputs, check_output_columns_names, error_type, pyarrow
+from .files import atomic_output, detect_format
+from .job import Summary
+from .rows import BatchError, Columns, RowParser, template_data
+from .workers import BATCH_ROWS
+
+
+def ray_parse_batch(batch, template: dict, columns: Columns, errors: str, timeout: float | None):
+    """The map_batches function: a Ray worker gets the template (plain data) and loads the parser
+    itself, from its own cache, once per worker process (api.load memoizes it); no code object
+    is pickled. (Tasks rather than actors: actors would hold every CPU of a small cluster and
+    leave none to the read and write tasks.)"""
+    pa = pyarrow()
+    key = (json.dumps(template, sort_keys=True), columns, errors, timeout)
+    parser = _RAY_PARSERS.get(key)
+    if parser is None:
+        parser = _RAY_PARSERS[key] = RowParser(template, columns, errors, timeout)
+    messages, found = parser.parse_columns(*arrow_inputs(batch, columns))
+    batch = batch.append_column(pa.field(columns.message, pa.string()), pa.array(messages, pa.string()))
+    return batch.append_column(pa.field(columns.error, error_type()), pa.array(found, error_type()))
+
+
+_RAY_PARSERS: dict = {}
+
+
+def parse_with_ray(
+    input_path: str,
+    output_path,
+    template: Any,
+    *,
+    columns: Columns = Columns(),
+    errors: str = "default",
+    input_format: str | None = None,
+    output_format: str | None = None,
+    timeout: float | None = None,
+    concurrency: int | None = None,
+) -> Summary:
+    """The same job on Ray Data: read_parquet / read_json, map_batches, write_parquet /
+    write_json into a folder of files (written to a temporary folder, renamed at the end).
+    Connects to the cluster `ray.init()` finds (RAY_ADDRESS), else starts a local one."""
+    try:
+        import ray
+    except ImportError:
+        raise BatchError("--engine ray needs Ray: pip install 'rtcompile[ray]'") from None
+    if errors == "strict":
+        raise BatchError("--errors strict stops at the first bad row, which Ray's parallel batches cannot name in order; use --engine local")
+    source_format = detect_format(Path(input_path), input_format, must_exist=not _is_uri(input_path))
+    target_format = output_format or ("jsonl" if str(output_path).lower().rstrip("/").endswith((".jsonl", ".json")) else "parquet")
+    if source_format == "datasets" or target_format == "datasets":
+        raise BatchError("--engine ray reads and writes JSONL and Parquet; convert datasets folders with --engine local")
+    template = template_data(template)
+    RowParser(template, columns, errors, timeout).module  # an invalid template fails here, not on a worker
+    if not ray.is_initialized():
+        import logging
+
+        ray.init(ignore_reinit_error=True, log_to_driver=False, logging_level=logging.WARNING)
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+    context = ray.data.DataContext.get_current()
+    context.execution_options.preserve_order = True
+    context.enable_progress_bars = sys.stderr.isatty()
+    reader = ray.data.read_parquet if source_format == "parquet" else ray.data.read_json
+    dataset = reader(str(input_path))
+    check_output_columns_names(dataset.schema().names, columns)
+    parsed = dataset.map_batches(
+        ray_parse_batch,
+        fn_kwargs={"template": template, "columns": columns, "errors": errors, "timeout": timeout},
+        batch_format="pyarrow",
+        batch_size=BATCH_ROWS,
+        **({"compute": ray.data.TaskPoolStrategy(size=concurrency)} if concurrency else {}),
+    )
+    write = parsed.write_parquet if target_format == "parquet" else parsed.write_json
+    if _is_uri(output_path):  # object storage: no rename there; Ray writes each file whole
+        # (Ray names each file by the index of its write task, given as tasks start: under load
+        # that order can differ from the rows' own, so the files' order is not the rows' here.)
+        write(str(output_path))
+    else:
+        output_path = Path(output_path)
+        with atomic_output(output_path, directory=True, replaceable=_only_data_files) as temporary:
+            _write_in_order(parsed, Path(temporary), target_format)
+    written = ray.data.read_parquet if target_format == "parquet" else ray.data.read_json
+    summary = Summary()
+    for batch in written(str(output_path)).select_columns([columns.error]).iter_batches(batch_format="pyarrow"):
+        summary.rows += batch.num_rows
+        summary.errors += batch.num_rows - batch.column(0).null_count
+    return summary
+
+
+def _write_in_order(parsed, folder: Path, target_format: str) -> None:
+    """The parsed rows into `folder` in the input's order: the driver streams the batches Ray
+    yields in order (preserve_order) into one file. Ray's own writers name files by the order
+    their tasks start, which under load is not always the rows' order."""
+    import pyarrow.parquet as pq
+
+    path = folder / f"part-00000.{'parquet' if target_format == 'parquet' else 'json'}"
+    writer = None
+    with open(path, "wb") as out:
+        for batch in parsed.iter_batches(batch_format="pyarrow", batch_size=None):
+            if target_format == "parquet":
+                if writer is None:
+                    writer = pq.ParquetWriter(out, batch.schema)
+                writer.write_table(batch)  # (a pyarrow Table)
+            else:
+                for row in batch.to_pylist():
+                    out.write(json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n")
+        if writer is not None:
+            writer.close()
+
+
+def _only_data_files(folder: Path) -> bool:
+    """Whether a folder holds only what an earlier Ray job wrote (so it may be replaced)."""
+    return all(p.is_file() and p.suffix in (".parquet", ".json", ".jsonl") for p in folder.iterdir())
+
+
+def _is_uri(path) -> bool:
+    return "://" in str(path)
