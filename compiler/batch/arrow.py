@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .rows import ERROR_FIELDS, MISSING, BatchError, Columns, RowParser, existing_columns_message
-from .workers import BATCH_ROWS, BATCH_TEXT_BYTES, ordered
+from .rows import ERROR_FIELDS, MISSING, BatchError, Columns, RowParser, check_output_columns
+from .workers import BATCH_ROWS, BATCH_TEXT_BYTES, run_in_order
 
 
 def pyarrow():
@@ -42,13 +42,19 @@ def arrow_inputs(batch, columns: Columns) -> tuple[list, list | None, list | Non
     return texts, column(columns.prefix), column(columns.tools)
 
 
-def arrow_results(parser: RowParser, inputs: tuple, first_row: int) -> tuple[list, list]:
-    return parser.parse_columns(*inputs, first_row=first_row)
+def batch_tasks(batches, columns: Columns):
+    """`(batch, task)` pairs for `workers.run_in_order`: the parent keeps the record batch, a
+    worker gets its inputs as Python values and the index of its first row."""
+    first_row = 0
+    for batch in batches:
+        yield batch, (arrow_inputs(batch, columns), first_row)
+        first_row += batch.num_rows
 
 
-def arrow_task(parser: RowParser, task):
+def parse_inputs(parser: RowParser, task) -> tuple[list, list]:
+    """The worker task for one record batch: its messages (JSON strings) and error records."""
     inputs, first_row = task
-    return arrow_results(parser, inputs, first_row)
+    return parser.parse_columns(*inputs, first_row=first_row)
 
 
 def with_results(batch, columns: Columns, messages: list, errors: list):
@@ -59,9 +65,11 @@ def with_results(batch, columns: Columns, messages: list, errors: list):
     return pa.RecordBatch.from_arrays(arrays, schema=schema.with_metadata(_output_metadata(batch.schema, columns)))
 
 
-def check_output_columns(schema, columns: Columns) -> None:
-    if columns.message in schema.names or columns.error in schema.names:
-        raise BatchError(existing_columns_message(columns))
+def output_schema(schema, columns: Columns):
+    """The schema of the output for an input of `schema`: the two columns appended."""
+    pa = pyarrow()
+    empty = pa.RecordBatch.from_arrays([pa.array([], field.type) for field in schema], schema=schema)
+    return with_results(empty, columns, [], []).schema
 
 
 def _output_metadata(schema, columns: Columns) -> dict | None:
@@ -80,34 +88,6 @@ def _output_metadata(schema, columns: Columns) -> dict | None:
     return metadata or None
 
 
-def parse_table(table, template: Any, *, columns: Columns = Columns(), errors: str = "default", jobs: int = 1, timeout: float | None = None):
-    """A pyarrow Table with the message and error columns appended (rows in the same order)."""
-    pa = pyarrow()
-    check_output_columns(table.schema, columns)
-    parser = RowParser(template, columns, errors, timeout)
-    parser.module  # an invalid template fails here, once
-    batches = [b for b in split_batches(table.to_batches(max_chunksize=BATCH_ROWS), columns)]
-    offsets = _offsets(b.num_rows for b in batches)
-    tasks = ((arrow_inputs(b, columns), first) for b, first in zip(batches, offsets))
-    out = [with_results(b, columns, *result) for b, result in zip(batches, ordered(parser, arrow_task, tasks, jobs))]
-    if not out:
-        return pa.Table.from_batches([], schema=with_results(empty_batch(table.schema), columns, [], []).schema)
-    return pa.Table.from_batches(out)
-
-
-def empty_batch(schema):
-    pa = pyarrow()
-    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
-
-
-def _offsets(counts) -> list[int]:
-    out, total = [], 0
-    for count in counts:
-        out.append(total)
-        total += count
-    return out
-
-
 def split_batches(batches, columns: Columns):
     """Record batches cut so that none holds more than about BATCH_TEXT_BYTES of generations."""
     for batch in batches:
@@ -119,17 +99,26 @@ def split_batches(batches, columns: Columns):
             yield batch.slice(start, step)
 
 
+def parse_table(table, template: Any, *, columns: Columns = Columns(), errors: str = "default", jobs: int = 1, timeout: float | None = None):
+    """A pyarrow Table with the message and error columns appended (rows in the same order)."""
+    pa = pyarrow()
+    check_output_columns(table.schema.names, columns)
+    parser = RowParser(template, columns, errors, timeout)
+    parser.module  # an invalid template fails here, once
+    batches = split_batches(table.to_batches(max_chunksize=BATCH_ROWS), columns)
+    results = run_in_order(parser, parse_inputs, batch_tasks(batches, columns), jobs)
+    return pa.Table.from_batches(
+        [with_results(batch, columns, messages, found) for batch, (messages, found) in results],
+        schema=output_schema(table.schema, columns),
+    )
+
+
 def parse_dataset(dataset, template: Any, *, columns: Columns = Columns(), errors: str = "default", num_proc: int | None = None, timeout: float | None = None, **map_kwargs):
     """A datasets.Dataset with the message and error columns added, through `Dataset.map`
     (batched, `num_proc` worker processes, each loading the parser from the template)."""
     parser = RowParser(template, columns, errors, timeout)
     parser.module
-    check_output_columns_names(dataset.column_names, columns)
+    check_output_columns(dataset.column_names, columns)
     return dataset.map(
         parser, batched=True, num_proc=num_proc, features=parser.output_features(dataset.features), **map_kwargs
     )
-
-
-def check_output_columns_names(names, columns: Columns) -> None:
-    if columns.message in names or columns.error in names:
-        raise BatchError(existing_columns_message(columns))

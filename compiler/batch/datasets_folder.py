@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .arrow import pyarrow
 from .files import open_new
-from .rows import BatchError, Columns
+from .rows import BatchError
 from .workers import BATCH_ROWS
 
 DATASETS_DATA_FILE = "data-00000-of-00001.arrow"
@@ -53,11 +53,16 @@ def _ipc_schema(file: Path):
         return pa.ipc.open_stream(source).schema
 
 
-class IpcWriter:
-    def __init__(self, path: Path, schema):
+class DatasetsFolderWriter:
+    """A datasets folder of one Arrow stream file, with the state.json and dataset_info.json that
+    `save_to_disk` writes beside it. Those two depend only on the schema (and on the input
+    folder's dataset_info.json, when the input is a datasets folder), so they are written first."""
+
+    def __init__(self, folder: Path, schema, source: Path | None = None):
         pa = pyarrow()
         self.schema = schema
-        self._sink = open_new(path)
+        _write_metadata(folder, schema, source)
+        self._sink = open_new(folder / DATASETS_DATA_FILE)
         self._writer = pa.ipc.new_stream(self._sink, schema)
 
     def write(self, batch) -> None:
@@ -68,7 +73,7 @@ class IpcWriter:
         self._sink.close()
 
 
-def write_datasets_metadata(source: Path | None, folder: Path, schema, columns: Columns) -> None:
+def _write_metadata(folder: Path, schema, source: Path | None) -> None:
     """state.json and dataset_info.json as `save_to_disk` writes them, for one data file."""
     import hashlib
 

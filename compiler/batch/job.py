@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from . import jsonl, parquet
-from .arrow import arrow_inputs, arrow_task, check_output_columns, empty_batch, pyarrow, split_batches, with_results
-from .datasets_folder import DATASETS_DATA_FILE, IpcWriter, read_datasets_folder, write_datasets_metadata
-from .files import atomic_output, detect_format, open_new
-from .rows import BatchError, Columns, RowParser, one_line
-from .workers import zip_pairs, zip_tasks
+from .arrow import batch_tasks, output_schema, parse_inputs, pyarrow, split_batches, with_results
+from .datasets_folder import DatasetsFolderWriter, read_datasets_folder
+from .files import atomic_output, detect_format
+from .rows import BatchError, Columns, RowParser, check_output_columns, one_line
+from .workers import run_in_order
 
 
 @dataclass
@@ -76,51 +76,47 @@ def parse_file(
 
 
 def _jsonl_job(parser: RowParser, input_path: Path, temporary: Path, jobs: int, summary: Summary, bar) -> None:
-    with open_new(temporary) as out:
-        for batch, (data, failed) in zip_tasks(jsonl.jsonl_batches(input_path), parser, jsonl.jsonl_task, jobs):
-            out.write(data)
-            _count(summary, bar, len(batch.lines), failed)
+    writer = jsonl.JsonlWriter(temporary, parser.columns)
+    try:
+        batches = jsonl.jsonl_batches(input_path)
+        pairs = ((len(batch.lines), batch) for batch in batches)
+        for rows, (data, failed) in run_in_order(parser, jsonl.encode_batch, pairs, jobs):
+            writer.write_lines(data)
+            _count(summary, bar, rows, failed)
+    finally:
+        writer.close()
 
 
 def _arrow_job(parser, input_path, source_format, temporary, target_format, jobs, summary, bar) -> None:
     columns = parser.columns
-    schema, batches = _arrow_reader(input_path, source_format)
-    check_output_columns(schema, columns)
-    batches = split_batches(batches, columns)
-    writer = None
-    first_row = 0
-
-    def tasks():
-        nonlocal first_row
-        for batch in batches:
-            yield batch, (arrow_inputs(batch, columns), first_row)
-            first_row += batch.num_rows
-
+    schema, batches = _read_arrow(input_path, source_format)
+    check_output_columns(schema.names, columns)
+    source_folder = input_path if source_format == "datasets" else None
+    writer = _open_writer(temporary, target_format, output_schema(schema, columns), columns, source_folder)
     try:
-        writer = _arrow_writer(temporary, target_format, with_results(empty_batch(schema), columns, [], []).schema, columns)
-        for batch, (messages, errors) in zip_pairs(tasks(), parser, arrow_task, jobs):
+        pairs = batch_tasks(split_batches(batches, columns), columns)
+        for batch, (messages, errors) in run_in_order(parser, parse_inputs, pairs, jobs):
             writer.write(with_results(batch, columns, messages, errors))
             _count(summary, bar, batch.num_rows, sum(e is not None for e in errors))
     finally:
-        if writer is not None:
-            writer.close()
-    if target_format == "datasets":
-        write_datasets_metadata(input_path if source_format == "datasets" else None, temporary, writer.schema, columns)
+        writer.close()
 
 
-def _arrow_reader(path: Path, source_format: str):
+def _read_arrow(path: Path, source_format: str):
+    """The schema and the record batches of a Parquet file or a datasets folder."""
     pyarrow()  # (a one-line error without it)
     if source_format == "parquet":
         return parquet.read_parquet(path)
     return read_datasets_folder(path)
 
 
-def _arrow_writer(temporary: Path, target_format: str, schema, columns: Columns):
+def _open_writer(temporary: Path, target_format: str, schema, columns: Columns, source_folder: Path | None):
+    """The writer of the output format, into the temporary file (or folder) of the job."""
     if target_format == "parquet":
         return parquet.ParquetWriter(temporary, schema)
     if target_format == "jsonl":
-        return jsonl.JsonlWriter(temporary, schema, columns)
-    return IpcWriter(temporary / DATASETS_DATA_FILE, schema)
+        return jsonl.JsonlWriter(temporary, columns)
+    return DatasetsFolderWriter(temporary, schema, source_folder)
 
 
 def _count(summary: Summary, bar, rows: int, failed: int) -> None:

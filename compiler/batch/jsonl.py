@@ -1,19 +1,21 @@
-"""JSON lines: the input read in batches of lines, each line parsed as one row, and JSON lines
-written out.
+"""JSON lines: JSONL input read in batches of lines and each line parsed as one row, and the one
+writer of JSON lines, for every job that writes them (`JsonlWriter`, `JsonLineFormat`).
 
 A JSONL input line is written back as it was, byte for byte, with the two columns appended as its
-last two fields; a line that is not a JSON object is kept whole in its error record (`line`).
+last two fields; a line that is not a JSON object is kept whole in its error record (`line`). The
+lines are formatted on the workers, which send back bytes.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from .files import open_new
-from .rows import MISSING, BatchError, Columns, RowError, RowParser, error_record, existing_columns_message
+from .rows import MISSING, Columns, RowError, RowParser, check_output_columns, dumps_message, error_record
 from .workers import BATCH_ROWS, BATCH_TEXT_BYTES
 
 
@@ -42,7 +44,7 @@ def jsonl_batches(path: Path) -> Iterator[LineBatch]:
         yield LineBatch(rows, lines[0][0], lines)
 
 
-def jsonl_rows(parser: RowParser, batch: LineBatch) -> tuple[list[dict | None], list[tuple]]:
+def parse_lines(parser: RowParser, batch: LineBatch) -> tuple[list[dict | None], list[tuple]]:
     """Each line's object (None if the line is not one) and the (message, error) of its row."""
     columns = parser.columns
     objects, results = [], []
@@ -56,9 +58,8 @@ def jsonl_rows(parser: RowParser, batch: LineBatch) -> tuple[list[dict | None], 
                 row, error = None, error_record("invalid_line", f"line {number} is a JSON {type(row).__name__}, not an object")
         if row is None:
             result = (None, error)
-        elif columns.message in row or columns.error in row:
-            raise BatchError(f"line {number}: {existing_columns_message(columns)}")
         else:
+            check_output_columns(row, columns, where=f"line {number}")
             result = parser.parse_row(
                 row.get(columns.text, MISSING),
                 "" if columns.prefix is None else row.get(columns.prefix, MISSING),
@@ -71,60 +72,89 @@ def jsonl_rows(parser: RowParser, batch: LineBatch) -> tuple[list[dict | None], 
     return objects, results
 
 
-def jsonl_output_lines(parser: RowParser, batch: LineBatch) -> tuple[bytes, int]:
-    """The batch's output lines (each input object with the two columns appended; a line that
+def encode_batch(parser: RowParser, batch: LineBatch) -> tuple[bytes, int]:
+    """The worker task for one batch of lines: its output lines (see `JsonLineFormat`; a line that
     was not an object is kept whole in its error record) and how many rows carry an error."""
-    columns = parser.columns
-    objects, results = jsonl_rows(parser, batch)
+    line_format = JsonLineFormat(parser.columns)
+    objects, results = parse_lines(parser, batch)
     out = []
     failed = 0
-    tail_keys = (json.dumps(columns.message), json.dumps(columns.error))
     for (number, line), row, (message, error) in zip(batch.lines, objects, results):
         failed += error is not None
         if row is None:
             error = dict(error, line=line.decode("utf-8", "replace").rstrip("\r\n"))
-            text = json.dumps({columns.message: None, columns.error: error}, ensure_ascii=False)
+            head = "{"
         else:
-            head = line.rstrip().decode("utf-8")[:-1].rstrip()  # the object without its closing brace
-            separator = "" if not row else ", "
-            text = f"{head}{separator}{tail_keys[0]}: {json.dumps(message, ensure_ascii=False)}, {tail_keys[1]}: {json.dumps(error, ensure_ascii=False)}}}"
+            head = line.rstrip().decode("utf-8")[:-1].rstrip()  # the object as written, up to its closing brace
+        out.append(line_format.line(head, None if message is None else dumps_message(message), error))
+    return b"".join(out), failed
+
+
+class JsonLineFormat:
+    """Every output line of every job that writes JSON lines: a JSON object's text up to its
+    closing brace (a JSONL input line as written, or an Arrow row serialized), then the message
+    and the error record as its last two fields:
+
+        {"prompt": "...", "completion": "..."}
+        {"prompt": "...", "completion": "...", "message": {"role": ...}, "error": null}
+
+    The message is written as a JSON object; with `message_as_text`, as a JSON string holding that
+    object (what Ray's own writers give for object storage, so that `--engine ray` writes one shape
+    wherever it writes). A lone surrogate (from a `\\ud800` escape in the input) has no UTF-8 form:
+    it is written as that escape again, and the rest of the line as it was.
+    """
+
+    def __init__(self, columns: Columns, message_as_text: bool = False):
+        self._message_key = json.dumps(columns.message)
+        self._error_key = json.dumps(columns.error)
+        self._message_as_text = message_as_text
+
+    def line(self, head: str, message_json: str | None, error: dict | None) -> bytes:
+        """One line, newline included. `head`: the object's text without its closing brace and the
+        whitespace before it (just "{" for an object with no fields); `message_json`: the message
+        as JSON text, or None."""
+        separator = "" if head.endswith("{") else ", "  # (no JSON value ends with "{")
+        if message_json is None:
+            message = "null"
+        elif self._message_as_text:
+            message = json.dumps(message_json, ensure_ascii=False)
+        else:
+            message = message_json
+        error_json = json.dumps(error, ensure_ascii=False)
+        text = f"{head}{separator}{self._message_key}: {message}, {self._error_key}: {error_json}}}\n"
         try:
-            out.append(text.encode("utf-8"))
-        except UnicodeEncodeError:  # a lone surrogate (from a \ud800 escape): keep it escaped
-            out.append(_escaped_line(row, columns, message, error).encode("ascii"))
-    return b"".join(part + b"\n" for part in out), failed
+            return text.encode("utf-8")
+        except UnicodeEncodeError:
+            return _LONE_SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text).encode("utf-8")
 
 
-def _escaped_line(row, columns: Columns, message, error) -> str:
-    base = {} if row is None else row
-    return json.dumps({**base, columns.message: message, columns.error: error}, ensure_ascii=True)
-
-
-def jsonl_task(parser: RowParser, batch: LineBatch):
-    return jsonl_output_lines(parser, batch)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class JsonlWriter:
-    """Arrow rows as JSON objects: the input columns (bytes as base64 text, dates and times in
-    ISO format), then the message as an object and the error record."""
+    """The JSON lines writer of every job: lines a worker already formatted (`write_lines`, for
+    JSONL input), or record batches with the two added columns (`write`, for Arrow input and
+    Ray), each row serialized with bytes as base64 text and dates and times in ISO format."""
 
-    def __init__(self, path: Path, schema, columns: Columns):
-        self.schema, self.columns = schema, columns
+    def __init__(self, path: Path, columns: Columns, message_as_text: bool = False):
+        self.columns = columns
+        self._format = JsonLineFormat(columns, message_as_text)
         self._sink = open_new(path)
-        self._tail = (json.dumps(columns.message), json.dumps(columns.error))
+
+    def write_lines(self, data: bytes) -> None:
+        self._sink.write(data)
 
     def write(self, batch) -> None:
+        columns = self.columns
         names = batch.schema.names
-        inputs = batch.drop_columns([self.columns.message, self.columns.error]).to_pylist()
-        messages = batch.column(names.index(self.columns.message)).to_pylist()
-        errors = batch.column(names.index(self.columns.error)).to_pylist()
+        inputs = batch.drop_columns([columns.message, columns.error]).to_pylist()
+        messages = batch.column(names.index(columns.message)).to_pylist()
+        errors = batch.column(names.index(columns.error)).to_pylist()
         lines = []
         for row, message, error in zip(inputs, messages, errors):
             head = json.dumps(row, ensure_ascii=False, default=_json_default)[:-1]
-            separator = ", " if row else ""
-            message = "null" if message is None else message
-            lines.append(f"{head}{separator}{self._tail[0]}: {message}, {self._tail[1]}: {json.dumps(error, ensure_ascii=False)}}}\n")
-        self._sink.write("".join(lines).encode("utf-8"))
+            lines.append(self._format.line(head, message, error))
+        self._sink.write(b"".join(lines))
 
     def close(self) -> None:
         self._sink.close()

@@ -2,7 +2,9 @@
 map_batches with tasks that receive the template as plain data, and the parsed batches written in
 the input's order.
 
-Ray is imported only inside `parse_with_ray` (`pip install 'rtcompile[ray]'`).
+Unlike the local engine, the message is a JSON string in JSON lines too: what Ray's own writers
+give on object storage, so the engine writes one shape wherever it writes. Ray is imported only
+inside `parse_with_ray` (`pip install 'rtcompile[ray]'`).
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .arrow import arrow_inputs, check_output_columns_names, error_type, pyarrow
+from .arrow import arrow_inputs, error_type, pyarrow
 from .files import atomic_output, detect_format
 from .job import Summary
-from .rows import BatchError, Columns, RowParser, template_data
+from .jsonl import JsonlWriter
+from .parquet import ParquetWriter
+from .rows import BatchError, Columns, RowParser, check_output_columns, template_data
 from .workers import BATCH_ROWS
 
 
@@ -74,7 +78,7 @@ def parse_with_ray(
     context.enable_progress_bars = sys.stderr.isatty()
     reader = ray.data.read_parquet if source_format == "parquet" else ray.data.read_json
     dataset = reader(str(input_path))
-    check_output_columns_names(dataset.schema().names, columns)
+    check_output_columns(dataset.schema().names, columns)
     parsed = dataset.map_batches(
         ray_parse_batch,
         fn_kwargs={"template": template, "columns": columns, "errors": errors, "timeout": timeout},
@@ -90,7 +94,7 @@ def parse_with_ray(
     else:
         output_path = Path(output_path)
         with atomic_output(output_path, directory=True, replaceable=_only_data_files) as temporary:
-            _write_in_order(parsed, Path(temporary), target_format)
+            _write_in_order(parsed, Path(temporary), target_format, columns)
     written = ray.data.read_parquet if target_format == "parquet" else ray.data.read_json
     summary = Summary()
     for batch in written(str(output_path)).select_columns([columns.error]).iter_batches(batch_format="pyarrow"):
@@ -99,23 +103,22 @@ def parse_with_ray(
     return summary
 
 
-def _write_in_order(parsed, folder: Path, target_format: str) -> None:
+def _write_in_order(parsed, folder: Path, target_format: str, columns: Columns) -> None:
     """The parsed rows into `folder` in the input's order: the driver streams the batches Ray
-    yields in order (preserve_order) into one file. Ray's own writers name files by the order
-    their tasks start, which under load is not always the rows' order."""
-    import pyarrow.parquet as pq
-
-    path = folder / f"part-00000.{'parquet' if target_format == 'parquet' else 'json'}"
+    yields in order (preserve_order) into one file, through the local engine's writers (JSON
+    lines with the message as a JSON string, the shape Ray's own writers give on object storage).
+    Ray's own writers name files by the order their tasks start, which under load is not always
+    the rows' order."""
     writer = None
-    with open(path, "wb") as out:
-        for batch in parsed.iter_batches(batch_format="pyarrow", batch_size=None):
-            if target_format == "parquet":
-                if writer is None:
-                    writer = pq.ParquetWriter(out, batch.schema)
-                writer.write_table(batch)  # (a pyarrow Table)
-            else:
-                for row in batch.to_pylist():
-                    out.write(json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n")
+    if target_format == "jsonl":
+        writer = JsonlWriter(folder / "part-00000.json", columns, message_as_text=True)
+    try:
+        for table in parsed.iter_batches(batch_format="pyarrow", batch_size=None):
+            if writer is None:  # Parquet, whose schema is the first batch's
+                writer = ParquetWriter(folder / "part-00000.parquet", table.schema)
+            for batch in table.to_batches():
+                writer.write(batch)
+    finally:
         if writer is not None:
             writer.close()
 

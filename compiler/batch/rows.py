@@ -173,8 +173,7 @@ class RowParser:
 
     def __call__(self, batch: dict) -> dict:
         columns = self.columns
-        if columns.message in batch or columns.error in batch:
-            raise BatchError(existing_columns_message(columns))
+        check_output_columns(batch, columns)
         texts = batch[columns.text] if columns.text in batch else [MISSING] * _batch_length(batch)
         messages, errors = self.parse_columns(texts, _get(batch, columns.prefix), _get(batch, columns.tools))
         return {columns.message: messages, columns.error: errors}
@@ -258,8 +257,13 @@ def template_data(template: Any) -> dict:
     return template
 
 
-def existing_columns_message(columns: Columns) -> str:
-    return (
-        f"the input already has a {columns.message!r} or {columns.error!r} column; "
-        "name the added columns otherwise (--message-column, --error-column)"
-    )
+def check_output_columns(names, columns: Columns, where: str | None = None) -> None:
+    """Refuse an input that already has a column named like one of the two added ones (its values
+    would be lost). `names`: the input's column names, or one row's keys; `where` (a JSONL line)
+    starts the message."""
+    if columns.message in names or columns.error in names:
+        message = (
+            f"the input already has a {columns.message!r} or {columns.error!r} column; "
+            "name the added columns otherwise (--message-column, --error-column)"
+        )
+        raise BatchError(f"{where}: {message}" if where else message)

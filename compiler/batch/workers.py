@@ -30,9 +30,25 @@ def _in_worker(function, task):
     return function(_WORKER, task)
 
 
-def ordered(parser: RowParser, function, tasks, jobs: int) -> Iterator:
-    """function(parser, task) for each task, in order; on `jobs` worker processes when jobs > 1,
-    with at most two tasks per worker in flight (so memory does not grow with the input)."""
+def run_in_order(parser: RowParser, function, pairs, jobs: int) -> Iterator[tuple]:
+    """For each `(kept, task)` pair, `(kept, function(parser, task))`, in the pairs' order: the
+    parent keeps the first item (what it needs to write the result), a worker gets the second.
+
+    With jobs > 1, the tasks run on `jobs` spawned worker processes while the pairs are still being
+    read, with at most two tasks per worker in flight, so memory does not grow with the input;
+    with jobs == 1, in this process."""
+    kept = collections.deque()
+
+    def tasks():
+        for keep, task in pairs:
+            kept.append(keep)
+            yield task
+
+    for result in _results_in_order(parser, function, tasks(), jobs):
+        yield kept.popleft(), result
+
+
+def _results_in_order(parser: RowParser, function, tasks, jobs: int) -> Iterator:
     if jobs <= 1:
         for task in tasks:
             yield function(parser, task)
@@ -54,29 +70,3 @@ def ordered(parser: RowParser, function, tasks, jobs: int) -> Iterator:
     finally:
         pool.terminate()
         pool.join()
-
-
-def zip_tasks(tasks, parser, function, jobs):
-    """(task, result) pairs in order, computing on workers while the tasks are still read."""
-    pending = collections.deque()
-
-    def remembered():
-        for task in tasks:
-            pending.append(task)
-            yield task
-
-    for result in ordered(parser, function, remembered(), jobs):
-        yield pending.popleft(), result
-
-
-def zip_pairs(pairs, parser, function, jobs):
-    """Like zip_tasks for (kept, task) pairs: the parent keeps the first, workers get the second."""
-    kept = collections.deque()
-
-    def tasks():
-        for keep, task in pairs:
-            kept.append(keep)
-            yield task
-
-    for result in ordered(parser, function, tasks(), jobs):
-        yield kept.popleft(), result

@@ -273,6 +273,31 @@ def test_a_lone_surrogate_in_the_input_is_written_escaped(tmp_path):
     assert row["message"]["content"] == "odd \ud800 text" and row["error"] is None
 
 
+
+def test_each_input_object_is_written_as_it_was_with_the_two_columns_appended(tmp_path):
+    """Byte for byte: spacing, key order and escapes of the input line stay, on a line whose message
+    holds a lone surrogate (written as its escape) as on any other."""
+    lines = [
+        '  {"completion" :"<think>\\nplan\\n</think>\\n\\nSunny.<|im_end|>",  "prompt": ' + json.dumps(PROMPT) + ', "n": 1.50}  ',
+        '{"prompt": ' + json.dumps(PROMPT) + ', "completion": "odd \\ud800 text<|im_end|>", "caf\\u00e9": "\u00fc"}',
+        "{}",
+    ]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run_cli(tmp_path / "in.jsonl", "-o", tmp_path / "out.jsonl", "--template", "qwen3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    written = (tmp_path / "out.jsonl").read_bytes().decode("utf-8").splitlines()
+    assert len(written) == len(lines)
+    for line, out in zip(lines, written):
+        head = line.rstrip()[:-1].rstrip()
+        separator = "" if head == "{" else ", "
+        assert out.startswith(head + separator + '"message": '), (line, out)
+        parsed = json.loads(out)
+        assert list(parsed)[-2:] == ["message", "error"]
+    assert '"content": "odd \\ud800 text"' in written[1]  # the lone surrogate, escaped
+    assert json.loads(written[1])["message"] == interpreter_message(json.loads(lines[1]))
+    assert json.loads(written[2])["error"]["kind"] == "missing" and json.loads(written[2])["message"] is None
+
+
 # ---- I/O errors: one line, exit 2, nothing half-written ------------------------------------------
 
 
@@ -326,7 +351,7 @@ def test_a_failure_while_writing_removes_the_temporary_file(tmp_path, monkeypatc
     def full_disk(parser, batch_):
         raise OSError(28, "No space left on device", str(tmp_path / "out.jsonl"))
 
-    monkeypatch.setattr(jsonl, "jsonl_task", full_disk)
+    monkeypatch.setattr(jsonl, "encode_batch", full_disk)
     with pytest.raises(batch.BatchError, match="No space left"):
         batch.parse_file(source, tmp_path / "out.jsonl", QWEN3, jobs=1, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
