@@ -21,6 +21,17 @@ Errors modes:
   `message.rtcompile_parse_errors`.
 * "strict": the first error stops the job, naming its row (`RowError`).
 
+Error kinds: `parse` (the parser raised; `exception` names the class), `region` (keep mode: a
+region failed), `missing` (the column is missing or null), `type` (not a string; tools not a
+list), `tools_json` (tools that are not valid JSON), `invalid_line` (a JSONL line that is not an
+object, kept whole in the record's `line`), and `prefix_without_anchor`. The last is a note, not a
+failure to parse: a prompt without the template's start anchor is parsed as the interpreter
+parses it (the whole prompt as the assistant's text, followed by the generation), the row carries
+that message, and its error record says the anchor was missing; where that parse fails, the row
+carries the parse's own record (`parse`, or `region` in keep mode) with the same note at the end
+of its detail. Both count as rows with an error, and stop the job under "strict". This holds in
+every format and engine alike (it is decided per row, by `RowParser`).
+
 Input is read and output written in batches, so memory does not grow with the input, and the
 output is written to a temporary file (or folder) beside it and renamed into place only when
 the job has finished: an error never leaves a half-written output. Worker processes receive the

@@ -107,7 +107,7 @@ class RowParser:
 
     def parse_row(self, text: Any, prefix: Any = "", tools: Any = None) -> tuple[dict | None, dict | None]:
         """(message, error) for one row's values; `MISSING` stands for an absent column."""
-        module = self.module
+        self.module  # (loaded, with the anchor test)
         columns = self.columns
         if text is MISSING or text is None:
             return None, error_record("missing", "no generation (the column is missing or null)", columns.text)
@@ -117,10 +117,6 @@ class RowParser:
             return None, error_record("missing", "no prompt (the column is missing or null)", columns.prefix)
         if not isinstance(prefix, str):
             return None, error_record("type", f"the prompt is a {type(prefix).__name__}, not a string", columns.prefix)
-        if prefix and not self._anchor(prefix):
-            return None, error_record(
-                "prefix_without_anchor", "the prompt does not contain the template's start anchor", columns.prefix
-            )
         if isinstance(tools, str) and tools == self._tools_text:  # most datasets repeat one tools string
             tools = self._tools_value
         else:
@@ -130,6 +126,14 @@ class RowParser:
                 return None, problem
             if text_form is not None:
                 self._tools_text, self._tools_value = text_form, tools
+        message, error = self._parse(text, prefix, tools)
+        if prefix and not self._anchor(prefix):
+            error = _noting_missing_anchor(error, columns.prefix)
+        return message, error
+
+    def _parse(self, text: str, prefix: str, tools: list | None) -> tuple[dict | None, dict | None]:
+        """(message, error) of the parser in this errors mode."""
+        module = self.module
         if self.errors == "keep":
             try:
                 message = module.parse_response(text, prefix=prefix, tools=tools, errors="keep", timeout=self.timeout)
@@ -233,6 +237,21 @@ def _anchor_test(template: dict) -> Callable[[str], bool]:
 
     pattern = regex.compile(template["start_anchor_pattern"], regex.DOTALL)
     return lambda prefix: pattern.search(prefix) is not None
+
+
+NO_ANCHOR_DETAIL = (
+    "the prompt does not contain the template's start anchor: the whole prompt was parsed as the "
+    "assistant's text, followed by the generation, as the interpreter does"
+)
+
+
+def _noting_missing_anchor(error: dict | None, column: str | None) -> dict:
+    """The row's error record, noting that its prompt lacks the start anchor: a record of kind
+    `prefix_without_anchor` when the parse itself went well, else the parse's own record with the
+    note added to its detail."""
+    if error is None:
+        return error_record("prefix_without_anchor", NO_ANCHOR_DETAIL, column)
+    return dict(error, detail=f"{error['detail']} ({NO_ANCHOR_DETAIL})")
 
 
 def dumps_message(message: dict) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from transformers.utils.chat_parsing import parse_response as interpreter_parse
 
+import rtcompile
 from rtcompile import batch
 from rtcompile.batch import jsonl
 from rtcompile.library import template_for
@@ -71,8 +72,13 @@ BAD = [
     ({"prompt": PROMPT, "completion": "hi", "tools": "[{oops"}, "tools_json", "tools"),
     ({"prompt": PROMPT, "completion": "hi", "tools": {"name": "f"}}, "type", "tools"),
     ({"prompt": PROMPT, "completion": "hi", "tools": '{"name": "f"}'}, "type", "tools"),
-    ({"prompt": "<|im_start|>user\nno assistant turn", "completion": "hi"}, "prefix_without_anchor", "prompt"),
 ]
+# Prompts without the template's start anchor: the interpreter parses the whole prompt as the
+# assistant's text, followed by the generation. The first parses; in the second, the prompt opens a
+# tool call the generation closes with text that is not JSON, and the interpreter raises.
+NO_ANCHOR = {"prompt": "<|im_start|>user\nno assistant turn", "completion": "hi"}
+NO_ANCHOR_BROKEN = {"prompt": "<|im_start|>user\n<tool_call>\n{oops", "completion": "</tool_call>hi<|im_end|>"}
+NO_ANCHOR_PROMPTS = (NO_ANCHOR["prompt"], NO_ANCHOR_BROKEN["prompt"])
 
 
 def interpreter_message(row: dict):
@@ -80,6 +86,27 @@ def interpreter_message(row: dict):
     if isinstance(tools, str):
         tools = json.loads(tools)
     return interpreter_parse(row["completion"], QWEN3, prefix=row["prompt"], tools=tools)
+
+
+def assert_no_anchor_row(row: dict, message, error: dict | None) -> None:
+    """A row whose prompt lacks the start anchor carries what the interpreter gives for it (the
+    message, or where it raises the usual parse error record), noted as missing its anchor."""
+    tools = json.loads(row["tools"]) if isinstance(row.get("tools"), str) else row.get("tools")
+    try:
+        expected = interpreter_message(row)
+    except ValueError:
+        expected = None
+    assert error is not None and error["column"] in ("prompt", None), error
+    assert "does not contain the template's start anchor" in error["detail"], error
+    if expected is not None:
+        assert message == expected
+        assert message == rtcompile.parse_response(row["completion"], QWEN3, prefix=row["prompt"], tools=tools)
+        assert (error["kind"], error["column"], error["exception"]) == ("prefix_without_anchor", "prompt", None)
+    else:
+        with pytest.raises(ValueError):
+            rtcompile.parse_response(row["completion"], QWEN3, prefix=row["prompt"], tools=tools)
+        assert (error["kind"], error["exception"]) == ("parse", "RegionParseError"), error
+        assert message["rtcompile_parse_errors"][0]["field"] == "tool_calls"  # what keep mode recovers
 
 
 def write_jsonl(path: Path, rows) -> Path:
@@ -129,6 +156,7 @@ def mixed_rows() -> list[dict]:
             rows.append({"id": len(rows), **BAD[index % len(BAD)][0]})
     rows.append({"id": len(rows), **BROKEN_CALL})
     rows.extend({"id": len(rows) + i, **row} for i, (row, _, _) in enumerate(BAD))
+    rows.extend({"id": len(rows) + i, **row} for i, row in enumerate((NO_ANCHOR, NO_ANCHOR_BROKEN)))
     return rows
 
 
@@ -151,6 +179,9 @@ def test_jsonl_keeps_every_row_in_order_with_the_interpreters_messages(tmp_path,
             assert parsed["message"] is None
             assert (parsed["error"]["kind"], parsed["error"]["column"]) == bad, parsed["error"]
             assert parsed["error"]["detail"]
+        elif row["prompt"] in NO_ANCHOR_PROMPTS:
+            failed += 1
+            assert_no_anchor_row(row, parsed["message"], parsed["error"])
         elif row["completion"] == BROKEN_CALL["completion"]:
             failed += 1
             with pytest.raises(ValueError):
@@ -179,6 +210,20 @@ def test_jobs_one_and_two_write_the_same_bytes_across_many_batches(tmp_path):
     assert outputs[0] == outputs[1]
     assert [row["n"] for row in read_jsonl(tmp_path / "out2.jsonl")] == list(range(len(rows)))
 
+
+def test_a_prompt_without_the_start_anchor_in_keep_and_strict_modes(tmp_path):
+    parser = batch.RowParser(QWEN3, errors="keep")
+    message, error = parser.parse_row(NO_ANCHOR["completion"], NO_ANCHOR["prompt"])
+    assert message == interpreter_message(NO_ANCHOR)  # (no field written twice: keep agrees)
+    assert (error["kind"], error["column"]) == ("prefix_without_anchor", "prompt")
+    message, error = parser.parse_row(NO_ANCHOR_BROKEN["completion"], NO_ANCHOR_BROKEN["prompt"])
+    assert error["kind"] == "region" and "start anchor" in error["detail"]
+    assert message["rtcompile_parse_errors"][0]["field"] == "tool_calls"
+    source = write_jsonl(tmp_path / "in.jsonl", [GOOD[0], NO_ANCHOR])
+    with pytest.raises(batch.RowError, match=r"row 1 \(line 2\): column 'prompt': .*start anchor") as caught:
+        batch.parse_file(source, tmp_path / "out.jsonl", QWEN3, errors="strict", jobs=1, progress=False)
+    assert caught.value.record["kind"] == "prefix_without_anchor"
+    assert not (tmp_path / "out.jsonl").exists()
 
 def test_lines_that_are_not_objects_are_kept_in_their_error_records(tmp_path):
     source = write_jsonl(tmp_path / "in.jsonl", [GOOD[0], "not json at all", "", "[1, 2]", GOOD[3]])

@@ -12,13 +12,16 @@ import pytest
 from rtcompile import batch
 from rtcompile.batch.arrow import error_type
 from test_batch import (
-    BAD,
     BROKEN_CALL,
     GOOD,
+    NO_ANCHOR,
+    NO_ANCHOR_BROKEN,
+    NO_ANCHOR_PROMPTS,
     PROMPT,
     QWEN3,
     TOOLS,
     _require,
+    assert_no_anchor_row,
     assert_one_line_error,
     interpreter_message,
     leftovers,
@@ -33,15 +36,17 @@ COLUMNS = ("id", "prompt", "completion", "tools", "score")
 
 
 def arrow_rows() -> list[dict]:
-    """Good rows, a broken one and every bad input that a typed column can hold, with a column
-    the parser does not read (`score`) that must come through untouched."""
+    """Good rows, a broken one, every bad input that a typed column can hold and the prompts
+    without a start anchor, with a column the parser does not read (`score`) that must come
+    through untouched."""
     rows = [dict(row) for row in GOOD] + [dict(BROKEN_CALL)]
     rows += [
         {"prompt": PROMPT, "completion": None},
         {"prompt": None, "completion": "hi"},
         {"prompt": PROMPT, "completion": "hi", "tools": "[{oops"},
         {"prompt": PROMPT, "completion": "hi", "tools": '{"name": "f"}'},
-        {"prompt": "<|im_start|>user\nno assistant turn", "completion": "hi"},
+        dict(NO_ANCHOR),
+        dict(NO_ANCHOR_BROKEN),
     ]
     for index, row in enumerate(rows):
         tools = row.get("tools")
@@ -50,7 +55,9 @@ def arrow_rows() -> list[dict]:
     return [{name: row.get(name) for name in COLUMNS} for row in rows]
 
 
-EXPECTED_ERRORS = {6: ("missing", "completion"), 7: ("missing", "prompt"), 8: ("tools_json", "tools"), 9: ("type", "tools"), 10: ("prefix_without_anchor", "prompt")}
+BASE_ROWS = len(arrow_rows())
+EXPECTED_ERRORS = {6: ("missing", "completion"), 7: ("missing", "prompt"), 8: ("tools_json", "tools"), 9: ("type", "tools")}
+ROWS_WITH_AN_ERROR = 7  # the broken call, four bad inputs and two prompts without an anchor
 
 
 def check_parsed(rows: list[dict], out: list[dict], message_is_text: bool) -> None:
@@ -61,10 +68,12 @@ def check_parsed(rows: list[dict], out: list[dict], message_is_text: bool) -> No
         message = parsed["message"]
         if message_is_text and message is not None:
             message = json.loads(message)
-        expected_error = EXPECTED_ERRORS.get(row["id"] % len(GOOD + [BROKEN_CALL] + list(EXPECTED_ERRORS)))
-        if expected_error is not None:  # (ids beyond the base rows repeat them: id % their count)
+        expected_error = EXPECTED_ERRORS.get(row["id"] % BASE_ROWS)  # (ids beyond the base rows repeat them)
+        if expected_error is not None:
             assert message is None
             assert (parsed["error"]["kind"], parsed["error"]["column"]) == expected_error
+        elif row["prompt"] in NO_ANCHOR_PROMPTS:
+            assert_no_anchor_row(row, message, parsed["error"])
         elif row["completion"] == BROKEN_CALL["completion"]:
             assert parsed["error"]["exception"] == "RegionParseError"
             assert message["content"] == "Checking.\n\nLater."

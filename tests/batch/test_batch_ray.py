@@ -17,7 +17,7 @@ import pytest
 from rtcompile import batch
 from rtcompile.batch.ray import ray_parse_batch
 from test_batch import GOOD, QWEN3, _require, assert_one_line_error, interpreter_message, run_cli
-from test_batch_arrow import arrow_rows, check_parsed
+from test_batch_arrow import ROWS_WITH_AN_ERROR, arrow_rows, check_parsed
 
 ray = _require("ray")
 pa = _require("pyarrow")
@@ -43,7 +43,7 @@ def test_parquet_on_ray_keeps_rows_in_order_with_the_interpreters_messages(local
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in.parquet", row_group_size=100)
     summary = batch.parse_with_ray(str(tmp_path / "in.parquet"), tmp_path / "out", QWEN3, concurrency=2)
     assert summary.rows == len(rows)
-    assert summary.errors == 40 * 6  # five bad inputs and the broken call per copy
+    assert summary.errors == 40 * ROWS_WITH_AN_ERROR
     table = pq.read_table(sorted((tmp_path / "out").iterdir()))
     check_parsed(rows, table.to_pylist(), message_is_text=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet", "out"]  # no temporary left
@@ -97,7 +97,7 @@ def test_the_command_with_engine_ray(tmp_path):
         cwd=tmp_path, env_extra={"RAY_AUTH_MODE": "disabled"},
     )
     assert result.returncode == 0, result.stderr
-    assert result.stderr.strip().splitlines()[-1] == f"{tmp_path / 'out'}: {len(arrow_rows())} rows, 6 with an error"
+    assert result.stderr.strip().splitlines()[-1] == f"{tmp_path / 'out'}: {len(arrow_rows())} rows, {ROWS_WITH_AN_ERROR} with an error"
     check_parsed(arrow_rows(), pq.read_table(sorted((tmp_path / "out").iterdir())).to_pylist(), message_is_text=True)
     strict = run_cli(tmp_path / "in.parquet", "-o", tmp_path / "o2", "--template", "qwen3", "--engine", "ray", "--errors", "strict", cwd=tmp_path)
     assert_one_line_error(strict, "--engine local")
