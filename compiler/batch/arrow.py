@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from .rows import ERROR_FIELDS, MISSING, BatchError, Columns, RowParser, check_output_columns
-from .workers import BATCH_ROWS, BATCH_TEXT_BYTES, run_in_order
+from .workers import BATCH_ROWS, BATCH_TEXT_BYTES, check_jobs, run_in_order
 
 
 def pyarrow():
@@ -101,6 +101,7 @@ def split_batches(batches, columns: Columns):
 
 def parse_table(table, template: Any, *, columns: Columns = Columns(), errors: str = "default", jobs: int = 1, timeout: float | None = None):
     """A pyarrow Table with the message and error columns appended (rows in the same order)."""
+    check_jobs(jobs)
     pa = pyarrow()
     check_output_columns(table.schema.names, columns)
     parser = RowParser(template, columns, errors, timeout)

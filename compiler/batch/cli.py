@@ -63,6 +63,8 @@ def _argument_parser() -> argparse.ArgumentParser:
 
 def _run(argv: list[str]) -> int:
     args = _argument_parser().parse_args(argv)
+    if args.jobs is not None and args.jobs < 1:
+        raise CommandError(f"--jobs must be at least 1, not {args.jobs}")
     template = _read_template(args.template)
     columns = Columns(
         text=args.text_column,

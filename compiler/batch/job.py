@@ -16,7 +16,7 @@ from .arrow import batch_tasks, output_schema, parse_inputs, pyarrow, split_batc
 from .datasets_folder import DatasetsFolderWriter, read_datasets_folder
 from .files import atomic_output, detect_format
 from .rows import BatchError, Columns, RowParser, check_output_columns, one_line
-from .workers import run_in_order
+from .workers import check_jobs, run_in_order
 
 
 @dataclass
@@ -41,6 +41,7 @@ def parse_file(
 ) -> Summary:
     """The `parse` command: `input_path` parsed into `output_path` (see the package docstring).
     `jobs=None` uses every core; `progress=None` shows a bar only when stderr is a terminal."""
+    check_jobs(jobs)
     input_path, output_path = Path(input_path), Path(output_path)
     source_format = detect_format(input_path, input_format, must_exist=True)
     target_format = detect_format(output_path, output_format, must_exist=False)
@@ -50,7 +51,7 @@ def parse_file(
         raise BatchError(f"{output_path}: the output would replace the input")
     parser = RowParser(template, columns, errors, timeout)
     parser.module  # compile (or load) once here: workers then load it from the cache
-    jobs = (os.cpu_count() or 1) if jobs is None else max(1, jobs)
+    jobs = (os.cpu_count() or 1) if jobs is None else jobs
     if progress is None:
         progress = sys.stderr.isatty()
     bar = _progress_bar(progress, _count_rows(input_path, source_format) if progress else None)

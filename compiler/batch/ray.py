@@ -20,7 +20,7 @@ from .job import Summary
 from .jsonl import JsonlWriter
 from .parquet import ParquetWriter
 from .rows import BatchError, Columns, RowParser, check_output_columns, template_data
-from .workers import BATCH_ROWS
+from .workers import BATCH_ROWS, check_jobs
 
 
 def ray_parse_batch(batch, template: dict, columns: Columns, errors: str, timeout: float | None):
@@ -55,7 +55,9 @@ def parse_with_ray(
 ) -> Summary:
     """The same job on Ray Data: read_parquet / read_json, map_batches, write_parquet /
     write_json into a folder of files (written to a temporary folder, renamed at the end).
-    Connects to the cluster `ray.init()` finds (RAY_ADDRESS), else starts a local one."""
+    Connects to the cluster `ray.init()` finds (RAY_ADDRESS), else starts a local one.
+    `concurrency` caps the parse tasks running at once (None: as many as Ray likes)."""
+    check_jobs(concurrency, "concurrency")
     try:
         import ray
     except ImportError:

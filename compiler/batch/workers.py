@@ -20,6 +20,12 @@ BATCH_TEXT_BYTES = 16 << 20
 _WORKER: RowParser | None = None
 
 
+def check_jobs(jobs: int | None, name: str = "jobs") -> None:
+    """Refuse a number of worker processes below one (None: the caller's default)."""
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"{name} must be at least 1, not {jobs}")
+
+
 def _init_worker(parser: RowParser) -> None:
     global _WORKER
     _WORKER = parser

@@ -501,6 +501,19 @@ def test_jobs_one_runs_in_this_process_and_the_default_is_every_core(tmp_path, m
     assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "default.jsonl").read_bytes()
 
 
+@pytest.mark.parametrize("jobs", ["0", "-2"])
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_fewer_than_one_job_is_refused(tmp_path, jobs, engine):
+    source = write_jsonl(tmp_path / "in.jsonl", [GOOD[0]])
+    result = run_cli(source, "-o", tmp_path / "out.jsonl", "--template", "qwen3", "--jobs", jobs, "--engine", engine, cwd=tmp_path)
+    assert_one_line_error(result, f"--jobs must be at least 1, not {jobs}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+    with pytest.raises(ValueError, match=f"jobs must be at least 1, not {jobs}"):
+        batch.parse_file(source, tmp_path / "out.jsonl", QWEN3, jobs=int(jobs), progress=False)
+    with pytest.raises(ValueError, match=f"concurrency must be at least 1, not {jobs}"):
+        batch.parse_with_ray(str(source), tmp_path / "out", QWEN3, concurrency=int(jobs))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
 def test_rows_with_different_tools_strings_each_get_their_own_schema():
     as_integer = json.dumps(TOOLS)
     as_string = json.dumps([{**TOOLS[0], "function": {**TOOLS[0]["function"], "parameters": {"type": "object", "properties": {"days": {"type": "string"}}}}}])

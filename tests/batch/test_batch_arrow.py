@@ -211,6 +211,10 @@ def test_parse_table(jobs):
     check_parsed(rows, out.to_pylist(), message_is_text=True)
 
 
+def test_parse_table_refuses_fewer_than_one_job():
+    with pytest.raises(ValueError, match="jobs must be at least 1, not 0"):
+        batch.parse_table(pa.Table.from_pylist(arrow_rows()), QWEN3, jobs=0)
+
 def test_parse_table_strict_names_the_row():
     with pytest.raises(batch.RowError, match="row 5: RegionParseError") as caught:
         batch.parse_table(pa.Table.from_pylist(arrow_rows()), QWEN3, errors="strict")
