@@ -32,6 +32,12 @@ carries the parse's own record (`parse`, or `region` in keep mode) with the same
 of its detail. Both count as rows with an error, and stop the job under "strict". This holds in
 every format and engine alike (it is decided per row, by `RowParser`).
 
+A text column that no row has at all is a mistake in the options, not a dataset of bad rows: the
+job stops with one line naming the column, and writes nothing (Arrow inputs are checked against
+their schema before anything is parsed; a JSONL input when it has been read through, before its
+output would be renamed into place). A row without the column, among rows that have it, gets a
+`missing` error record.
+
 Input is read and output written in batches, so memory does not grow with the input, and the
 output is written to a temporary file (or folder) beside it and renamed into place only when
 the job has finished: an error never leaves a half-written output. Worker processes receive the

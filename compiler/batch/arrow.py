@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .rows import ERROR_FIELDS, MISSING, BatchError, Columns, RowParser, check_output_columns
+from .rows import ERROR_FIELDS, MISSING, BatchError, Columns, RowParser, check_output_columns, check_text_column
 from .workers import BATCH_ROWS, BATCH_TEXT_BYTES, check_jobs, run_in_order
 
 
@@ -104,6 +104,7 @@ def parse_table(table, template: Any, *, columns: Columns = Columns(), errors: s
     check_jobs(jobs)
     pa = pyarrow()
     check_output_columns(table.schema.names, columns)
+    check_text_column(table.schema.names, columns)
     parser = RowParser(template, columns, errors, timeout)
     parser.module  # an invalid template fails here, once
     batches = split_batches(table.to_batches(max_chunksize=BATCH_ROWS), columns)
@@ -120,6 +121,7 @@ def parse_dataset(dataset, template: Any, *, columns: Columns = Columns(), error
     parser = RowParser(template, columns, errors, timeout)
     parser.module
     check_output_columns(dataset.column_names, columns)
+    check_text_column(dataset.column_names, columns)
     return dataset.map(
         parser, batched=True, num_proc=num_proc, features=parser.output_features(dataset.features), **map_kwargs
     )

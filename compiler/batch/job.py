@@ -15,7 +15,7 @@ from . import jsonl, parquet
 from .arrow import batch_tasks, output_schema, parse_inputs, pyarrow, split_batches, with_results
 from .datasets_folder import DatasetsFolderWriter, read_datasets_folder
 from .files import atomic_output, detect_format
-from .rows import BatchError, Columns, RowParser, check_output_columns, one_line
+from .rows import BatchError, Columns, RowParser, check_output_columns, check_text_column, no_row_has_the_text_column, one_line
 from .workers import check_jobs, run_in_order
 
 
@@ -77,21 +77,30 @@ def parse_file(
 
 
 def _jsonl_job(parser: RowParser, input_path: Path, temporary: Path, jobs: int, summary: Summary, bar) -> None:
+    """JSONL to JSONL. Rows need not share their columns, so a text column that no row has is
+    known only at the end: the job then fails, before its output is renamed into place."""
     writer = jsonl.JsonlWriter(temporary, parser.columns)
+    rows_with_text, first_row_columns = 0, None
     try:
         batches = jsonl.jsonl_batches(input_path)
         pairs = ((len(batch.lines), batch) for batch in batches)
-        for rows, (data, failed) in run_in_order(parser, jsonl.encode_batch, pairs, jobs):
-            writer.write_lines(data)
-            _count(summary, bar, rows, failed)
+        for rows, encoded in run_in_order(parser, jsonl.encode_batch, pairs, jobs):
+            writer.write_lines(encoded.data)
+            _count(summary, bar, rows, encoded.failed)
+            rows_with_text += encoded.with_text
+            if first_row_columns is None:
+                first_row_columns = encoded.first_row_columns
     finally:
         writer.close()
+    if first_row_columns is not None and rows_with_text == 0:
+        raise no_row_has_the_text_column(parser.columns, input_path, first_row_columns)
 
 
 def _arrow_job(parser, input_path, source_format, temporary, target_format, jobs, summary, bar) -> None:
     columns = parser.columns
     schema, batches = _read_arrow(input_path, source_format)
     check_output_columns(schema.names, columns)
+    check_text_column(schema.names, columns, input_path)
     source_folder = input_path if source_format == "datasets" else None
     writer = _open_writer(temporary, target_format, output_schema(schema, columns), columns, source_folder)
     try:

@@ -72,22 +72,34 @@ def parse_lines(parser: RowParser, batch: LineBatch) -> tuple[list[dict | None],
     return objects, results
 
 
-def encode_batch(parser: RowParser, batch: LineBatch) -> tuple[bytes, int]:
+@dataclass
+class EncodedLines:
+    """What a worker sends back for one batch of lines."""
+
+    data: bytes  # the output lines
+    failed: int  # how many rows carry an error
+    with_text: int  # how many rows (JSON objects) have the text column, null or not
+    first_row_columns: list | None  # the first object's keys (None: no line was an object)
+
+
+def encode_batch(parser: RowParser, batch: LineBatch) -> EncodedLines:
     """The worker task for one batch of lines: its output lines (see `JsonLineFormat`; a line that
-    was not an object is kept whole in its error record) and how many rows carry an error."""
+    was not an object is kept whole in its error record) and what the job counts."""
     line_format = JsonLineFormat(parser.columns)
     objects, results = parse_lines(parser, batch)
     out = []
-    failed = 0
+    failed = with_text = 0
+    first_row_columns = next((list(row) for row in objects if row is not None), None)
     for (number, line), row, (message, error) in zip(batch.lines, objects, results):
         failed += error is not None
+        with_text += row is not None and parser.columns.text in row
         if row is None:
             error = dict(error, line=line.decode("utf-8", "replace").rstrip("\r\n"))
             head = "{"
         else:
             head = line.rstrip().decode("utf-8")[:-1].rstrip()  # the object as written, up to its closing brace
         out.append(line_format.line(head, None if message is None else dumps_message(message), error))
-    return b"".join(out), failed
+    return EncodedLines(b"".join(out), failed, with_text, first_row_columns)
 
 
 class JsonLineFormat:

@@ -19,7 +19,7 @@ from .files import atomic_output, detect_format
 from .job import Summary
 from .jsonl import JsonlWriter
 from .parquet import ParquetWriter
-from .rows import BatchError, Columns, RowParser, check_output_columns, template_data
+from .rows import BatchError, Columns, RowParser, check_output_columns, check_text_column, template_data
 from .workers import BATCH_ROWS, check_jobs
 
 
@@ -80,7 +80,9 @@ def parse_with_ray(
     context.enable_progress_bars = sys.stderr.isatty()
     reader = ray.data.read_parquet if source_format == "parquet" else ray.data.read_json
     dataset = reader(str(input_path))
-    check_output_columns(dataset.schema().names, columns)
+    names = dataset.schema().names
+    check_output_columns(names, columns)
+    check_text_column(names, columns, input_path)
     parsed = dataset.map_batches(
         ray_parse_batch,
         fn_kwargs={"template": template, "columns": columns, "errors": errors, "timeout": timeout},

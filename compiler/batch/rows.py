@@ -286,3 +286,27 @@ def check_output_columns(names, columns: Columns, where: str | None = None) -> N
             "name the added columns otherwise (--message-column, --error-column)"
         )
         raise BatchError(f"{where}: {message}" if where else message)
+
+
+def check_text_column(names, columns: Columns, source=None) -> None:
+    """Refuse an input whose columns (a schema's names) do not include the text column: every row
+    would be a `missing` error, which is a mistake in the options, not a dataset of bad rows."""
+    if columns.text not in names:
+        where = f"{source}: " if source is not None else ""
+        raise BatchError(f"{where}no column {columns.text!r} (the input's columns: {_listed(names)}); {TEXT_COLUMN_HINT}")
+
+
+TEXT_COLUMN_HINT = "name the column of the generations with --text-column"
+
+
+def no_row_has_the_text_column(columns: Columns, source, first_row_columns) -> BatchError:
+    """The error for a JSONL input in which no row has the text column (see check_text_column)."""
+    return BatchError(
+        f"{source}: no row has a column {columns.text!r} (the first row's columns: {_listed(first_row_columns)}); "
+        f"{TEXT_COLUMN_HINT}"
+    )
+
+
+def _listed(names, most: int = 20) -> str:
+    names = [str(name) for name in names]
+    return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most else "") if names else "none"

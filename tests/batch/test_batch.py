@@ -300,6 +300,26 @@ def test_column_options_and_no_prefix(tmp_path):
     assert row["message"]["reasoning_content"] == "a"
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_text_column_that_no_row_has_stops_the_job_and_writes_nothing(tmp_path, jobs):
+    source = write_jsonl(tmp_path / "in.jsonl", [GOOD[0], "not json", GOOD[1]] * 3)
+    output = tmp_path / "out.jsonl"
+    output.write_text("previous results\n", encoding="utf-8")
+    result = run_cli(source, "-o", output, "--template", "qwen3", "--text-column", "output", "--jobs", jobs, cwd=tmp_path)
+    assert_one_line_error(result, str(source), "no row has a column 'output'", "prompt, completion", "--text-column")
+    assert output.read_text(encoding="utf-8") == "previous results\n"
+    assert leftovers(tmp_path) == []
+    # A column that some rows lack is a `missing` error on those rows; lines that are no objects
+    # at all, or no lines, are no reason to stop.
+    some = write_jsonl(tmp_path / "some.jsonl", [GOOD[0], {"prompt": PROMPT, "output": "x"}])
+    result = run_cli(some, "-o", tmp_path / "some_out.jsonl", "--template", "qwen3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert [row["error"] and row["error"]["kind"] for row in read_jsonl(tmp_path / "some_out.jsonl")] == [None, "missing"]
+    for name, lines in (("no_objects", ["[1]", "not json"]), ("empty", [])):
+        result = run_cli(write_jsonl(tmp_path / f"{name}.jsonl", lines), "-o", tmp_path / f"{name}_out.jsonl", "--template", "qwen3", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert len(read_jsonl(tmp_path / f"{name}_out.jsonl")) == len(lines)
+
 def test_an_input_that_already_has_a_message_column_is_refused(tmp_path):
     source = write_jsonl(tmp_path / "in.jsonl", [{**GOOD[0], "message": "mine"}])
     result = run_cli(source, "-o", tmp_path / "out.jsonl", "--template", "qwen3", cwd=tmp_path)

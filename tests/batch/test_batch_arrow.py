@@ -115,11 +115,18 @@ def test_a_column_of_the_wrong_type_and_a_missing_column(tmp_path):
         (1, None, "type", "completion"),
         (2, None, "type", "completion"),
     ]
+    # A text column the table does not have: stopped before any row is parsed, nothing written.
     pq.write_table(pa.table({"prompt": [PROMPT], "text": ["hi"]}), tmp_path / "other.parquet")
-    result = run_cli(tmp_path / "other.parquet", "-o", tmp_path / "other_out.parquet", "--template", "qwen3", cwd=tmp_path)
+    for output in ("other_out.parquet", "other_out.jsonl", "other_out"):
+        result = run_cli(tmp_path / "other.parquet", "-o", tmp_path / output, "--template", "qwen3", cwd=tmp_path)
+        assert_one_line_error(result, "other.parquet", "no column 'completion'", "prompt, text", "--text-column")
+        assert not (tmp_path / output).exists() and leftovers(tmp_path) == []
+    # ... and the same column, null in every row: a `missing` error on each row.
+    pq.write_table(pa.table({"prompt": [PROMPT], "completion": pa.array([None], pa.string())}), tmp_path / "nulls.parquet")
+    result = run_cli(tmp_path / "nulls.parquet", "-o", tmp_path / "nulls_out.parquet", "--template", "qwen3", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    (row,) = pq.read_table(tmp_path / "other_out.parquet").to_pylist()
-    assert row["text"] == "hi" and row["error"]["kind"] == "missing" and row["error"]["column"] == "completion"
+    (row,) = pq.read_table(tmp_path / "nulls_out.parquet").to_pylist()
+    assert row["error"]["kind"] == "missing" and row["error"]["column"] == "completion"
 
 
 def test_parquet_to_jsonl_writes_messages_as_objects(tmp_path):
@@ -214,6 +221,14 @@ def test_parse_table(jobs):
 def test_parse_table_refuses_fewer_than_one_job():
     with pytest.raises(ValueError, match="jobs must be at least 1, not 0"):
         batch.parse_table(pa.Table.from_pylist(arrow_rows()), QWEN3, jobs=0)
+
+def test_parse_table_and_parse_dataset_refuse_a_text_column_they_do_not_have():
+    table = pa.Table.from_pylist(arrow_rows())
+    with pytest.raises(batch.BatchError, match="no column 'output' .*id, prompt, completion, tools, score"):
+        batch.parse_table(table, QWEN3, columns=batch.Columns(text="output"))
+    datasets = _require("datasets")
+    with pytest.raises(batch.BatchError, match="no column 'output'"):
+        batch.parse_dataset(datasets.Dataset.from_list(arrow_rows()), QWEN3, columns=batch.Columns(text="output"))
 
 def test_parse_table_strict_names_the_row():
     with pytest.raises(batch.RowError, match="row 5: RegionParseError") as caught:

@@ -74,6 +74,12 @@ def test_an_earlier_ray_output_is_replaced_and_anything_else_is_not(local_ray, t
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
 
 
+def test_a_text_column_the_input_does_not_have_is_refused_before_anything_is_written(local_ray, tmp_path):
+    pq.write_table(pa.Table.from_pylist(arrow_rows()), tmp_path / "in.parquet")
+    with pytest.raises(batch.BatchError, match="no column 'output'"):
+        batch.parse_with_ray(str(tmp_path / "in.parquet"), tmp_path / "out", QWEN3, columns=batch.Columns(text="output"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
+
 def test_the_task_arguments_hold_the_template_not_code():
     """What Ray pickles for each task besides the module-level function (pickled by name)."""
 
