@@ -4,6 +4,7 @@ output written beside its place and renamed into it only when the job has finish
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Callable
@@ -42,7 +43,10 @@ def open_new(path: Path, text: bool = False):
 
 class atomic_output:
     """A temporary file (or folder) beside `path`, renamed to it on success and removed on any
-    failure, so an interrupted or failed job never leaves a half-written output."""
+    failure, so an interrupted or failed job never leaves a half-written output.
+
+    The temporary's name is an internal detail: an error in creating, writing or renaming it is
+    a BatchError naming the output's directory and the output's name instead."""
 
     def __init__(self, path: Path, directory: bool, replaceable: Callable[[Path], bool] | None = None):
         self.path, self.directory = path, directory
@@ -53,15 +57,19 @@ class atomic_output:
 
         parent = self.path.parent
         if not parent.is_dir():
-            raise BatchError(f"{parent}: no such directory")
+            raise BatchError(f"{parent}: {'not a directory' if parent.exists() else 'no such directory'}")
         self.temporary = parent / f".{self.path.name}.{secrets.token_hex(6)}.tmp"
         if self.directory:
             if self.path.exists() and not (self.path.is_dir() and self.replaceable(self.path)):
                 raise BatchError(f"{self.path}: exists and is not a folder this job writes; not replacing it")
-            self.temporary.mkdir()
             from rtcompile.cache import user_file_mode
 
-            os.chmod(self.temporary, user_file_mode(directory=True))
+            try:
+                self.temporary.mkdir()
+                os.chmod(self.temporary, user_file_mode(directory=True))
+            except OSError as e:
+                self._remove()
+                raise self._output_error(e) from None
         return self.temporary
 
     def __exit__(self, kind, value, traceback) -> None:
@@ -69,10 +77,26 @@ class atomic_output:
             try:
                 self._commit()
                 return
-            except BaseException:
+            except BaseException as e:
                 self._remove()
+                if isinstance(e, OSError):
+                    raise self._output_error(e) from None
                 raise
         self._remove()
+        if isinstance(value, OSError) and self._is_about_the_output(value):
+            raise self._output_error(value) from None
+
+    def _is_about_the_output(self, error: OSError) -> bool:
+        """Whether an error names the output or its temporary, or is a full disk (an error that
+        only writing gives, and which names no file)."""
+        names = [Path(name) for name in (error.filename, error.filename2) if isinstance(name, (str, os.PathLike))]
+        if not names:
+            return error.errno in _FULL_DISK
+        return any(name in (self.path, self.temporary) or self.temporary in name.parents for name in names)
+
+    def _output_error(self, error: OSError) -> BatchError:
+        directory = self.path.parent if str(self.path.parent) != "." else Path.cwd()
+        return BatchError(f"{directory}: cannot write {self.path.name} there: {error.strerror or error}")
 
     def _commit(self) -> None:
         if self.directory and self.path.exists():
@@ -95,3 +119,6 @@ class atomic_output:
                 os.unlink(self.temporary)
             except OSError:
                 pass
+
+
+_FULL_DISK = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG}

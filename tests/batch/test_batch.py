@@ -400,6 +400,51 @@ def test_io_errors_are_one_line_and_leave_no_output(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+def test_an_output_directory_that_cannot_be_written_is_named_not_the_temporary_file(tmp_path):
+    source = write_jsonl(tmp_path / "in.jsonl", [GOOD[0]])
+    (tmp_path / "a_file").write_text("")
+    result = run_cli(source, "-o", tmp_path / "a_file" / "out.jsonl", "--template", "qwen3", cwd=tmp_path)
+    assert_one_line_error(result, f"{tmp_path / 'a_file'}: not a directory")
+    # /proc takes no new files, from root either.
+    result = run_cli(source, "-o", "/proc/out.jsonl", "--template", "qwen3", cwd=tmp_path)
+    assert_one_line_error(result, "/proc: cannot write out.jsonl there: ")
+    assert ".tmp" not in result.stderr
+    assert leftovers(tmp_path) == []
+
+
+def _locked(monkeypatch, directory: Path) -> None:
+    """Creating files and folders in `directory` fails as in a directory the user may not write."""
+    real_open, real_mkdir = os.open, os.mkdir
+
+    def refuse(real):
+        def call(path, *args, **kwargs):
+            if Path(path).parent == directory:
+                raise PermissionError(13, "Permission denied", os.fspath(path))
+            return real(path, *args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(os, "open", refuse(real_open))
+    monkeypatch.setattr(os, "mkdir", refuse(real_mkdir))
+
+
+@pytest.mark.parametrize("output_name", ["out.jsonl", "out.parquet", "out_folder"])
+def test_an_unwritable_output_directory_is_named_in_every_format(tmp_path, monkeypatch, output_name):
+    source = write_jsonl(tmp_path / "in.jsonl", [GOOD[0]])
+    if output_name != "out.jsonl":  # (Arrow outputs need Arrow input)
+        pa = _require("pyarrow")
+        import pyarrow.parquet as pq
+
+        source = tmp_path / "in.parquet"
+        pq.write_table(pa.Table.from_pylist([GOOD[0]]), source)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    _locked(monkeypatch, locked)
+    with pytest.raises(batch.BatchError) as caught:
+        batch.parse_file(source, locked / output_name, QWEN3, jobs=1, progress=False)
+    assert str(caught.value) == f"{locked}: cannot write {output_name} there: Permission denied"
+    assert list(locked.iterdir()) == []
+
 def test_an_error_leaves_an_existing_output_unchanged(tmp_path):
     output = tmp_path / "out.jsonl"
     output.write_text("previous results\n", encoding="utf-8")

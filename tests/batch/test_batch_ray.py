@@ -16,7 +16,7 @@ import pytest
 
 from rtcompile import batch
 from rtcompile.batch.ray import ray_parse_batch
-from test_batch import GOOD, QWEN3, _require, assert_one_line_error, interpreter_message, run_cli
+from test_batch import GOOD, QWEN3, _locked, _require, assert_one_line_error, interpreter_message, run_cli
 from test_batch_arrow import ROWS_WITH_AN_ERROR, arrow_rows, check_parsed
 
 ray = _require("ray")
@@ -79,6 +79,16 @@ def test_a_text_column_the_input_does_not_have_is_refused_before_anything_is_wri
     with pytest.raises(batch.BatchError, match="no column 'output'"):
         batch.parse_with_ray(str(tmp_path / "in.parquet"), tmp_path / "out", QWEN3, columns=batch.Columns(text="output"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
+
+def test_an_unwritable_output_directory_is_named_not_the_temporary_folder(local_ray, tmp_path, monkeypatch):
+    pq.write_table(pa.Table.from_pylist(arrow_rows()), tmp_path / "in.parquet")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    _locked(monkeypatch, locked)
+    with pytest.raises(batch.BatchError) as caught:
+        batch.parse_with_ray(str(tmp_path / "in.parquet"), locked / "out", QWEN3)
+    assert str(caught.value) == f"{locked}: cannot write out there: Permission denied"
+    assert list(locked.iterdir()) == []
 
 def test_the_task_arguments_hold_the_template_not_code():
     """What Ray pickles for each task besides the module-level function (pickled by name)."""
