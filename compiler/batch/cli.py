@@ -28,6 +28,7 @@ class CommandError(Exception):
 
 
 def main(argv: list[str]) -> int:
+    """Run `parse` with the arguments that follow it; the exit status."""
     try:
         return _run(argv)
     except CommandError as e:

@@ -15,6 +15,9 @@ FORMATS = ("jsonl", "parquet", "datasets")
 
 
 def detect_format(path: Path, explicit: str | None = None, *, must_exist: bool) -> str:
+    """The format of an input (`must_exist`) or an output: `explicit` when given, else what the
+    name says (a suffix, or a folder holding state.json; an output without a suffix is a datasets
+    folder)."""
     if explicit is not None:
         if explicit not in FORMATS:
             raise BatchError(f"unknown format {explicit!r} (one of {', '.join(FORMATS)})")

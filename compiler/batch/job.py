@@ -21,6 +21,8 @@ from .workers import check_jobs, run_in_order
 
 @dataclass
 class Summary:
+    """What a finished job wrote: its rows, and how many of them carry an error."""
+
     rows: int = 0
     errors: int = 0
     kinds: dict = field(default_factory=dict)

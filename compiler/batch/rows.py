@@ -239,7 +239,7 @@ def _anchor_test(template: dict) -> Callable[[str], bool]:
     return lambda prefix: pattern.search(prefix) is not None
 
 
-NO_ANCHOR_DETAIL = (
+_NO_ANCHOR_DETAIL = (
     "the prompt does not contain the template's start anchor: the whole prompt was parsed as the "
     "assistant's text, followed by the generation, as the interpreter does"
 )
@@ -250,8 +250,8 @@ def _noting_missing_anchor(error: dict | None, column: str | None) -> dict:
     `prefix_without_anchor` when the parse itself went well, else the parse's own record with the
     note added to its detail."""
     if error is None:
-        return error_record("prefix_without_anchor", NO_ANCHOR_DETAIL, column)
-    return dict(error, detail=f"{error['detail']} ({NO_ANCHOR_DETAIL})")
+        return error_record("prefix_without_anchor", _NO_ANCHOR_DETAIL, column)
+    return dict(error, detail=f"{error['detail']} ({_NO_ANCHOR_DETAIL})")
 
 
 def dumps_message(message: dict) -> str:
@@ -288,25 +288,29 @@ def check_output_columns(names, columns: Columns, where: str | None = None) -> N
         raise BatchError(f"{where}: {message}" if where else message)
 
 
+_TEXT_COLUMN_HINT = "name the column of the generations with --text-column"
+
+
 def check_text_column(names, columns: Columns, source=None) -> None:
     """Refuse an input whose columns (a schema's names) do not include the text column: every row
     would be a `missing` error, which is a mistake in the options, not a dataset of bad rows."""
     if columns.text not in names:
         where = f"{source}: " if source is not None else ""
-        raise BatchError(f"{where}no column {columns.text!r} (the input's columns: {_listed(names)}); {TEXT_COLUMN_HINT}")
-
-
-TEXT_COLUMN_HINT = "name the column of the generations with --text-column"
+        raise BatchError(f"{where}no column {columns.text!r} (the input's columns: {_listed(names)}); {_TEXT_COLUMN_HINT}")
 
 
 def no_row_has_the_text_column(columns: Columns, source, first_row_columns) -> BatchError:
     """The error for a JSONL input in which no row has the text column (see check_text_column)."""
     return BatchError(
         f"{source}: no row has a column {columns.text!r} (the first row's columns: {_listed(first_row_columns)}); "
-        f"{TEXT_COLUMN_HINT}"
+        f"{_TEXT_COLUMN_HINT}"
     )
 
 
 def _listed(names, most: int = 20) -> str:
+    """Column names for an error message: the first `most` of them."""
     names = [str(name) for name in names]
-    return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most else "") if names else "none"
+    if not names:
+        return "none"
+    more = f", ... ({len(names)} in all)" if len(names) > most else ""
+    return ", ".join(names[:most]) + more

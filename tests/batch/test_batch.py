@@ -225,6 +225,7 @@ def test_a_prompt_without_the_start_anchor_in_keep_and_strict_modes(tmp_path):
     assert caught.value.record["kind"] == "prefix_without_anchor"
     assert not (tmp_path / "out.jsonl").exists()
 
+
 def test_lines_that_are_not_objects_are_kept_in_their_error_records(tmp_path):
     source = write_jsonl(tmp_path / "in.jsonl", [GOOD[0], "not json at all", "", "[1, 2]", GOOD[3]])
     result = run_cli(source, "-o", tmp_path / "out.jsonl", "--template", "qwen3", cwd=tmp_path)
@@ -320,6 +321,7 @@ def test_a_text_column_that_no_row_has_stops_the_job_and_writes_nothing(tmp_path
         assert result.returncode == 0, result.stderr
         assert len(read_jsonl(tmp_path / f"{name}_out.jsonl")) == len(lines)
 
+
 def test_an_input_that_already_has_a_message_column_is_refused(tmp_path):
     source = write_jsonl(tmp_path / "in.jsonl", [{**GOOD[0], "message": "mine"}])
     result = run_cli(source, "-o", tmp_path / "out.jsonl", "--template", "qwen3", cwd=tmp_path)
@@ -336,7 +338,6 @@ def test_a_lone_surrogate_in_the_input_is_written_escaped(tmp_path):
     assert result.returncode == 0, result.stderr
     (row,) = read_jsonl(tmp_path / "out.jsonl")
     assert row["message"]["content"] == "odd \ud800 text" and row["error"] is None
-
 
 
 def test_each_input_object_is_written_as_it_was_with_the_two_columns_appended(tmp_path):
@@ -444,6 +445,7 @@ def test_an_unwritable_output_directory_is_named_in_every_format(tmp_path, monke
         batch.parse_file(source, locked / output_name, QWEN3, jobs=1, progress=False)
     assert str(caught.value) == f"{locked}: cannot write {output_name} there: Permission denied"
     assert list(locked.iterdir()) == []
+
 
 def test_an_error_leaves_an_existing_output_unchanged(tmp_path):
     output = tmp_path / "out.jsonl"
@@ -578,6 +580,7 @@ def test_fewer_than_one_job_is_refused(tmp_path, jobs, engine):
     with pytest.raises(ValueError, match=f"concurrency must be at least 1, not {jobs}"):
         batch.parse_with_ray(str(source), tmp_path / "out", QWEN3, concurrency=int(jobs))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
 
 def test_rows_with_different_tools_strings_each_get_their_own_schema():
     as_integer = json.dumps(TOOLS)

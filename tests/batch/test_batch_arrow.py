@@ -222,6 +222,7 @@ def test_parse_table_refuses_fewer_than_one_job():
     with pytest.raises(ValueError, match="jobs must be at least 1, not 0"):
         batch.parse_table(pa.Table.from_pylist(arrow_rows()), QWEN3, jobs=0)
 
+
 def test_parse_table_and_parse_dataset_refuse_a_text_column_they_do_not_have():
     table = pa.Table.from_pylist(arrow_rows())
     with pytest.raises(batch.BatchError, match="no column 'output' .*id, prompt, completion, tools, score"):
@@ -229,6 +230,7 @@ def test_parse_table_and_parse_dataset_refuse_a_text_column_they_do_not_have():
     datasets = _require("datasets")
     with pytest.raises(batch.BatchError, match="no column 'output'"):
         batch.parse_dataset(datasets.Dataset.from_list(arrow_rows()), QWEN3, columns=batch.Columns(text="output"))
+
 
 def test_parse_table_strict_names_the_row():
     with pytest.raises(batch.RowError, match="row 5: RegionParseError") as caught:

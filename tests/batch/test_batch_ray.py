@@ -80,6 +80,7 @@ def test_a_text_column_the_input_does_not_have_is_refused_before_anything_is_wri
         batch.parse_with_ray(str(tmp_path / "in.parquet"), tmp_path / "out", QWEN3, columns=batch.Columns(text="output"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
 
+
 def test_an_unwritable_output_directory_is_named_not_the_temporary_folder(local_ray, tmp_path, monkeypatch):
     pq.write_table(pa.Table.from_pylist(arrow_rows()), tmp_path / "in.parquet")
     locked = tmp_path / "locked"
@@ -89,6 +90,7 @@ def test_an_unwritable_output_directory_is_named_not_the_temporary_folder(local_
         batch.parse_with_ray(str(tmp_path / "in.parquet"), locked / "out", QWEN3)
     assert str(caught.value) == f"{locked}: cannot write out there: Permission denied"
     assert list(locked.iterdir()) == []
+
 
 def test_the_task_arguments_hold_the_template_not_code():
     """What Ray pickles for each task besides the module-level function (pickled by name)."""
