@@ -19,18 +19,16 @@ file is written atomically and only on success.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
-from . import api, frontend
+from . import frontend
 from .frontend import lint
+from .arguments import EXIT_USAGE, ArgumentParser, UsageError, fail, read_template_argument
 from .version import __version__
 
 SUBCOMMANDS = ("list", "regenerate", "cache", "verify", "infer", "parse", "serve")
-EXIT_ERROR = 2
 EXIT_BROKEN_PIPE = 1  # (the Python docs' choice for a reader that closed the pipe early)
 
 
@@ -53,9 +51,8 @@ def main(argv: list[str] | None = None) -> int:
             status = _compile(argv)
         sys.stdout.flush()  # (inside the try: a closed pipe shows up here at the latest)
         return status
-    except CliError as e:
-        print(f"rtcompile: error: {e}", file=sys.stderr)
-        return EXIT_ERROR
+    except UsageError as e:
+        return fail(str(e))
     except BrokenPipeError:
         # The reader went away (`... | head`): stop quietly, as the Python docs advise, pointing
         # stdout at devnull so the interpreter's own flush at exit does not raise again.
@@ -63,12 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
 
 
-class CliError(Exception):
-    pass
-
-
-def _compile_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def _compile_parser() -> ArgumentParser:
+    parser = ArgumentParser(
         prog="python -m rtcompile",
         description="Compile a response template into a Python parser module (a drop-in for "
         "transformers' chat_parsing). Subcommands: list, regenerate, cache, parse, verify, infer, "
@@ -91,14 +84,14 @@ def _compile(argv: list[str]) -> int:
     try:
         lowered = frontend.lower(template)
     except (frontend.TemplateError, TypeError) as e:
-        raise CliError(f"{label}: {e}") from None
+        raise UsageError(f"{label}: {e}") from None
     # Warnings go to stderr whenever a template is compiled: what they name fails while parsing.
     warnings = lint.lint(lowered)
     for warning in warnings:
         print(f"rtcompile: warning: {label}: {warning}", file=sys.stderr)
     if warnings and args.strict:
         print(f"rtcompile: error: {label}: {len(warnings)} warning(s) under --strict", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_USAGE
     if args.check:
         print(f"{label}: ok ({len(lowered.fields)} fields, {len(warnings)} warning(s))")
         return 0
@@ -113,42 +106,35 @@ def _compile(argv: list[str]) -> int:
 
 
 def _read(spec: str) -> tuple[str, object]:
-    try:
-        return spec, api.read_template(spec)
-    except FileNotFoundError:
-        raise CliError(f"{spec}: no such file, tokenizer directory or bundled template") from None
-    except json.JSONDecodeError as e:
-        raise CliError(f"{spec}: not valid JSON: {e}") from None
-    except (frontend.TemplateError, KeyError, ValueError, OSError) as e:
-        raise CliError(f"{spec}: {e}") from None
+    return spec, read_template_argument(spec)
 
 
 def _write(path: Path, text: str) -> None:
     from .cache import FileSystem, user_file_mode
 
     if not path.parent.is_dir():  # (else the error would name the temporary file beside it)
-        raise CliError(f"{path}: cannot write: no such directory: {path.parent}")
+        raise UsageError(f"{path}: cannot write: no such directory: {path.parent}")
     try:  # (the mode of any new file of the user: another user or a container may import it)
         FileSystem().write_atomic(path, text, mode=user_file_mode())
     except OSError as e:
-        raise CliError(f"{path}: cannot write: {e.strerror or e}") from None
+        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
 
 
 def _round_trip_command(name: str, argv: list[str]) -> int:
-    """verify / infer (compiler/verify.py, compiler/infer.py): they render chat templates, so they
-    need transformers, imported only here."""
+    """verify / infer (compiler/authoring/): they render chat templates, so they need transformers,
+    imported only here."""
     from .authoring import infer, verify
 
     try:
         return (verify.cli if name == "verify" else infer.cli)(argv)
     except verify.UsageError as e:
-        raise CliError(str(e)) from None
+        raise UsageError(str(e)) from None
     except ImportError as e:
-        raise CliError(f"{name} needs transformers (pip install 'rtcompile[verify]'): {e}") from None
+        raise UsageError(f"{name} needs transformers (pip install 'rtcompile[verify]'): {e}") from None
 
 
 def _list(argv: list[str]) -> int:
-    argparse.ArgumentParser(prog="python -m rtcompile list", description="List the bundled templates.").parse_args(argv)
+    ArgumentParser(prog="python -m rtcompile list", description="List the bundled templates.").parse_args(argv)
     from .library import list_templates
 
     entries = list_templates()
@@ -160,7 +146,7 @@ def _list(argv: list[str]) -> int:
 
 
 def _regenerate(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m rtcompile regenerate",
         description="Regenerate generated/ from templates/ (the checked-in parsers).",
     )
@@ -178,7 +164,7 @@ def _regenerate(argv: list[str]) -> int:
 
 
 def _cache(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rtcompile cache", description="Show or clear the on-disk cache.")
+    parser = ArgumentParser(prog="python -m rtcompile cache", description="Show or clear the on-disk cache.")
     parser.add_argument("action", nargs="?", choices=["show", "clear"], default="show")
     args = parser.parse_args(argv)
     from .cache import default_cache

@@ -10,34 +10,25 @@ many of them carry an error.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 
-from .. import api, frontend
+from .. import frontend
+from ..arguments import ArgumentParser, UsageError, fail, read_template_argument
 from .files import FORMATS
 from .job import parse_file
 from .ray import parse_with_ray
 from .rows import DEFAULT_PREFIX_COLUMN, DEFAULT_TEXT_COLUMN, DEFAULT_TOOLS_COLUMN, ERRORS_MODES, BatchError, Columns, RowError
 
-EXIT_ERROR = 2
-
-
-class CommandError(Exception):
-    """A bad argument, template or input, or a failed job: printed as one line, exit status 2."""
-
-
 def main(argv: list[str]) -> int:
     """Run `parse` with the arguments that follow it; the exit status."""
     try:
         return _run(argv)
-    except CommandError as e:
-        print(f"rtcompile: error: {e}", file=sys.stderr)
-        return EXIT_ERROR
+    except UsageError as e:
+        return fail(str(e))
 
 
-def _argument_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def _argument_parser() -> ArgumentParser:
+    parser = ArgumentParser(
         prog="python -m rtcompile parse",
         description="Parse a dataset of finished generations (JSONL, Parquet, or a datasets "
         "save_to_disk folder) into messages. The output keeps every input column and row, in "
@@ -65,8 +56,8 @@ def _argument_parser() -> argparse.ArgumentParser:
 def _run(argv: list[str]) -> int:
     args = _argument_parser().parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
-        raise CommandError(f"--jobs must be at least 1, not {args.jobs}")
-    template = _read_template(args.template)
+        raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
+    template = read_template_argument(args.template)
     columns = Columns(
         text=args.text_column,
         prefix=None if args.no_prefix else args.prefix_column,
@@ -81,20 +72,8 @@ def _run(argv: list[str]) -> int:
         else:
             summary = parse_file(args.input, args.output, template, jobs=args.jobs, **options)
     except BatchError as e:
-        raise CommandError(f"{args.input}: {e}" if isinstance(e, RowError) else str(e)) from None
+        raise UsageError(f"{args.input}: {e}" if isinstance(e, RowError) else str(e)) from None
     except (frontend.TemplateError, TypeError) as e:
-        raise CommandError(f"{args.template}: {e}") from None
+        raise UsageError(f"{args.template}: {e}") from None
     print(f"{args.output}: {summary.rows} rows, {summary.errors} with an error", file=sys.stderr)
     return 0
-
-
-def _read_template(spec: str) -> dict:
-    """The response template `--template` names, with the compile command's one-line errors."""
-    try:
-        return api.read_template(spec)
-    except FileNotFoundError:
-        raise CommandError(f"{spec}: no such file, tokenizer directory or bundled template") from None
-    except json.JSONDecodeError as e:
-        raise CommandError(f"{spec}: not valid JSON: {e}") from None
-    except (frontend.TemplateError, KeyError, ValueError, OSError) as e:
-        raise CommandError(f"{spec}: {e}") from None

@@ -404,11 +404,13 @@ def test_unwritable_output_location(cli, tmp_path):
     assert_one_line_error(result, "cannot write")
 
 
-def test_usage_errors(cli):
-    no_arguments = cli()
-    assert no_arguments.returncode == 2 and "usage:" in no_arguments.stderr
-    unknown_option = cli("qwen3", "--frobnicate")
-    assert unknown_option.returncode == 2 and "unrecognized arguments" in unknown_option.stderr
+def test_usage_errors_are_one_line_in_the_tools_own_format(cli):
+    """argparse's errors read like the command's own: `rtcompile: error: [SUBCOMMAND: ]...`."""
+    assert_one_line_error(cli(), "required: TEMPLATE", "python -m rtcompile --help")
+    assert_one_line_error(cli("qwen3", "--frobnicate"), "unrecognized arguments: --frobnicate")
+    for subcommand in ("list", "regenerate", "cache", "parse"):
+        assert_one_line_error(cli(subcommand, "--frobnicate"), f"rtcompile: error: {subcommand}: ", f"python -m rtcompile {subcommand} --help")
+    assert_one_line_error(cli("cache", "wipe"), "cache: argument action: invalid choice")
 
 
 # ---- subcommands and help -----------------------------------------------------------------------
