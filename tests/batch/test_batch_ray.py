@@ -38,6 +38,7 @@ def local_ray(tmp_path_factory):
     ray.shutdown()
 
 
+@pytest.mark.full  # (starts a local Ray instance)
 def test_parquet_on_ray_keeps_rows_in_order_with_the_interpreters_messages(local_ray, tmp_path):
     rows = [dict(row, id=i) for i, row in enumerate(arrow_rows() * 40)]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in.parquet", row_group_size=100)
@@ -49,6 +50,7 @@ def test_parquet_on_ray_keeps_rows_in_order_with_the_interpreters_messages(local
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet", "out"]  # no temporary left
 
 
+@pytest.mark.full  # (starts a local Ray instance)
 def test_jsonl_on_ray(local_ray, tmp_path):
     rows = [{"id": i, "prompt": GOOD[i % 4]["prompt"], "completion": GOOD[i % 4]["completion"]} for i in range(30)]
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
@@ -61,6 +63,7 @@ def test_jsonl_on_ray(local_ray, tmp_path):
         assert parsed["error"] is None
 
 
+@pytest.mark.full  # (starts a local Ray instance)
 def test_an_earlier_ray_output_is_replaced_and_anything_else_is_not(local_ray, tmp_path):
     pq.write_table(pa.Table.from_pylist(arrow_rows()), tmp_path / "in.parquet")
     for _ in range(2):
@@ -74,6 +77,7 @@ def test_an_earlier_ray_output_is_replaced_and_anything_else_is_not(local_ray, t
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
 
 
+@pytest.mark.full  # (starts a local Ray instance)
 def test_a_text_column_the_input_does_not_have_is_refused_before_anything_is_written(local_ray, tmp_path):
     pq.write_table(pa.Table.from_pylist(arrow_rows()), tmp_path / "in.parquet")
     with pytest.raises(batch.BatchError, match="no column 'output'"):
@@ -81,6 +85,7 @@ def test_a_text_column_the_input_does_not_have_is_refused_before_anything_is_wri
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
 
 
+@pytest.mark.full  # (starts a local Ray instance)
 def test_an_unwritable_output_directory_is_named_not_the_temporary_folder(local_ray, tmp_path, monkeypatch):
     pq.write_table(pa.Table.from_pylist(arrow_rows()), tmp_path / "in.parquet")
     locked = tmp_path / "locked"
@@ -108,6 +113,7 @@ def test_the_task_arguments_hold_the_template_not_code():
     assert pickle.loads(pickle.dumps(ray_parse_batch)) is ray_parse_batch
 
 
+@pytest.mark.full  # (starts a local Ray instance)
 def test_the_command_with_engine_ray(tmp_path):
     pq.write_table(pa.Table.from_pylist(arrow_rows()), tmp_path / "in.parquet")
     result = run_cli(

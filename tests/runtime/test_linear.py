@@ -291,6 +291,7 @@ def test_cost_per_chunk_does_not_grow_along_the_stream(name):
     assert_same_cost_everywhere(costs, f"{name}, 128 KB")
 
 
+@pytest.mark.full  # (the 128 KB runs above check the same per-window costs in the quick tier)
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_one_and_four_megabytes_cost_in_proportion(name):
     # Fail fast, in seconds, when streaming is quadratic: the 4 MB run would then take hours.
@@ -339,6 +340,7 @@ def test_total_calls_grow_linearly():
     assert abs(big_calls / big_len - small_calls / small_len) < 0.01 * small_calls / small_len, totals
 
 
+@pytest.mark.full
 def test_ten_megabytes_in_one_character_chunks():
     """The 10 MB run completes, and its chunks cost, deep in the stream, what they cost at 1 MB.
 
