@@ -1,11 +1,28 @@
 """Rendering chat templates: untrusted Jinja, run only in transformers' sandbox and under a deadline.
 
 A chat template is code from a model repository. It is rendered only by transformers'
-`render_jinja_template` (an immutable sandboxed Jinja environment), and never in this process:
-each render runs in a worker process that is killed when it overruns its time bound, so a template
-that loops forever yields `RenderTimeout` instead of hanging the caller. The worker is started once
-per `ChatRenderer` (forked where the platform allows, so it starts in milliseconds) and restarted
-after a timeout or a crash.
+`render_jinja_template` (an immutable sandboxed Jinja environment: attribute walks to `__class__`,
+`__globals__` and the like raise `SecurityError`, ranges are capped), and never in this process:
+each render runs in a worker process with bounds of its own, and every bound that trips ends the
+render with one clear line instead of hanging or crashing the caller:
+
+- time: the worker is killed when a render overruns its deadline (`RenderTimeout`);
+- memory: the worker's address space may grow only `memory_limit` bytes past what it holds once
+  transformers is loaded (`resource.RLIMIT_AS`, where the platform has it), so a template that
+  multiplies strings or renders gigabytes gets a `MemoryError` in the worker, not the machine;
+- output: a render is stopped in the worker as soon as its output passes `max_output`
+  characters, so it never crosses the pipe into this process;
+- recursion: a macro that recurses without end raises `RecursionError` in the worker; a worker
+  that dies outright (a signal, an exhausted C stack) is reported with its exit status.
+
+The last three raise `RenderLimitExceeded`; it and `RenderTimeout` are `RenderAborted`, which
+callers treat as "this chat template cannot be rendered here", unlike `RenderError` (the template
+refused one conversation). After a bound trips the worker is replaced; it is started once per
+`ChatRenderer` (forked where the platform allows, so it starts in milliseconds).
+
+A `ChatRenderer` can also be told what a chat template needs that a bare conversation lacks (see
+`verify.accommodate`): variables a tokenizer or a serving stack would pass, a system message in
+front of every conversation, or the tools spelled as bare function schemas.
 
 `load_chat_template` reads a chat template from a `.jinja` file, a `tokenizer_config.json` (or
 `chat_template.json`) with a `chat_template`, or a tokenizer directory; the special tokens a
@@ -24,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_TIMEOUT = 10.0  # seconds per render; the first render also compiles the template
+DEFAULT_MEMORY_LIMIT = 1 << 30  # bytes a render may add to the worker's address space
+DEFAULT_MAX_OUTPUT = 4 << 20  # characters; real chat templates render kilobytes
 
 
 class ChatTemplateError(ValueError):
@@ -34,10 +53,18 @@ class RenderError(Exception):
     """The chat template raised while rendering (its own `raise_exception`, an undefined name...)."""
 
 
-class RenderTimeout(Exception):
-    """The render did not finish within its time bound; the worker was killed. Not a RenderError:
-    a template that hangs is not one that refuses a conversation, and callers stop at once
-    instead of waiting out the bound again for every probe."""
+class RenderAborted(Exception):
+    """A bound stopped the render (time, memory, output size, recursion, or the worker died). Not
+    a RenderError: a template that exhausts a bound is not one that refuses a conversation, and
+    callers stop at once instead of running into the bound again for every probe."""
+
+
+class RenderTimeout(RenderAborted):
+    """The render did not finish within its time bound; the worker was killed."""
+
+
+class RenderLimitExceeded(RenderAborted):
+    """The render exhausted the worker's memory, output or recursion bound, or killed the worker."""
 
 
 @dataclass(frozen=True)
@@ -147,20 +174,112 @@ def _render_in_sandbox(source: str, request: dict) -> str:
     return text
 
 
-def _worker(connection, source: str) -> None:
-    """Render requests one at a time until the pipe closes. Runs in the child process."""
+def _address_space() -> int | None:
+    """The worker's current virtual memory size in bytes (Linux), else None."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _bound_memory(limit: int | None) -> None:
+    """Let the worker's address space grow at most `limit` bytes from here (RLIMIT_AS), so an
+    allocation past it raises MemoryError in the worker. A platform without `resource` or
+    /proc (Windows, macOS) keeps only the time and output bounds."""
+    if not limit:
+        return
+    try:
+        import resource
+    except ImportError:
+        return
+    current = _address_space()
+    if current is None:
+        return
+    bound = current + limit
+    try:
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            bound = min(bound, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (bound, hard))
+    except (ValueError, OSError):
+        pass
+
+
+FATAL = "fatal"  # the worker stops after this reply: a bound tripped and its state is not to be trusted
+
+
+class _OutputBound(Exception):
+    """Raised in the worker as soon as a render's output passes `max_output` characters."""
+
+    def __init__(self, length: int):
+        super().__init__(length)
+        self.length = length
+
+
+def _bound_output(source: str, max_output: int | None) -> None:
+    """Make the template's environment join its output pieces under the bound, so a render that
+    writes gigabytes stops at the bound instead of running into the time or memory bound first.
+    (`Template.render` joins the generated pieces with `environment.concat`; transformers compiles
+    each template, once, in an environment of its own.)"""
+    if max_output is None:
+        return
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    def bounded_concat(pieces) -> str:
+        collected, length = [], 0
+        for piece in pieces:
+            length += len(piece)
+            if length > max_output:
+                raise _OutputBound(length)
+            collected.append(piece)
+        return "".join(collected)
+
+    _compile_jinja_template(source).environment.concat = bounded_concat
+
+
+def _render_reply(source: str, request: dict, max_output: int | None) -> tuple[str, str]:
+    """One render as a (status, payload) reply: "ok" and the text, "error" and the template's own
+    failure, or FATAL and the bound that tripped."""
+    try:
+        _bound_output(source, max_output)
+        text = _render_in_sandbox(source, request)
+    except MemoryError:
+        return FATAL, "memory"
+    except RecursionError:
+        return FATAL, "recursion"
+    except _OutputBound as e:
+        return FATAL, f"output:{e.length}"
+    except Exception as e:  # the template's own failures, reported to the caller
+        return "error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    if max_output is not None and len(text) > max_output:  # (macros join their own output)
+        return FATAL, f"output:{len(text)}"
+    return "ok", text
+
+
+def _worker(connection, source: str, memory_limit: int | None = None, max_output: int | None = None) -> None:
+    """Render requests one at a time until the pipe closes or a bound trips. Runs in the child
+    process, under its memory bound once transformers is loaded."""
+    try:
+        import transformers.utils.chat_template_utils  # noqa: F401  (loaded before the bound is measured)
+    except ImportError as e:
+        connection.send(("error", f"ImportError: {e}"))
+        return
+    _bound_memory(memory_limit)
     while True:
         try:
             request = connection.recv()
-        except (EOFError, OSError):
+        except (EOFError, OSError, MemoryError):
             return
-        try:
-            reply = ("ok", _render_in_sandbox(source, request))
-        except Exception as e:  # the template's own failures, reported to the caller
-            reply = ("error", f"{type(e).__name__}: {e}")
+        reply = _render_reply(source, request, max_output)
         try:
             connection.send(reply)
-        except (OSError, ValueError):
+        except (OSError, ValueError, MemoryError):
+            return
+        if reply[0] == FATAL:
             return
 
 
@@ -185,15 +304,35 @@ def _stop(process, connection) -> None:
 
 
 class ChatRenderer:
-    """Renders one chat template, each render in a worker process with a deadline.
+    """Renders one chat template, each render in a worker process under time, memory and output
+    bounds (module doc).
 
     `render(messages, tools=..., add_generation_prompt=...)` returns the text or raises
-    `RenderError` (the template raised) / `RenderTimeout` (it overran `timeout` seconds)."""
+    `RenderError` (the template raised), `RenderTimeout` (it overran `timeout` seconds) or
+    `RenderLimitExceeded` (it exhausted `memory_limit` bytes, `max_output` characters or the
+    recursion limit, or killed the worker).
 
-    def __init__(self, template: ChatTemplate, variables: dict | None = None, *, timeout: float = DEFAULT_TIMEOUT):
+    What a chat template needs beyond the conversation is applied to every render:
+    `variables` (bos_token, a date string...), `system_message` (put in front of a conversation
+    that does not start with one) and `bare_tools` (tools passed as their function schemas, for
+    templates that read `tool.name`)."""
+
+    def __init__(
+        self,
+        template: ChatTemplate,
+        variables: dict | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        memory_limit: int | None = DEFAULT_MEMORY_LIMIT,
+        max_output: int | None = DEFAULT_MAX_OUTPUT,
+    ):
         self.template = template
         self.variables = {**template.variables, **(variables or {})}
         self.timeout = timeout
+        self.memory_limit = memory_limit
+        self.max_output = max_output
+        self.system_message: str | None = None
+        self.bare_tools = False
         self._process = None
         self._connection = None
         self._finalizer = None
@@ -203,7 +342,9 @@ class ChatRenderer:
         if self._process is None:
             context = _context()
             parent, child = context.Pipe()
-            process = context.Process(target=_worker, args=(child, self.template.source), daemon=True)
+            process = context.Process(
+                target=_worker, args=(child, self.template.source, self.memory_limit, self.max_output), daemon=True
+            )
             process.start()
             child.close()
             self._process, self._connection = process, parent
@@ -214,13 +355,30 @@ class ChatRenderer:
             self._finalizer()
         self._process = self._connection = self._finalizer = None
 
-    def render(self, messages: list[dict], *, tools: list | None = None, add_generation_prompt: bool) -> str:
-        request = {
+    def _request(self, messages: list[dict], tools: list | None, add_generation_prompt: bool) -> dict:
+        """The render request with this renderer's accommodations applied."""
+        if self.system_message is not None and not (messages and messages[0].get("role") == "system"):
+            messages = [{"role": "system", "content": self.system_message}, *messages]
+        if tools and self.bare_tools:
+            tools = [tool.get("function", tool) if isinstance(tool, dict) else tool for tool in tools]
+        return {
             "messages": messages,
             "tools": tools,
             "add_generation_prompt": add_generation_prompt,
             "variables": self.variables,
         }
+
+    def _limit_message(self, payload: str) -> str:
+        if payload == "memory":
+            bound = f" ({self.memory_limit >> 20} MiB)" if self.memory_limit else ""
+            return f"the render exhausted its memory bound{bound}"
+        if payload == "recursion":
+            return "the render exceeded the recursion limit (a macro that recurses without end, or markup nested too deep)"
+        length = payload.partition(":")[2]
+        return f"the render produced {length} characters or more, more than the bound of {self.max_output}"
+
+    def render(self, messages: list[dict], *, tools: list | None = None, add_generation_prompt: bool) -> str:
+        request = self._request(messages, tools, add_generation_prompt)
         key = json.dumps(request, sort_keys=True, ensure_ascii=False, default=repr)
         if key in self._memo:
             outcome = self._memo[key]
@@ -236,8 +394,18 @@ class ChatRenderer:
                 raise self._memo[key]
             status, payload = self._connection.recv()
         except (EOFError, OSError, BrokenPipeError):
+            process = self._process
+            if process is not None:
+                process.join(timeout=5)
+            code = process.exitcode if process is not None else None
             self._kill()
-            raise RenderError("the render worker died (the template exhausted memory or crashed it)") from None
+            how = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+            self._memo[key] = RenderLimitExceeded(f"the render worker died ({how}): the template crashed it")
+            raise self._memo[key] from None
+        if status == FATAL:
+            self._kill()  # its state is not to be trusted after a bound tripped; the next render starts afresh
+            self._memo[key] = RenderLimitExceeded(self._limit_message(payload))
+            raise self._memo[key]
         if status != "ok":
             self._memo[key] = RenderError(payload)
             raise self._memo[key]

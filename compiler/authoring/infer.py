@@ -24,6 +24,7 @@ What cannot be derived is reported part by part, and the template is written wit
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from dataclasses import dataclass, field
@@ -33,12 +34,15 @@ from typing import Any
 import regex as re
 
 from . import verify as v
-from .chat_render import ChatRenderer, RenderError, RenderTimeout
+from .chat_render import ChatRenderer, RenderAborted, RenderError
 
 PROBE_CALL = v.function_call("probe_lookup", {"probe_city": "Zanzibarville", "probe_days": 7})
 PROBE_CALL_2 = v.function_call("probe_search", {"probe_query": "Quuxfield", "probe_flag": True})
+# A tool no probe calls: offering it instead shows which text of a prompt names the tools.
+OTHER_TOOL_CALL = v.function_call("unrelated_tool", {"unrelated_field": 0.5})
 PROBE_REASONING = "Pondering the probe question carefully."
 PROBE_ANSWER = "Probe answer sentinel."
+PROBE_ANSWER_2 = "A different reply entirely!"
 CALL_TRANSFORM = {"type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}}
 
 
@@ -56,7 +60,8 @@ class Part:
 class Inference:
     template: dict
     parts: list[Part] = field(default_factory=list)
-    turn_ends: list[str] = field(default_factory=list)  # where an answer turn ends
+    # The markup that ends an answer turn, in order (`<|END_RESPONSE|>`, `<|END_OF_TURN_TOKEN|>`).
+    turn_ends: list[str] = field(default_factory=list)
 
     def note(self, name: str, status: str, detail: str) -> None:
         part = Part(name, status, detail)
@@ -127,10 +132,12 @@ class Prober:
         self.renderer = renderer
         self.conventions = conventions
 
-    def probe(self, message: dict, history: list[dict] | None = None) -> Probe:
+    def probe(self, message: dict, history: list[dict] | None = None, tools: list | None = None) -> Probe:
+        """`message` rendered after `history` (one question by default), with the tools its calls
+        and the history's need, or `tools` when given."""
         history = history or [v._user("What is the weather in Paris?")]
         case = v.Case("probe", "probe", history, message)
-        tools = v.tools_for(history + [message])
+        tools = tools if tools is not None else v.tools_for(history + [message])
         conversation = v.to_chat_conversation(history, None, self.conventions)
         try:
             prompt = self.renderer.render(conversation, tools=tools, add_generation_prompt=True)
@@ -148,18 +155,47 @@ class Prober:
         at = _split_at_tokens(full, v.common_prefix_length(prompt, full))
         return Probe(prompt, full[at:].rstrip() or None, turn, error=rendered.unrenderable)
 
-    def generation_prompt(self, history: list[dict]) -> tuple[str, str]:
-        """(prompt, what add_generation_prompt adds); when it adds nothing, the prompt's last token."""
-        tools = v.tools_for(history)
+    def generation_prompt(self, history: list[dict], tools: list | None = None) -> tuple[str, str]:
+        """(prompt, what add_generation_prompt adds), with the tools the history's calls need or
+        `tools`. A template whose switch adds nothing (it always opens the next turn, or never
+        does) shows the opener another way: the text every such prompt ends with, whatever its
+        last message says and whatever tools it offers."""
+        tools = tools if tools is not None else v.tools_for(history)
         conversation = v.to_chat_conversation(history, None, self.conventions)
         prompt = self.renderer.render(conversation, tools=tools, add_generation_prompt=True)
         base = self.renderer.render(conversation, tools=tools, add_generation_prompt=False)
         added = prompt[len(base) :] if prompt.startswith(base) and prompt != base else ""
         if not added:
-            stripped = prompt.rstrip()
-            ends = [m for m in MARKUP_RE.finditer(stripped) if m.end() == len(stripped)]
-            added = prompt[ends[-1].start() :] if ends else ""
+            added = self._shared_tail(history, prompt, tools)
         return prompt, added
+
+    def _shared_tail(self, history: list[dict], prompt: str, tools: list) -> str:
+        """What the prompt ends with after its last message, found by rendering the same history
+        with that message's text changed at its end, and with other tools: the prompts share it
+        (from its first markup on, so no part of the message is taken). Tool instructions a
+        template writes after the history are in it only as far as they do not name the tools,
+        so example calls in them stay before the anchor. Empty when the message is not rendered."""
+        varied = copy.deepcopy(history)
+        varied[-1]["content"] = str(varied[-1].get("content") or "") + " Varied probe ending~"
+        variants = [(varied, tools)]
+        if tools:
+            variants.append((history, v.tools_for([{"role": "assistant", "tool_calls": [OTHER_TOOL_CALL]}])))
+        shared = len(prompt)
+        for messages, offered in variants:
+            try:
+                other = self.renderer.render(
+                    v.to_chat_conversation(messages, None, self.conventions), tools=offered, add_generation_prompt=True
+                )
+            except RenderError:
+                continue
+            if messages is varied and other == prompt:
+                return ""
+            shared = min(shared, _common_suffix(prompt, other))
+        tail = prompt[len(prompt) - shared :]
+        markup = MARKUP_RE.search(tail)
+        if markup:
+            return tail[markup.start() :]
+        return tail if tail.strip() else ""
 
 
 # ---- the parts -----------------------------------------------------------------------------------
@@ -297,10 +333,13 @@ def _call_shape(text: str, call: dict, given_ids: list[str], parsers) -> CallSha
             break
     if not candidates:
         candidates.extend(_dialect_candidates(text, after_name, arguments, parsers))
+    if not candidates:
+        candidates.extend(_keyword_argument_candidates(text, after_name, arguments, parsers))
     if candidates:
         start, end, content_args = candidates[0]
         between = text[after_name:start]
-        return _named_shape(text, at, name, between, given_ids, start, end, "json", content_args)
+        content = "xml-inline" if "tag_pattern" in content_args else "json"
+        return _named_shape(text, at, name, between, given_ids, start, end, content, content_args)
     return _markup_shape(text, at, name, arguments, given_ids, parsers)
 
 
@@ -368,6 +407,59 @@ def _dialect_candidates(text: str, after_name: int, arguments: dict, parsers) ->
             except ValueError:
                 continue
     return []
+
+
+# One keyword argument of a Python-style call, `key=value`: the value a quoted string (either
+# quote, escapes kept), a flat list or mapping, or a bare word or number up to the next comma.
+KEYWORD_ARGUMENT = (
+    r"""(?P<key>[A-Za-z_]\w*)\s*=\s*(?P<value>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\[[^\[\]]*\]|\{[^{}]*\}|[^,()\s]+)"""
+)
+
+
+def _keyword_arguments_args(single_quoted: bool) -> dict:
+    """xml-inline arguments that read `key=value, ...` (a Python-style call without the list
+    around it, which the python-call-list parser needs): each value through the json parser,
+    single-quoted strings as string delimiters where the template writes them, anything else
+    not JSON (`True`, a bare word) kept as text for the tool schema to coerce."""
+    value_args: dict[str, Any] = {"allow_non_json": True}
+    if single_quoted:
+        value_args["string_delims"] = [["'", "'"]]
+    return {"tag_pattern": KEYWORD_ARGUMENT, "value_parser": {"name": "json", "args": value_args}}
+
+
+def _keyword_argument_candidates(text: str, after_name: int, arguments: dict, parsers) -> list:
+    """Arguments as Python keyword arguments in parentheses after the name, `f(a='x', b=3)`:
+    (start, end, content_args) of the text between the parentheses, when the xml-inline parser
+    reads the probe's arguments back from it."""
+    opening = re.match(r"\s*\(", text[after_name:])
+    if not opening or not arguments:
+        return []
+    start = after_name + opening.end()
+    for close in [start + m.start() for m in re.finditer(r"\)", text[start:])]:
+        body = text[start:close]
+        args = _keyword_arguments_args(single_quoted="'" in body)
+        try:
+            parsed = parsers["xml-inline"](body, args)
+        except (ValueError, KeyError):
+            continue
+        if _same_arguments(parsed, arguments):
+            return [(start, close, args)]
+    return []
+
+
+def _same_arguments(parsed: Any, arguments: dict) -> bool:
+    """Whether parsed arguments are the probe's: the same keys, strings exactly, other values
+    as the tool schema's coercion gives them back (`True` written as text, `7` as a string)."""
+    if not isinstance(parsed, dict) or set(parsed) != set(arguments):
+        return False
+    for key, expected in arguments.items():
+        value = parsed[key]
+        if isinstance(expected, str):
+            if value != expected:
+                return False
+        elif value != expected and str(value).strip().lower() != json.dumps(expected).lower():
+            return False
+    return True
 
 
 def _markup_shape(text: str, at: int, name: str, arguments: dict, given_ids, parsers) -> CallShape | None:
@@ -478,6 +570,7 @@ def infer(renderer: ChatRenderer) -> Inference:
     reasoning = _infer_reasoning(prober, prompts_added, result)
     anchors = _start_anchors(prompt, prompts_added, reasoning, result)
     content_field, content_closes = _infer_content(prober, anchors, reasoning, result)
+    label = _role_label(prober, reasoning, result)
     try:
         calls_field, section_tokens = _infer_calls(prober, reasoning, content_field, parsers, result)
     except (ValueError, IndexError, KeyError, TypeError, re.error) as e:
@@ -490,30 +583,59 @@ def infer(renderer: ChatRenderer) -> Inference:
         fields["reasoning_content"] = {"open": reasoning[0], "close": reasoning[1], "content": "text"}
     if calls_field:
         fields["tool_calls"] = calls_field
+    if label:
+        fields["role"] = _role_field(label, reasoning)
     fields["content"] = content_field
     result.template["defaults"] = {"role": "assistant"}
     result.template["fields"] = fields
     _drop_what_the_validators_reject(result)
+    _drop_calls_found_in_plain_answers(prober, result)
     return result
 
 
-def _generation_prompts(prober: Prober) -> tuple[str, list[str]]:
-    """The prompt of a one-question conversation, and what the generation prompt adds there and
-    after a tool result."""
+def _drop_calls_found_in_plain_answers(prober: Prober, result: Inference) -> None:
+    """A call field that finds calls in a plain answer reads something the prompt shows (example
+    calls in tool instructions, left after the start anchor) as the model's: parse plain answers
+    rendered where tools are offered, and leave the field out, saying so, if any call comes back."""
+    if "tool_calls" not in result.template["fields"]:
+        return
+    from transformers.utils.chat_parsing import parse_response
+
+    offered = v.tools_for([{"role": "assistant", "tool_calls": [PROBE_CALL]}])
     question = [v._user("What is the weather in Paris?")]
-    after_tool = question + [
-        {"role": "assistant", "tool_calls": [PROBE_CALL]},
-        {"role": "tool", "name": "probe_lookup", "content": "Probe result."},
-    ]
+    for description, history, tools in (("with tools offered", question, offered),
+                                        ("after a tool result", _after_tool_result(), v.tools_for(_after_tool_result()))):
+        case = v.Case("plain", "a plain answer", history, {"role": "assistant", "content": PROBE_ANSWER})
+        try:
+            rendered = v.render_turn(prober.renderer, case, prober.conventions, tools)
+            if rendered.generation is None:
+                continue
+            parsed = parse_response(rendered.generation, result.template, prefix=rendered.prefix, tools=tools)
+        except (RenderError, ValueError, KeyError, TypeError):
+            continue
+        if parsed.get("tool_calls"):
+            del result.template["fields"]["tool_calls"]
+            names = [call.get("function", {}).get("name") for call in parsed["tool_calls"] if isinstance(call, dict)]
+            result.note("tool_calls", "not derived",
+                        f"left out: it finds calls {names} in a plain answer {description} (text the prompt shows)")
+            return
+
+
+def _generation_prompts(prober: Prober) -> tuple[str, list[str]]:
+    """The prompt of a one-question conversation, and what the generation prompt adds there,
+    there with tools offered, and after a tool result."""
+    question = [v._user("What is the weather in Paris?")]
     try:
         prompt, added = prober.generation_prompt(question)
     except RenderError as e:
         raise RenderError(f"the chat template cannot render a conversation of one user message: {e}") from None
     prompts_added = [added]
-    try:
-        prompts_added.append(prober.generation_prompt(after_tool)[1])
-    except RenderError:
-        pass  # a template without tool results: the other anchor is enough
+    offered = v.tools_for([{"role": "assistant", "tool_calls": [PROBE_CALL]}])
+    for history, tools in ((question, offered), (_after_tool_result(), None)):
+        try:
+            prompts_added.append(prober.generation_prompt(history, tools)[1])
+        except RenderError:
+            pass  # a template without tools or tool results: the other anchors are enough
     return prompt, prompts_added
 
 
@@ -592,12 +714,17 @@ def _infer_content(prober: Prober, anchors: list[str], reasoning, result: Infere
         # The answer follows a closed (empty) reasoning block: its close must not become content.
         closes.append(reasoning[1])
     opener = opener_before(before, len(before), anchors) if before.strip() else ""
+    if opener and not MARKUP_RE.search(opener):
+        opener = ""  # plain text before every answer is a role label (`_role_label`), not a content opener
     if opener:
         content_field["open"] = opener
     generation = answer.generation or text
     end = tokens_in(generation[generation.rfind(PROBE_ANSWER) + len(PROBE_ANSWER) :])
-    closes.extend(end[:1])
-    result.turn_ends = end[:1]
+    # Each marker of the turn's end closes the content: the first ends it, and those after it
+    # close an implicit region that never opened, instead of opening a second content that
+    # would replace the first.
+    closes.extend(end)
+    result.turn_ends = end
     result.note(
         "content", "derived",
         (f"opens with {opener!r}, " if opener else "implicit, ")
@@ -606,7 +733,71 @@ def _infer_content(prober: Prober, anchors: list[str], reasoning, result: Infere
     return content_field, closes
 
 
+def _after_tool_result() -> list[dict]:
+    return [
+        v._user("What is the weather in Paris?"),
+        {"role": "assistant", "tool_calls": [PROBE_CALL]},
+        {"role": "tool", "name": "probe_lookup", "content": "Probe result."},
+    ]
+
+
+def _role_label(prober: Prober, reasoning, result: Inference) -> str | None:
+    """Plain text the chat template writes at the start of every finished answer turn, after the
+    generation prompt, whatever the answer says (`助手：`, `Assistant:`): a role label the model
+    writes too, which must not end up in the content. Found by rendering two different answers in
+    each context an answer can follow (a question, a question with tools offered, a tool result:
+    some templates label turns only in some of them); the label is what both start with after
+    any markup. None when there is none."""
+    offered = v.tools_for([{"role": "assistant", "tool_calls": [PROBE_CALL]}])
+    contexts = [
+        ("after a question", None, None),
+        ("with tools offered", None, offered),
+        ("after a tool result", _after_tool_result(), None),
+    ]
+    found: dict[str, str] = {}
+    for description, history, tools in contexts:
+        heads = []
+        for answer in (PROBE_ANSWER, PROBE_ANSWER_2):
+            probe = prober.probe({"role": "assistant", "content": answer}, history, tools=tools)
+            generation = probe.generation or ""
+            if answer not in generation:
+                break
+            before = _strip_empty_block(generation[: generation.find(answer)], reasoning)
+            ends = [match.end() for match in MARKUP_RE.finditer(before)]
+            heads.append(before[ends[-1] if ends else 0 :].strip())
+        if len(heads) == 2 and heads[0] and heads[0] == heads[1]:
+            found[description] = heads[0]
+    labels = _unique(list(found.values()))
+    if not labels:
+        return None
+    if len(labels) > 1:
+        result.note("role label", "not derived", f"answer turns start with different text: {labels}")
+        return None
+    where = ", ".join(found)
+    unlabelled = [d for d, _, _ in contexts if d not in found]
+    result.note(
+        "role label", "derived",
+        f"{labels[0]!r} starts every answer turn ({where}"
+        + (f"; not {', '.join(unlabelled)}" if unlabelled else "")
+        + "): read as the role, not as content",
+    )
+    return labels[0]
+
+
+def _role_field(label: str, reasoning) -> dict:
+    """A field that swallows the role label where a turn starts and yields the role itself: it
+    opens on the label and closes at once, its transform a constant."""
+    return {
+        "open_pattern": _turn_start(reasoning) + r"\s*" + literal_pattern(label),
+        "close_pattern": "",
+        "content": "text",
+        "transform": "assistant",
+    }
+
+
 def _close_content(content_field: dict, closes: list[str], result: Inference) -> None:
+    """The content's close: where an answer turn ends, or where a call section or a closed
+    reasoning block starts."""
     if not closes:
         return
     if "open" in content_field:
@@ -615,6 +806,9 @@ def _close_content(content_field: dict, closes: list[str], result: Inference) ->
         # Whitespace before the end belongs to no field: an implicit region must not reopen for it
         # (a second, empty content would replace the first).
         content_field["close_pattern"] = r"\s*(?:" + "|".join(re.escape(c) for c in closes) + ")"
+    if len(result.turn_ends) > 1:
+        result.note("content", "derived", "the turn ends with " + " ".join(repr(t) for t in result.turn_ends)
+                    + ": each of them closes the content")
     also = [c for c in closes if c not in result.turn_ends]
     if also:
         result.note("content", "derived", "also closed by " + ", ".join(repr(c) for c in also) + " (call sections, closed reasoning)")
@@ -669,8 +863,13 @@ def _list_field(text: str, listed, reasoning, result: Inference) -> tuple[dict, 
     lead = text[:start]
     after = tokens_in(text[end:])
     field: dict[str, Any] = {"content": content, "transform": transform, "transform_each": True}
+    first_key = re.match(r'\[\s*\{\s*"[^"\\]+"\s*:', text[start:]) if content == "json" else None
     if lead.strip():
         field["open_pattern"] = r"\s*" + literal_pattern(lead.strip())
+    elif first_key:
+        # A bare JSON list of objects that starts with its key (`[{"name":`) is told from prose
+        # by that start, so it may follow content.
+        field["open_pattern"] = r"\s*(?=" + literal_pattern(first_key.group()) + ")"
     else:
         lookahead = r"\[\s*\{" if content == "json" else r"\[\s*[A-Za-z_][\w.\-]*\s*\(\s*(?:\)|[A-Za-z_]\w*\s*=)"
         field["open_pattern"] = _turn_start(reasoning) + r"\s*(?=" + lookahead + ")"
@@ -717,8 +916,16 @@ def _per_call_field(g1: str, g2: str | None, given, reasoning, content_field, pa
     section_open = lead1[: len(lead1) - len(per_open)] if lead1.endswith(per_open) else ""
     section_rest = trail1[len(per_close) :] if trail1.startswith(per_close) else trail1
     section_tokens = tokens_in(section_rest)
+    if shape2a and shape2b:
+        # Markup a template writes after two calls only (a section close it forgets after one)
+        # still ends the calls.
+        trail_rest = trail[len(per_close) :] if trail.startswith(per_close) else trail
+        section_tokens = _unique(section_tokens + tokens_in(trail_rest))
     if content_field.get("open") and per_open.strip().startswith(content_field["open"]):
         per_open = per_open.strip()[len(content_field["open"]) :]
+    if not per_open.strip() and section_open.strip():
+        between = inter if shape2a and shape2b else trail1
+        return _listed_in_section(g1, shape1, section_open, per_close, between, section_tokens, result), section_tokens
     open_pattern = r"\s*"
     if separator.strip():
         open_pattern += "(?:" + literal_pattern(separator.strip()) + r")?\s*"
@@ -759,6 +966,49 @@ def _per_call_field(g1: str, g2: str | None, given, reasoning, content_field, pa
     return field, section_tokens
 
 
+def _listed_in_section(g1: str, shape: CallShape, section_open: str, per_close: str, between: str,
+                       section_tokens: list[str], result: Inference) -> dict:
+    """Calls with no opener of their own, one after another inside a block (`<function_calls>`
+    then `f(a='x')` on each line, or `<tool_calls>` then one JSON object per line): a call opens
+    after the block's opener, or right after the call before it and the separator; it closes where
+    the separator and the next call, or the block's close, follow it."""
+    own_close = per_close.rstrip()
+    call_text = g1[shape.start : shape.end] + own_close
+    separator = between[len(own_close) :] if between.startswith(own_close) else between
+    gap = r"[ \t]*\n\s*" if "\n" in separator else r"\s*"
+    if shape.open_pattern:
+        # The name (and id) captured, then what leads to the arguments; a next call is any name
+        # followed by that lead-in.
+        own_open = shape.open_pattern
+        lead_in = g1[shape.start : shape.content_span[0]]
+        name = PROBE_CALL["function"]["name"]
+        after_name = lead_in[len(name) :] if lead_in.startswith(name) else lead_in[-1:]
+        next_call = r"[A-Za-z_][\w.\-]*" + literal_pattern(after_name)
+    else:
+        # A JSON object told by its first key (`{"name":`).
+        first_key = re.match(r'\{\s*"[^"\\]+"\s*:', g1[shape.start :])
+        next_call = literal_pattern(first_key.group()) if first_key else r"\{"
+        own_open = "(?=" + next_call + ")"
+    field: dict[str, Any] = {
+        "open_pattern": r"\s*(?:" + literal_pattern(section_open.strip()) + r"\s*|(?<=" + re.escape(call_text[-1])
+        + ")" + gap + ")" + own_open,
+    }
+    ends = [gap + next_call] + [r"\s*" + re.escape(token) for token in section_tokens[:1]]
+    field["close_pattern"] = literal_pattern(own_close) + "(?=" + "|".join(ends) + ")"
+    field.update({"repeats": True, "content": shape.content})
+    if shape.content_args:
+        field["content_args"] = shape.content_args
+    field["transform"] = shape.transform
+    result.note(
+        "tool_calls", "derived",
+        f"calls listed inside {section_open.strip()!r}"
+        + (f"...{section_tokens[0]!r}" if section_tokens else "")
+        + f", separated by {separator!r}, each {call_text[:1]!r}...{call_text[-1:]!r}, arguments as {shape.content}"
+        + (f" {shape.content_args}" if shape.content_args else ""),
+    )
+    return field
+
+
 # ---- validation and the command line ----------------------------------------------------------------
 
 
@@ -795,8 +1045,8 @@ def cli(argv: list[str]) -> int:
     try:
         try:
             inference = infer(renderer)
-        except RenderTimeout as e:
-            raise v.UsageError(f"{args.chat_template}: {e}: the chat template does not finish (it may loop forever)") from None
+        except RenderAborted as e:
+            raise v.UsageError(v.aborted_message(args.chat_template, e)) from None
         except RenderError as e:
             raise v.UsageError(f"{args.chat_template}: {e}") from None
         try:
@@ -816,8 +1066,8 @@ def cli(argv: list[str]) -> int:
                 template_label=args.output or "<inferred>",
                 parsers=v.PARSERS if args.interpreter else ("rtcompile",),
             )
-        except RenderTimeout as e:
-            raise v.UsageError(f"{args.chat_template}: {e}: the chat template does not finish (it may loop forever)") from None
+        except RenderAborted as e:
+            raise v.UsageError(v.aborted_message(args.chat_template, e)) from None
     finally:
         renderer.close()
     if args.json:

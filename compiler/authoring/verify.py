@@ -19,7 +19,10 @@ response template. That is detected by rendering, not by knowing the model famil
 How a chat template wants a message spelled (reasoning as `reasoning_content`, `reasoning`, a
 thinking content chunk or a tool plan; arguments as a dict or a JSON string; empty content absent,
 None or ""; call ids) is also found by rendering: `discover_conventions` tries each spelling and
-keeps the first one whose render shows what was put in.
+keeps the first one whose render shows what was put in. Before that, `accommodate` finds what a
+chat template needs that a bare conversation lacks (a variable a tokenizer or server would pass,
+a system message, another spelling of the tools) by trying alternatives until it renders, and
+says what it tried.
 """
 
 from __future__ import annotations
@@ -29,11 +32,12 @@ import itertools
 import json
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import regex as re
 
-from .chat_render import ChatRenderer, ChatTemplate, RenderError, RenderTimeout
+from .chat_render import ChatRenderer, ChatTemplate, RenderAborted, RenderError, RenderTimeout
 
 PASSED, FAILED, UNRENDERABLE = "passed", "failed", "not round-trippable"
 DEFAULT_EXAMPLES = 12
@@ -167,6 +171,142 @@ def fixed_cases() -> list[Case]:
     ]
 
 
+# ---- what the chat template needs beyond the conversation ----------------------------------------
+
+PLACEHOLDER_DATE = "26 Jul 2024"  # fixed, so renders (and the templates derived from them) are deterministic
+DEFAULT_SYSTEM_MESSAGE = "You are a helpful assistant."
+_UNDEFINED_NAME = re.compile(r"'(\w+)' is undefined")
+_MAX_ACCOMMODATIONS = 8
+
+
+def _candidate_values(name: str) -> list[Any]:
+    """Values to try for a variable the chat template reads but nobody passed, most plausible
+    first: a special token's conventional text, a date for date-like names, else an empty string,
+    list, mapping, or false."""
+    lowered = name.lower()
+    if lowered.endswith("_token"):
+        conventional = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
+        return [conventional.get(lowered, f"<{lowered[: -len('_token')]}>"), ""]
+    if "date" in lowered or "time" in lowered or lowered in ("today", "now"):
+        return [PLACEHOLDER_DATE, ""]
+    return ["", [], {}, False]
+
+
+def _render_checks(renderer: ChatRenderer):
+    """The renders every case needs, in order: one question's prompt and a finished answer,
+    without tools and then with them, as (label, with tools, render)."""
+    question = [_user("What is the weather in Paris?")]
+    answer = {"role": "assistant", "content": "It is sunny."}
+    call = function_call("probe_lookup", {"probe_city": "Zanzibarville"})
+    tools = tools_for([{"role": "assistant", "tool_calls": [call]}])
+    conversation = to_chat_conversation(question, None, Conventions())
+    finished = to_chat_conversation(question, answer, Conventions())
+    return [
+        ("a question", False, lambda: renderer.render(conversation, tools=[], add_generation_prompt=True)),
+        ("an answer", False, lambda: renderer.render(finished, tools=[], add_generation_prompt=False)),
+        ("a question with tools", True, lambda: renderer.render(conversation, tools=tools, add_generation_prompt=True)),
+        ("an answer with tools", True, lambda: renderer.render(finished, tools=tools, add_generation_prompt=False)),
+    ]
+
+
+def _first_failure(renderer: ChatRenderer) -> tuple[int, str] | None:
+    """(index, error) of the first check that does not render, or None when all render."""
+    for index, (_, _, render) in enumerate(_render_checks(renderer)):
+        try:
+            render()
+        except RenderError as e:
+            return index, str(e)
+    return None
+
+
+def question_refused(renderer: ChatRenderer) -> str | None:
+    """The error when the chat template renders one question neither without tools nor with
+    them (there is nothing to verify or infer then); None when it renders one."""
+    errors = []
+    for label, _, render in _render_checks(renderer):
+        if label.startswith("a question"):
+            try:
+                render()
+                return None
+            except RenderError as e:
+                errors.append(str(e))
+    return errors[0]
+
+
+def accommodate(renderer: ChatRenderer) -> list[str]:
+    """Make `renderer` render what every case needs, when the chat template asks for more than a
+    conversation: a variable nobody passed (supplied from its name: a special token, a date
+    string, an empty value), a system message (put in front of every conversation), or the tools
+    as bare function schemas. Each alternative is kept only when the renders get further with it.
+    Returns report lines: what was applied, and what was tried when nothing helped."""
+    notes: list[str] = []
+    tried: list[str] = []
+    failure = _first_failure(renderer)
+    for _ in range(_MAX_ACCOMMODATIONS):
+        if failure is None:
+            break
+        index, error = failure
+        label, with_tools, _ = _render_checks(renderer)[index]
+        undefined = _UNDEFINED_NAME.search(error)
+        attempts: list[tuple[str, tuple]] = []
+        if undefined and undefined.group(1) not in renderer.variables:
+            name = undefined.group(1)
+            attempts = [(f"{name}={value!r}", ("variable", name, value)) for value in _candidate_values(name)]
+        else:
+            if renderer.system_message is None:
+                attempts.append(("a system message in front of the conversation", ("system", DEFAULT_SYSTEM_MESSAGE)))
+            if not renderer.bare_tools and with_tools:
+                attempts.append(("the tools as bare function schemas", ("bare_tools", True)))
+        chosen = None
+        for description, change in attempts:
+            undo = _apply(renderer, change)
+            after = _first_failure(renderer)
+            if _got_further(after, failure):
+                chosen = description
+                break
+            undo()
+            tried.append(description)
+        if chosen is None:
+            break  # no alternative gets the renders further
+        notes.append(f"rendered with {chosen} (without it, rendering {label} fails: {error})")
+        failure = after
+    if failure is not None:
+        index, error = failure
+        notes.append(
+            f"rendering {_render_checks(renderer)[index][0]} fails: {error}"
+            + (f" (tried: {'; '.join(tried)})" if tried else " (no alternative applies)")
+        )
+    return notes
+
+
+def _got_further(after: tuple[int, str] | None, before: tuple[int, str]) -> bool:
+    """Whether the renders now fail on a later check (or not at all), or on the same check with
+    another variable missing; an alternative that only trades one error for another is dropped
+    (a variable of the wrong type, say, where the next candidate value may fit)."""
+    if after is None or after[0] > before[0]:
+        return True
+    if after[0] < before[0]:
+        return False
+    missing_before, missing_after = _UNDEFINED_NAME.search(before[1]), _UNDEFINED_NAME.search(after[1])
+    if missing_before:
+        return bool(missing_after) and missing_after.group(1) != missing_before.group(1)
+    return after[1] != before[1]
+
+
+def _apply(renderer: ChatRenderer, change: tuple) -> Any:
+    """Apply one accommodation to `renderer`; returns a function that takes it back."""
+    kind = change[0]
+    if kind == "variable":
+        _, name, value = change
+        renderer.variables[name] = value
+        return lambda: renderer.variables.pop(name, None)
+    if kind == "system":
+        renderer.system_message = change[1]
+        return lambda: setattr(renderer, "system_message", None)
+    renderer.bare_tools = True
+    return lambda: setattr(renderer, "bare_tools", False)
+
+
 # ---- how the chat template wants messages spelled ------------------------------------------------
 
 REASONING_SPELLINGS = ("reasoning_content", "reasoning", "thinking", "thinking_chunk", "tool_plan")
@@ -269,13 +409,14 @@ def _turn_text(renderer: ChatRenderer, history: list[dict], message: dict, conve
 
 
 def discover_conventions(renderer: ChatRenderer) -> tuple[Conventions, list[str]]:
-    """The first spelling of each message part whose render shows that part (see the module doc)."""
-    notes = []
+    """The first spelling of each message part whose render shows that part (see the module doc),
+    once `accommodate` has made the chat template render; its report lines come first."""
+    notes = accommodate(renderer)
     question = [_user("What is the weather in Paris?")]
     probe_call = function_call("probe_lookup", {"probe_city": "Zanzibarville", "probe_days": 7})
     call_message = {"role": "assistant", "tool_calls": [probe_call]}
     tools = tools_for([call_message])
-    chosen = None
+    chosen = renders = None
     for arguments_as, id_style, empty_content in itertools.product(
         ("dict", "json"), ("functions", "nine"), ("absent", "none", "empty")
     ):
@@ -284,6 +425,7 @@ def discover_conventions(renderer: ChatRenderer) -> tuple[Conventions, list[str]
             turn = _turn_text(renderer, question, call_message, conventions, tools)
         except RenderError:
             continue
+        renders = renders or conventions
         # A dict printed as its Python repr shows the values too, but no model writes that.
         repr_of_arguments = str(probe_call["function"]["arguments"])
         if "probe_lookup" in turn and "Zanzibarville" in turn and "None" not in turn and repr_of_arguments not in turn:
@@ -291,7 +433,9 @@ def discover_conventions(renderer: ChatRenderer) -> tuple[Conventions, list[str]
             break
     if chosen is None:
         notes.append("no spelling of a tool call is rendered: the chat template renders no tool calls")
-        chosen = Conventions()
+        # A history holding a call (before a tool result) must still render: the first spelling
+        # the template accepts at all.
+        chosen = renders or Conventions()
     reasoning = "Pondering the probe question carefully."
     found = {}
     for kind, message in (
@@ -364,6 +508,10 @@ def _trim_to_token(text: str, diverged: bool) -> str:
 
 
 def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, tools: list) -> RenderedTurn:
+    """The case's finished turn as the model writes it, cut from the renders (module doc). The
+    turn is what the finished conversation adds after the generation prompt; or, where the chat
+    template writes something after the history only (instructions that follow the last message),
+    what the finished turn inserts into the history, less the generation prompt it starts with."""
     history = to_chat_conversation(case.history, None, conventions)
     conversation = to_chat_conversation(case.history, case.message, conventions)
     try:
@@ -371,13 +519,18 @@ def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, to
         full = renderer.render(conversation, tools=tools, add_generation_prompt=False)
     except RenderError as e:
         return RenderedTurn(unrenderable=f"the chat template fails on this conversation ({e})")
-    if not full.startswith(prompt):
-        at = common_prefix_length(prompt, full)
-        return RenderedTurn(
-            unrenderable="the finished turn is rendered differently from the generation prompt "
-            f"(prompt continues {prompt[at:at + 40]!r}, finished turn {full[at:at + 40]!r})"
-        )
-    rest = full[len(prompt) :]
+    if full.startswith(prompt):
+        start, end = len(prompt), len(full)
+    else:
+        inserted = _inserted_turn(renderer, history, tools, prompt, full)
+        if inserted is None:
+            at = common_prefix_length(prompt, full)
+            return RenderedTurn(
+                unrenderable="the finished turn is rendered differently from the generation prompt "
+                f"(prompt continues {prompt[at:at + 40]!r}, finished turn {full[at:at + 40]!r})"
+            )
+        start, end = inserted
+    rest = full[start:end]
     generation = rest.rstrip()
     message = case.message
     try:
@@ -388,9 +541,9 @@ def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, to
         )
     except RenderError:
         longer = None
-    if longer is not None and longer.startswith(prompt):
-        longer_rest = longer[len(prompt) :]
-        shared = common_prefix_length(rest, longer_rest)
+    if longer is not None and longer[:start] == full[:start]:
+        longer_rest = longer[start:]
+        shared = min(common_prefix_length(rest, longer_rest), len(rest))
         cut = _trim_to_token(rest[:shared], diverged=shared < len(rest))
         if _parts_missing(message, cut) is None:
             generation = cut
@@ -418,6 +571,46 @@ def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, to
     chat_message = conversation[-1]
     ids = [call["id"] for call in chat_message.get("tool_calls", [])]
     return RenderedTurn(prefix=prompt, generation=generation, expected=copy.deepcopy(message), given_ids=ids)
+
+
+def _inserted_turn(renderer: ChatRenderer, history: list[dict], tools, prompt: str, full: str) -> tuple[int, int] | None:
+    """(start, end) of the finished turn in `full`, after the turn's opener, where the chat template
+    shows the model something the finished conversation does not hold at that place; None when
+    `full` is not one of these two shapes:
+
+    - text written after the history only (tool instructions after the last message): the
+      finished conversation is the history's render with the turn inserted before that text, and
+      the turn starts with the generation prompt;
+    - text written in the generation prompt only, before the turn's opener (instructions, then
+      the assistant header): the finished turn follows the history and starts with that opener."""
+    try:
+        base = renderer.render(history, tools=tools, add_generation_prompt=False)
+    except RenderError:
+        return None
+    if not prompt.startswith(base) or len(full) <= len(base):
+        return None
+    added = prompt[len(base) :]
+    if added.strip() and full.startswith(base):
+        finished = full[len(base) :]
+        for at in range(len(added)):
+            opener = added[at:]
+            starts_cleanly = at == 0 or added[at - 1] == "\n" or bool(MARKUP_RE.match(added, at))
+            if starts_cleanly and opener.strip() and finished.startswith(opener):
+                return len(base) + len(opener), len(full)
+        return None
+    length = len(full) - len(base)
+    # The insertion point is ambiguous by the text the turn's end shares with what follows it (the
+    # next turn's opener): try each point back from where the renders part. The turn starts with
+    # the generation prompt; a template that has none inserts it where no markup is cut.
+    parted = common_prefix_length(base, full)
+    for at in range(parted, max(-1, parted - max(len(added), 80) - 1), -1):
+        if at >= len(base) or full[:at] != base[:at] or full[at + length :] != base[at:]:
+            continue
+        if added.strip() and full.startswith(added, at):
+            return at + len(added), at + length
+        if not added.strip() and not any(m.start() < at < m.end() for m in MARKUP_RE.finditer(base)):
+            return at, at + length
+    return None
 
 
 def _ends_like_turns(renderer: ChatRenderer, tools) -> bool:
@@ -566,7 +759,7 @@ def lookalikes(renderer: ChatRenderer, conventions: Conventions) -> list[str]:
             text = renderer.render(
                 to_chat_conversation(case.history, case.message, conventions), tools=tools, add_generation_prompt=False
             )
-        except (RenderError, RenderTimeout):  # a case that hangs is reported where it is checked
+        except (RenderError, RenderAborted):  # a case that hangs is reported where it is checked
             continue
         for match in TOKEN_RE.finditer(text):
             if len(match.group()) > 2:
@@ -750,11 +943,16 @@ def verify(
     parsers: tuple[str, ...] = ("rtcompile",),
 ) -> VerifyReport:
     """Round-trip `template` through `chat_template` (see the module doc). `parsers` may add
-    transformers' "interpreter": a case then passes only when both parse it back."""
+    transformers' "interpreter": a case then passes only when both parse it back. Raises
+    `RenderError` when the chat template cannot render even one question (nothing to verify),
+    and `RenderAborted` when a render bound stops it on more than one case."""
     owned = not isinstance(chat_template, ChatRenderer)
     renderer = ChatRenderer(chat_template, variables, **({"timeout": timeout} if timeout else {})) if owned else chat_template
     try:
         conventions, notes = discover_conventions(renderer)
+        refusal = question_refused(renderer)
+        if refusal:
+            raise RenderError(f"the chat template cannot render a conversation of one user message: {refusal}")
         cases = fixed_cases()
         try:
             if examples > 0:
@@ -762,16 +960,17 @@ def verify(
         except ImportError:
             notes.append("hypothesis is not installed: generated cases skipped (pip install 'rtcompile[verify]')")
         results = []
-        timeouts = 0
+        aborted = 0
         for case in cases:
             tools = tools_for(case.history + [case.message])
             try:
                 rendered = render_turn(renderer, case, conventions, tools)
-            except RenderTimeout as e:
-                # One conversation that hangs the template is that case's fault; a second one
-                # means the template hangs on anything, and waiting out every case helps nobody.
-                timeouts += 1
-                if timeouts > 1:
+            except RenderAborted as e:
+                # One conversation that hangs the template (or exhausts a bound) is that case's
+                # fault; a second one means the template does so on anything, and running into
+                # the bound for every case helps nobody.
+                aborted += 1
+                if aborted > 1:
                     raise
                 rendered = RenderedTurn(unrenderable=f"the chat template does not finish rendering this conversation ({e})")
             if rendered.unrenderable:
@@ -855,6 +1054,11 @@ def cli(argv: list[str]) -> int:
     try:
         variables = read_variables(args.var)
         template = api.read_template(args.template)
+        if args.chat_template is None and not Path(args.template).exists():
+            raise UsageError(
+                f"{args.template} is a bundled template name: give the chat template to verify it against with "
+                "--chat-template FILE|DIR (TEMPLATE stands alone only as a tokenizer directory holding both templates)"
+            )
         chat_template = load_chat_template(args.chat_template or args.template, args.template_name)
         from rtcompile import frontend
 
@@ -867,10 +1071,19 @@ def cli(argv: list[str]) -> int:
             template_label=args.template, timeout=args.timeout,
             parsers=PARSERS if args.interpreter else ("rtcompile",),
         )
-    except RenderTimeout as e:
-        raise UsageError(f"{chat_template.origin}: {e}: the chat template does not finish (it may loop forever)") from None
+    except RenderAborted as e:
+        raise UsageError(aborted_message(chat_template.origin, e)) from None
+    except RenderError as e:
+        raise UsageError(f"{chat_template.origin}: {e}") from None
     print(json.dumps(report.to_json(), indent=2, ensure_ascii=False) if args.json else report.format_text())
     return 0 if report.ok else 1
+
+
+def aborted_message(origin: str, error: RenderAborted) -> str:
+    """The one line for a chat template that a render bound stopped."""
+    if isinstance(error, RenderTimeout):
+        return f"{origin}: {error}: the chat template does not finish (it may loop forever)"
+    return f"{origin}: {error}"
 
 
 class UsageError(Exception):

@@ -311,3 +311,227 @@ def test_markup_that_depends_on_the_value_type_and_sorted_keys():
     assert 'string="true"' in tag_pattern.replace("\\", "") and 'string="false"' in tag_pattern.replace("\\", "")
     assert report.count(v.FAILED) == 0, report.format_text()
     assert {r.id for r in report.results if r.status == v.PASSED} >= {"one_call", "parallel_calls", "content_call"}
+
+
+# ---- what real chat templates do that the probes alone would not show ----------------------------------
+
+# Tool instructions with example calls in the very syntax of real calls (placeholder names), written
+# after the history: before the generation prompt, inside it, or (no generation prompt at all)
+# right where the model starts writing. The instructions name the tools offered.
+INSTRUCTIONS = (
+    "<|system|>You can call {{ tools | map(attribute='function.name') | join(', ') }}. Answer directly, or call tools:\n"
+    '<call>{"name": "$FUNCTION_NAME", "arguments": {"$ARGUMENT": "$VALUE"}}</call>'
+    '<call>{"name": "$ANOTHER_FUNCTION", "arguments": {}}</call>\n'
+)
+INSTRUCTED = """{%- for m in messages -%}
+<|{{ m.role }}|>
+{%- if m.role == 'assistant' %}{{ m.content or '' }}{% for c in m.tool_calls or [] %}<call>{{ {"name": c.function.name, "arguments": c.function.arguments} | tojson }}</call>{% endfor %}
+{%- else %}{{ m.content }}{% endif %}<|end|>
+{% endfor -%}
+AFTER_HISTORY{%- if add_generation_prompt %}IN_PROMPT<|assistant|>{% endif -%}"""
+PLACEMENTS = {
+    "after the history": INSTRUCTED.replace("AFTER_HISTORY", "{% if tools %}" + INSTRUCTIONS + "{% endif %}")
+    .replace("IN_PROMPT", ""),
+    "in the generation prompt": INSTRUCTED.replace("AFTER_HISTORY", "")
+    .replace("IN_PROMPT", "{% if tools %}" + INSTRUCTIONS + "{% endif %}"),
+    "where the model starts (no generation prompt)": INSTRUCTED.replace(
+        "AFTER_HISTORY", "{% if tools %}" + INSTRUCTIONS + "{% endif %}"
+    ).replace("{%- if add_generation_prompt %}IN_PROMPT<|assistant|>{% endif -%}", "")
+    .replace("<|{{ m.role }}|>\n{%- if m.role == 'assistant' %}", "{% if m.role != 'assistant' %}<|{{ m.role }}|>{% endif %}\n{%- if m.role == 'assistant' %}"),
+}
+
+
+@pytest.mark.parametrize("placement", sorted(PLACEMENTS))
+def test_example_calls_in_the_tool_instructions_are_not_calls(placement):
+    """Text a render holds whatever the calls are (instructions, example calls with placeholder
+    names) is not what the template writes for a call: the calls are read off what the finished
+    turn inserts, and a plain answer parses without calls wherever tools are offered."""
+    source = PLACEMENTS[placement]
+    inference, report = infer_and_verify(source, examples=3)
+    by_id = {r.id: r for r in report.results}
+    for case in ("answer", "one_call", "parallel_calls", "content_call", "answer_after_tool_result"):
+        assert by_id[case].status == v.PASSED, report.format_text()
+    assert report.count(v.FAILED) == 0, report.format_text()
+    calls = inference.template["fields"]["tool_calls"]
+    assert "$FUNCTION_NAME" not in calls["open_pattern"] and "system" not in calls["open_pattern"]
+    # Real use offers other tools than the probes: the instructions then name them, and the
+    # examples must still stay out of the message.
+    from transformers.utils.chat_parsing import parse_response
+
+    tools = v.tools_for([{"role": "assistant", "tool_calls": [v.function_call("lookup_stock", {"ticker": "ACME"})]}])
+    conversation = [
+        {"role": "user", "content": "Price of ACME?"},
+        {"role": "assistant", "tool_calls": [{"id": "c1", **v.function_call("lookup_stock", {"ticker": "ACME"})}]},
+        {"role": "tool", "name": "lookup_stock", "content": "42"},
+    ]
+    with ChatRenderer(ChatTemplate(source, "test.jinja")) as renderer:
+        prefix = renderer.render(conversation, tools=tools, add_generation_prompt=True)
+    for parse in (parse_response, __import__("rtcompile").parse_response):
+        message = parse("ACME trades at 42.<|end|>", inference.template, prefix=prefix, tools=tools)
+        assert message == {"role": "assistant", "content": "ACME trades at 42."}
+
+
+def test_a_call_field_that_finds_calls_in_a_plain_answer_is_left_out():
+    """The last guard: whatever put them there, calls found in a plain answer drop the field."""
+    source = PLACEMENTS["where the model starts (no generation prompt)"]
+    with ChatRenderer(ChatTemplate(source, "test.jinja")) as renderer:
+        inference = infer_module.infer(renderer)
+        # Anchored before the instructions, the parser would read their example calls.
+        inference.template["start_anchor"] = "<|end|>\n"
+        prober = infer_module.Prober(renderer, v.discover_conventions(renderer)[0])
+        infer_module._drop_calls_found_in_plain_answers(prober, inference)
+    assert "tool_calls" not in inference.template["fields"]
+    note = parts(inference)["tool_calls"]
+    assert note.status == "not derived" and "$FUNCTION_NAME" in note.detail and "plain answer" in note.detail
+
+
+# Python-style calls, one per line inside an XML block, strings in single quotes.
+PYTHON_LINES = FRAME.replace(
+    "CALLS",
+    "{% if m.tool_calls %}<function_calls>\n{% for c in m.tool_calls %}{{ c.function.name }}("
+    "{% for k, val in c.function.arguments.items() %}{{ k }}={% if val is string %}'{{ val }}'{% else %}{{ val | tojson }}"
+    "{% endif %}{{ ', ' if not loop.last }}{% endfor %}){{ '\\n' if not loop.last }}{% endfor %}\n</function_calls>{% endif %}",
+)
+# JSON calls, one object per line inside a single block.
+JSON_LINES = FRAME.replace(
+    "CALLS",
+    "{% if m.tool_calls %}<tool_calls>\n{% for c in m.tool_calls %}"
+    "{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}\n{% endfor %}</tool_calls>{% endif %}",
+)
+
+
+def test_python_style_calls_one_per_line_in_a_block():
+    inference, report = infer_and_verify(PYTHON_LINES, examples=4)
+    calls = inference.template["fields"]["tool_calls"]
+    assert calls["content"] == "xml-inline" and calls["repeats"] is True
+    assert calls["content_args"]["value_parser"]["args"]["string_delims"] == [["'", "'"]]
+    by_id = {r.id: r for r in report.results}
+    for case in ("one_call", "parallel_calls", "reasoning_call", "content_call", "answer"):
+        assert by_id[case].status == v.PASSED, report.format_text()
+    import rtcompile
+    from transformers.utils.chat_parsing import parse_response
+
+    # Commas, parentheses and other quotes inside strings, unicode, and types from the tool schema.
+    generation = ("<function_calls>\nnote(text='a, b (c) \"d\" 東京 🚀', count=3, on=True)\n"
+                  "search(query='x=1')\n</function_calls><|stop|>")
+    tools = v.tools_for([{"tool_calls": [v.function_call("note", {"text": "", "count": 0, "on": False}),
+                                         v.function_call("search", {"query": ""})]}])
+    expected = [v.function_call("note", {"text": 'a, b (c) "d" 東京 🚀', "count": 3, "on": True}),
+                v.function_call("search", {"query": "x=1"})]
+    for parse in (parse_response, rtcompile.parse_response):
+        message = parse(generation, inference.template, prefix="<|start|>assistant<|sep|>", tools=tools)
+        assert message == {"role": "assistant", "tool_calls": expected}
+
+
+def test_json_calls_one_per_line_in_a_block():
+    inference, report = infer_and_verify(JSON_LINES, examples=4)
+    calls = inference.template["fields"]["tool_calls"]
+    assert calls["content"] == "json" and calls["repeats"] is True
+    assert report.count(v.FAILED) == 0, report.format_text()
+    assert report.count(v.PASSED) == len(v.fixed_cases()) + 4, report.format_text()
+    import rtcompile
+
+    # An argument object holding a "name" key of its own does not end the call early.
+    generation = ('<tool_calls>\n{"name": "f", "arguments": {"who": {"name": "x"}}}\n'
+                  '{"name": "g", "arguments": {}}\n</tool_calls><|stop|>')
+    message = rtcompile.parse_response(generation, inference.template, prefix="<|start|>assistant<|sep|>")
+    assert message["tool_calls"] == [v.function_call("f", {"who": {"name": "x"}}), v.function_call("g", {})]
+
+
+# A role label written at the start of answer turns, only when tools are offered, and no
+# generation prompt: the model writes the label itself.
+LABELLED = """{%- for m in messages -%}
+{%- if m.role == 'assistant' -%}
+{%- if m.tool_calls %}{{ m.content or '' }}<tool_calls>{{ m.tool_calls | map(attribute='function') | list | tojson }}</tool_calls>
+{%- else %}{% if tools %}助手：{% endif %}{{ m.content }}{% endif %}<|eos|>
+{%- elif m.role == 'tool' %}<tool_response>{{ m.content }}</tool_response><|extra_0|>
+{%- else %}用户：{{ m.content }}<|extra_0|>{% endif %}
+{%- endfor -%}"""
+
+
+def test_a_role_label_at_the_start_of_answers_is_not_content():
+    inference, report = infer_and_verify(LABELLED, examples=3)
+    assert parts(inference)["role label"].status == "derived" and "助手：" in parts(inference)["role label"].detail
+    by_id = {r.id: r for r in report.results}
+    for case in ("answer", "answer_after_tool_result", "one_call", "parallel_calls", "content_call"):
+        assert by_id[case].status == v.PASSED, report.format_text()
+    import rtcompile
+    from transformers.utils.chat_parsing import parse_response
+
+    for parse in (parse_response, rtcompile.parse_response):
+        # Only where the turn starts: the same text later in an answer is content.
+        message = parse("助手：它说 助手：好。<|eos|>", inference.template, prefix="用户：问<|extra_0|>")
+        assert message == {"role": "assistant", "content": "它说 助手：好。"}
+
+
+def test_a_turn_that_ends_in_several_markers():
+    """`answer<|end|>` then `<|eot|>`: the content ends at the first, and the second does not open a
+    second content that would replace the first."""
+    two_ends = """{%- for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>{% if m.role == 'assistant' %}
+<|eot|>{% endif %}
+{% endfor -%}
+{%- if add_generation_prompt %}<|assistant|>{% endif -%}"""
+    inference, report = infer_and_verify(two_ends, examples=3)
+    assert inference.template["fields"]["content"]["close_pattern"] == r"\s*(?:<\|end\|>|<\|eot\|>)"
+    assert report.count(v.FAILED) == 0, report.format_text()
+    passed = {r.id for r in report.results if r.status == v.PASSED}
+    assert {"answer", "answer_after_tool_result", "answer_multi_turn"} <= passed, report.format_text()
+
+
+def test_a_generation_prompt_the_template_always_writes():
+    """`add_generation_prompt` adds nothing: the template opens the assistant turn after every user
+    message. The anchor is what every such prompt ends with, whatever the message says."""
+    always_open = """{%- for m in messages -%}
+{%- if m.role == 'user' %}<|im_start|>user
+{{ m.content }}<|im_end|>
+<|im_start|>assistant
+{% else %}{{ m.content }}<|im_end|>
+{% endif -%}
+{%- endfor -%}"""
+    inference, report = infer_and_verify(always_open, examples=2)
+    # (After a tool result, which this template writes as a bare turn, the model starts right away.)
+    assert inference.template["start_anchor"] == ["<|im_end|>\n<|im_start|>assistant\n", "<|im_end|>\n"]
+    assert report.count(v.FAILED) == 0 and report.count(v.PASSED) >= 3, report.format_text()
+
+
+# ---- what a chat template needs beyond the conversation -----------------------------------------------
+
+NEEDY = """{%- if messages[0].role != 'system' %}{{ raise_exception('The first message must be a system message.') }}{% endif -%}
+{{ bos_token + '<|system|>' + messages[0].content + ' Today is ' + date_string + '.' }}
+{%- for t in tools or [] %}{{ ' Tool: ' + t.name }}{% endfor %}{{ eos_token }}
+{% for m in messages[1:] -%}
+<|{{ m.role }}|>{{ m.content or '' }}{% for c in m.tool_calls or [] %}<call>{{ c.function | tojson }}</call>{% endfor %}{{ '' + eos_token }}
+{% endfor -%}
+{%- if add_generation_prompt %}<|assistant|>{% endif -%}"""
+
+
+def test_what_a_chat_template_needs_is_found_by_trying_and_reported(tmp_path, capsys):
+    """Special tokens and a date nobody passed, a required system message, tools read as bare
+    function schemas: each is supplied by trying alternatives until the template renders, and
+    the report says which."""
+    inference, report = infer_and_verify(NEEDY, examples=2)
+    notes = [p.detail for p in inference.parts if p.name == "chat template"]
+    assert any(n.startswith("rendered with bos_token='<s>'") for n in notes), notes
+    assert any(n.startswith("rendered with eos_token='</s>'") for n in notes), notes
+    assert any(n.startswith("rendered with date_string='26 Jul 2024'") for n in notes), notes
+    assert any(n.startswith("rendered with a system message") and "first message must be a system" in n for n in notes)
+    assert any(n.startswith("rendered with the tools as bare function schemas") for n in notes), notes
+    assert report.count(v.FAILED) == 0 and report.count(v.PASSED) >= 6, report.format_text()
+    (tmp_path / "needy.jinja").write_text(NEEDY, encoding="utf-8")
+    assert main(["infer", str(tmp_path / "needy.jinja"), "--examples", "0", "-o", str(tmp_path / "t.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "rendered with a system message" in printed and "0 failed" in printed
+
+
+def test_what_could_not_be_supplied_is_reported_with_what_was_tried(tmp_path, capsys):
+    stubborn = "{{ raise_exception('This template only renders on Tuesdays.') }}"
+    with ChatRenderer(ChatTemplate(stubborn, "stubborn.jinja")) as renderer:
+        notes = v.accommodate(renderer)
+    assert notes == [
+        "rendering a question fails: TemplateError: This template only renders on Tuesdays. "
+        "(tried: a system message in front of the conversation)"
+    ]
+    (tmp_path / "stubborn.jinja").write_text(stubborn, encoding="utf-8")
+    assert main(["infer", str(tmp_path / "stubborn.jinja")]) == 2
+    err = capsys.readouterr().err
+    assert "only renders on Tuesdays" in err and err.count("\n") == 1

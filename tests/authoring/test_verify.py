@@ -351,3 +351,26 @@ def test_a_conversation_that_hangs_the_template_is_that_case_only():
     assert by_id["answer_multi_turn"].status == v.UNRENDERABLE
     assert "does not finish" in by_id["answer_multi_turn"].detail
     assert by_id["answer"].status == v.PASSED and by_id["one_call"].status == v.PASSED and report.ok
+
+
+def test_a_bundled_name_without_a_chat_template_says_what_is_needed(capsys):
+    assert main(["verify", "qwen3"]) == 2
+    err = capsys.readouterr().err
+    assert "qwen3 is a bundled template name" in err and "--chat-template FILE|DIR" in err
+    assert "tokenizer directory holding both templates" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("where", ["after the history", "in the generation prompt"])
+def test_instructions_the_prompt_shows_outside_the_turn_leave_it_round_trippable(where):
+    """A template that writes tool instructions after the last message (or in the generation
+    prompt, before the assistant header) renders the finished turn somewhere other than right
+    after the prompt; the turn is what the finished conversation inserts there."""
+    instructions = "{% if tools %}<|im_start|>system\nCall a tool with <tool_call>{...}</tool_call>.<|im_end|>\n{% endif %}"
+    if where == "after the history":
+        source = CHATML.replace("{% endfor -%}\n", "{% endfor -%}\n" + instructions)
+    else:
+        source = CHATML.replace("{%- if add_generation_prompt %}", "{%- if add_generation_prompt %}" + instructions)
+    assert source != CHATML
+    with ChatRenderer(chat(source)) as renderer:
+        report = v.verify(RESPONSE_TEMPLATE, renderer, examples=2)
+    assert report.count(v.UNRENDERABLE) == 0 and report.count(v.FAILED) == 0, report.format_text()
