@@ -303,6 +303,20 @@ def _stop(process, connection) -> None:
         process.join(timeout=5)
 
 
+def _described(tool: Any) -> Any:
+    """`tool` with a description for each parameter that lacks one (templates that print them)."""
+    if not isinstance(tool, dict):
+        return tool
+    function = tool.get("function", tool)
+    properties = (function.get("parameters") or {}).get("properties") if isinstance(function, dict) else None
+    if not isinstance(properties, dict):
+        return tool
+    described = {name: {"description": f"The {name} argument.", **schema} if isinstance(schema, dict) else schema
+                 for name, schema in properties.items()}
+    function = {**function, "parameters": {**function["parameters"], "properties": described}}
+    return {**tool, "function": function} if "function" in tool else function
+
+
 class ChatRenderer:
     """Renders one chat template, each render in a worker process under time, memory and output
     bounds (module doc).
@@ -314,8 +328,9 @@ class ChatRenderer:
 
     What a chat template needs beyond the conversation is applied to every render:
     `variables` (bos_token, a date string...), `system_message` (put in front of a conversation
-    that does not start with one) and `bare_tools` (tools passed as their function schemas, for
-    templates that read `tool.name`)."""
+    that does not start with one), `bare_tools` (tools passed as their function schemas, for
+    templates that read `tool.name`) and `described_tools` (a description for every parameter,
+    for templates that print them)."""
 
     def __init__(
         self,
@@ -333,6 +348,7 @@ class ChatRenderer:
         self.max_output = max_output
         self.system_message: str | None = None
         self.bare_tools = False
+        self.described_tools = False
         self._process = None
         self._connection = None
         self._finalizer = None
@@ -359,6 +375,8 @@ class ChatRenderer:
         """The render request with this renderer's accommodations applied."""
         if self.system_message is not None and not (messages and messages[0].get("role") == "system"):
             messages = [{"role": "system", "content": self.system_message}, *messages]
+        if tools and self.described_tools:
+            tools = [_described(tool) for tool in tools]
         if tools and self.bare_tools:
             tools = [tool.get("function", tool) if isinstance(tool, dict) else tool for tool in tools]
         return {

@@ -805,7 +805,7 @@ def _close_content(content_field: dict, closes: list[str], result: Inference) ->
     else:
         # Whitespace before the end belongs to no field: an implicit region must not reopen for it
         # (a second, empty content would replace the first).
-        content_field["close_pattern"] = r"\s*(?:" + "|".join(re.escape(c) for c in closes) + ")"
+        content_field["close_pattern"] = r"\s*(?:" + "|".join(literal_pattern(c) for c in closes) + ")"
     if len(result.turn_ends) > 1:
         result.note("content", "derived", "the turn ends with " + " ".join(repr(t) for t in result.turn_ends)
                     + ": each of them closes the content")
@@ -925,7 +925,7 @@ def _per_call_field(g1: str, g2: str | None, given, reasoning, content_field, pa
         per_open = per_open.strip()[len(content_field["open"]) :]
     if not per_open.strip() and section_open.strip():
         between = inter if shape2a and shape2b else trail1
-        return _listed_in_section(g1, shape1, section_open, per_close, between, section_tokens, result), section_tokens
+        return _listed_in_section(g1, shape1, section_open, per_close, between, trail1, section_tokens, result)
     open_pattern = r"\s*"
     if separator.strip():
         open_pattern += "(?:" + literal_pattern(separator.strip()) + r")?\s*"
@@ -966,21 +966,21 @@ def _per_call_field(g1: str, g2: str | None, given, reasoning, content_field, pa
     return field, section_tokens
 
 
-def _listed_in_section(g1: str, shape: CallShape, section_open: str, per_close: str, between: str,
-                       section_tokens: list[str], result: Inference) -> dict:
+def _listed_in_section(g1: str, shape: CallShape, section_open: str, per_close: str, between: str, trail: str,
+                       section_tokens: list[str], result: Inference) -> tuple[dict, list[str]]:
     """Calls with no opener of their own, one after another inside a block (`<function_calls>`
     then `f(a='x')` on each line, or `<tool_calls>` then one JSON object per line): a call opens
     after the block's opener, or right after the call before it and the separator; it closes where
-    the separator and the next call, or the block's close, follow it."""
+    the separator and the next call, or the block's close, follow it. Returns the field and the
+    markers that close the content (the block's close, with any text before its token)."""
     own_close = per_close.rstrip()
-    call_text = g1[shape.start : shape.end] + own_close
     separator = between[len(own_close) :] if between.startswith(own_close) else between
     gap = r"[ \t]*\n\s*" if "\n" in separator else r"\s*"
+    lead_in = g1[shape.start : shape.content_span[0]]
     if shape.open_pattern:
         # The name (and id) captured, then what leads to the arguments; a next call is any name
         # followed by that lead-in.
         own_open = shape.open_pattern
-        lead_in = g1[shape.start : shape.content_span[0]]
         name = PROBE_CALL["function"]["name"]
         after_name = lead_in[len(name) :] if lead_in.startswith(name) else lead_in[-1:]
         next_call = r"[A-Za-z_][\w.\-]*" + literal_pattern(after_name)
@@ -989,11 +989,15 @@ def _listed_in_section(g1: str, shape: CallShape, section_open: str, per_close: 
         first_key = re.match(r'\{\s*"[^"\\]+"\s*:', g1[shape.start :])
         next_call = literal_pattern(first_key.group()) if first_key else r"\{"
         own_open = "(?=" + next_call + ")"
+    # The block's close with what the template writes before its token (a code fence, say).
+    after_calls = trail[len(own_close) :] if trail.startswith(own_close) else trail
+    block_close = after_calls[: after_calls.find(section_tokens[0]) + len(section_tokens[0])].strip() if section_tokens else ""
+    last_char = (g1[shape.start : shape.end] + own_close)[-1]
     field: dict[str, Any] = {
-        "open_pattern": r"\s*(?:" + literal_pattern(section_open.strip()) + r"\s*|(?<=" + re.escape(call_text[-1])
-        + ")" + gap + ")" + own_open,
+        "open_pattern": r"\s*(?:" + literal_pattern(section_open.strip()) + r"\s*|(?<=" + re.escape(last_char) + ")"
+        + gap + ")" + own_open,
     }
-    ends = [gap + next_call] + [r"\s*" + re.escape(token) for token in section_tokens[:1]]
+    ends = [gap + next_call] + ([r"\s*" + literal_pattern(block_close)] if block_close else [])
     field["close_pattern"] = literal_pattern(own_close) + "(?=" + "|".join(ends) + ")"
     field.update({"repeats": True, "content": shape.content})
     if shape.content_args:
@@ -1001,12 +1005,11 @@ def _listed_in_section(g1: str, shape: CallShape, section_open: str, per_close: 
     field["transform"] = shape.transform
     result.note(
         "tool_calls", "derived",
-        f"calls listed inside {section_open.strip()!r}"
-        + (f"...{section_tokens[0]!r}" if section_tokens else "")
-        + f", separated by {separator!r}, each {call_text[:1]!r}...{call_text[-1:]!r}, arguments as {shape.content}"
-        + (f" {shape.content_args}" if shape.content_args else ""),
+        f"calls listed inside {section_open.strip()!r}" + (f"...{block_close!r}" if block_close else "")
+        + f", one after another separated by {separator!r}, each written {lead_in.strip() + '...' + own_close!r}, "
+        f"arguments as {shape.content}" + (f" {shape.content_args}" if shape.content_args else ""),
     )
-    return field
+    return field, _unique([block_close] + section_tokens)
 
 
 # ---- validation and the command line ----------------------------------------------------------------

@@ -236,8 +236,9 @@ def question_refused(renderer: ChatRenderer) -> str | None:
 def accommodate(renderer: ChatRenderer) -> list[str]:
     """Make `renderer` render what every case needs, when the chat template asks for more than a
     conversation: a variable nobody passed (supplied from its name: a special token, a date
-    string, an empty value), a system message (put in front of every conversation), or the tools
-    as bare function schemas. Each alternative is kept only when the renders get further with it.
+    string, an empty value), a system message (put in front of every conversation), or another
+    spelling of the tools (bare function schemas; a description for every parameter). Each
+    alternative is kept only when the renders get further with it.
     Returns report lines: what was applied, and what was tried when nothing helped."""
     notes: list[str] = []
     tried: list[str] = []
@@ -257,6 +258,8 @@ def accommodate(renderer: ChatRenderer) -> list[str]:
                 attempts.append(("a system message in front of the conversation", ("system", DEFAULT_SYSTEM_MESSAGE)))
             if not renderer.bare_tools and with_tools:
                 attempts.append(("the tools as bare function schemas", ("bare_tools", True)))
+            if not renderer.described_tools and with_tools:
+                attempts.append(("the tools with a description for every parameter", ("described_tools", True)))
         chosen = None
         for description, change in attempts:
             undo = _apply(renderer, change)
@@ -303,8 +306,8 @@ def _apply(renderer: ChatRenderer, change: tuple) -> Any:
     if kind == "system":
         renderer.system_message = change[1]
         return lambda: setattr(renderer, "system_message", None)
-    renderer.bare_tools = True
-    return lambda: setattr(renderer, "bare_tools", False)
+    setattr(renderer, kind, True)  # bare_tools, described_tools
+    return lambda: setattr(renderer, kind, False)
 
 
 # ---- how the chat template wants messages spelled ------------------------------------------------
@@ -521,6 +524,12 @@ def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, to
         return RenderedTurn(unrenderable=f"the chat template fails on this conversation ({e})")
     if full.startswith(prompt):
         start, end = len(prompt), len(full)
+    elif prompt != prompt.rstrip() and full.startswith(prompt.rstrip()):
+        # The prompt ends in whitespace the finished turn does not have at that place (template
+        # layout after the generation prompt): the turn is what follows, less that whitespace.
+        start, end = len(prompt.rstrip()), len(full)
+        while start < end and full[start].isspace():
+            start += 1
     else:
         inserted = _inserted_turn(renderer, history, tools, prompt, full)
         if inserted is None:

@@ -400,6 +400,22 @@ JSON_LINES = FRAME.replace(
 )
 
 
+def test_python_style_calls_in_a_fenced_block_with_content_after_it():
+    """The block's close has text before its token (a code fence), and content follows the block."""
+    fenced = FRAME.replace(
+        "{{ m.content or '' }}CALLS",
+        "{% if m.tool_calls %}<|calls|>\n```python\n{% for c in m.tool_calls %}{{ c.function.name }}("
+        "{% for k, val in c.function.arguments.items() %}{{ k }}={{ val | tojson }}{{ ',' if not loop.last }}{% endfor %})\n"
+        "{% endfor %}```\n<|/calls|>\n{% endif %}{{ m.content or '' }}",
+    )
+    inference, report = infer_and_verify(fenced, examples=3)
+    assert inference.template["fields"]["tool_calls"]["content"] == "xml-inline"
+    by_id = {r.id: r for r in report.results}
+    for case in ("one_call", "parallel_calls", "content_call", "reasoning_call"):
+        assert by_id[case].status == v.PASSED, report.format_text()
+    assert report.count(v.FAILED) == 0, report.format_text()
+
+
 def test_python_style_calls_one_per_line_in_a_block():
     inference, report = infer_and_verify(PYTHON_LINES, examples=4)
     calls = inference.template["fields"]["tool_calls"]
@@ -498,7 +514,7 @@ def test_a_generation_prompt_the_template_always_writes():
 
 NEEDY = """{%- if messages[0].role != 'system' %}{{ raise_exception('The first message must be a system message.') }}{% endif -%}
 {{ bos_token + '<|system|>' + messages[0].content + ' Today is ' + date_string + '.' }}
-{%- for t in tools or [] %}{{ ' Tool: ' + t.name }}{% endfor %}{{ eos_token }}
+{%- for t in tools or [] %}{{ ' Tool: ' + t.name }}{% for k, p in t.parameters.properties.items() %}{{ ', ' + k + ': ' + p.description }}{% endfor %}{% endfor %}{{ eos_token }}
 {% for m in messages[1:] -%}
 <|{{ m.role }}|>{{ m.content or '' }}{% for c in m.tool_calls or [] %}<call>{{ c.function | tojson }}</call>{% endfor %}{{ '' + eos_token }}
 {% endfor -%}
@@ -507,8 +523,8 @@ NEEDY = """{%- if messages[0].role != 'system' %}{{ raise_exception('The first m
 
 def test_what_a_chat_template_needs_is_found_by_trying_and_reported(tmp_path, capsys):
     """Special tokens and a date nobody passed, a required system message, tools read as bare
-    function schemas: each is supplied by trying alternatives until the template renders, and
-    the report says which."""
+    function schemas with a description for every parameter: each is supplied by trying
+    alternatives until the template renders, and the report says which."""
     inference, report = infer_and_verify(NEEDY, examples=2)
     notes = [p.detail for p in inference.parts if p.name == "chat template"]
     assert any(n.startswith("rendered with bos_token='<s>'") for n in notes), notes
@@ -516,6 +532,7 @@ def test_what_a_chat_template_needs_is_found_by_trying_and_reported(tmp_path, ca
     assert any(n.startswith("rendered with date_string='26 Jul 2024'") for n in notes), notes
     assert any(n.startswith("rendered with a system message") and "first message must be a system" in n for n in notes)
     assert any(n.startswith("rendered with the tools as bare function schemas") for n in notes), notes
+    assert any(n.startswith("rendered with the tools with a description for every parameter") for n in notes), notes
     assert report.count(v.FAILED) == 0 and report.count(v.PASSED) >= 6, report.format_text()
     (tmp_path / "needy.jinja").write_text(NEEDY, encoding="utf-8")
     assert main(["infer", str(tmp_path / "needy.jinja"), "--examples", "0", "-o", str(tmp_path / "t.json")]) == 0

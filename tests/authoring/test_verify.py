@@ -374,3 +374,21 @@ def test_instructions_the_prompt_shows_outside_the_turn_leave_it_round_trippable
     with ChatRenderer(chat(source)) as renderer:
         report = v.verify(RESPONSE_TEMPLATE, renderer, examples=2)
     assert report.count(v.UNRENDERABLE) == 0 and report.count(v.FAILED) == 0, report.format_text()
+
+
+def test_whitespace_the_prompt_ends_with_but_the_finished_turn_lacks():
+    """The generation prompt followed by a newline the finished turn does not have there (the
+    template's layout): the turn is what follows the prompt, less that whitespace."""
+    layout = (
+        "{% for m in messages %}{% if m.role == 'user' %}USER: {{ m.content }}{% else %}ASSISTANT: {{ m.content }} <|end|>"
+        "{% endif %}{% if loop.last and add_generation_prompt %}{{ '\\nASSISTANT: ' }}{% endif %}{{ '\\n' }}{% endfor %}"
+    )
+    template = {"start_anchor": "ASSISTANT: ", "defaults": {"role": "assistant"},
+                "fields": {"content": {"close": "<|end|>", "content": "text"}}}
+    with ChatRenderer(chat(layout)) as renderer:
+        prompt = renderer.render([{"role": "user", "content": "q"}], add_generation_prompt=True)
+        assert prompt == "USER: q\nASSISTANT: \n"
+        report = v.verify(template, renderer, examples=0)
+    by_id = {r.id: r for r in report.results}
+    assert by_id["answer"].status == v.PASSED and by_id["answer"].generation == "It is sunny in Paris. <|end|>"
+    assert report.count(v.FAILED) == 0, report.format_text()
