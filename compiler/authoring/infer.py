@@ -304,7 +304,10 @@ def _find_id_pattern(
     return None, ""
 
 
-def _call_shape(text: str, call: dict, given_ids: list[str], parsers) -> CallShape | None:
+def _call_shape(text: str, call: dict, given_ids: list[str], parsers, exact: bool = True) -> CallShape | None:
+    """Where `call` sits in `text` and how its arguments are written. With `exact` false, keyword
+    arguments that come back with the probe's keys but other values are accepted too (a template
+    that mangles values as it writes them: the syntax is still the model's)."""
     name = call["function"]["name"]
     arguments = call["function"]["arguments"]
     at = text.find(name)
@@ -334,7 +337,7 @@ def _call_shape(text: str, call: dict, given_ids: list[str], parsers) -> CallSha
     if not candidates:
         candidates.extend(_dialect_candidates(text, after_name, arguments, parsers))
     if not candidates:
-        candidates.extend(_keyword_argument_candidates(text, after_name, arguments, parsers))
+        candidates.extend(_keyword_argument_candidates(text, after_name, arguments, parsers, exact))
     if candidates:
         start, end, content_args = candidates[0]
         between = text[after_name:start]
@@ -427,7 +430,7 @@ def _keyword_arguments_args(single_quoted: bool) -> dict:
     return {"tag_pattern": KEYWORD_ARGUMENT, "value_parser": {"name": "json", "args": value_args}}
 
 
-def _keyword_argument_candidates(text: str, after_name: int, arguments: dict, parsers) -> list:
+def _keyword_argument_candidates(text: str, after_name: int, arguments: dict, parsers, exact: bool = True) -> list:
     """Arguments as Python keyword arguments in parentheses after the name, `f(a='x', b=3)`:
     (start, end, content_args) of the text between the parentheses, when the xml-inline parser
     reads the probe's arguments back from it."""
@@ -437,12 +440,14 @@ def _keyword_argument_candidates(text: str, after_name: int, arguments: dict, pa
     start = after_name + opening.end()
     for close in [start + m.start() for m in re.finditer(r"\)", text[start:])]:
         body = text[start:close]
-        args = _keyword_arguments_args(single_quoted="'" in body)
+        # Strings in single quotes where the template writes them; where it mangles the values,
+        # whatever the model quotes them with.
+        args = _keyword_arguments_args(single_quoted="'" in body or not exact)
         try:
             parsed = parsers["xml-inline"](body, args)
         except (ValueError, KeyError):
             continue
-        if _same_arguments(parsed, arguments):
+        if _same_arguments(parsed, arguments) or (not exact and isinstance(parsed, dict) and set(parsed) == set(arguments)):
             return [(start, close, args)]
     return []
 
@@ -571,6 +576,7 @@ def infer(renderer: ChatRenderer) -> Inference:
     anchors = _start_anchors(prompt, prompts_added, reasoning, result)
     content_field, content_closes = _infer_content(prober, anchors, reasoning, result)
     label = _role_label(prober, reasoning, result)
+    headers = _turn_headers(prober, anchors, result)
     try:
         calls_field, section_tokens = _infer_calls(prober, reasoning, content_field, parsers, result)
     except (ValueError, IndexError, KeyError, TypeError, re.error) as e:
@@ -583,8 +589,8 @@ def infer(renderer: ChatRenderer) -> Inference:
         fields["reasoning_content"] = {"open": reasoning[0], "close": reasoning[1], "content": "text"}
     if calls_field:
         fields["tool_calls"] = calls_field
-    if label:
-        fields["role"] = _role_field(label, reasoning)
+    if label or headers:
+        fields["role"] = _role_field(label, headers, reasoning)
     fields["content"] = content_field
     result.template["defaults"] = {"role": "assistant"}
     result.template["fields"] = fields
@@ -746,8 +752,8 @@ def _role_label(prober: Prober, reasoning, result: Inference) -> str | None:
     generation prompt, whatever the answer says (`助手：`, `Assistant:`): a role label the model
     writes too, which must not end up in the content. Found by rendering two different answers in
     each context an answer can follow (a question, a question with tools offered, a tool result:
-    some templates label turns only in some of them); the label is what both start with after
-    any markup. None when there is none."""
+    some templates label turns only in some of them); the label is the plain text both start with,
+    no markup before it. None when there is none."""
     offered = v.tools_for([{"role": "assistant", "tool_calls": [PROBE_CALL]}])
     contexts = [
         ("after a question", None, None),
@@ -760,11 +766,11 @@ def _role_label(prober: Prober, reasoning, result: Inference) -> str | None:
         for answer in (PROBE_ANSWER, PROBE_ANSWER_2):
             probe = prober.probe({"role": "assistant", "content": answer}, history, tools=tools)
             generation = probe.generation or ""
-            if answer not in generation:
+            if probe.error or answer not in generation:
                 break
             before = _strip_empty_block(generation[: generation.find(answer)], reasoning)
-            ends = [match.end() for match in MARKUP_RE.finditer(before)]
-            heads.append(before[ends[-1] if ends else 0 :].strip())
+            # Plain text only: after markup it belongs to that markup (`<|im_start|>assistant`).
+            heads.append("" if MARKUP_RE.search(before) else before.strip())
         if len(heads) == 2 and heads[0] and heads[0] == heads[1]:
             found[description] = heads[0]
     labels = _unique(list(found.values()))
@@ -784,11 +790,38 @@ def _role_label(prober: Prober, reasoning, result: Inference) -> str | None:
     return labels[0]
 
 
-def _role_field(label: str, reasoning) -> dict:
-    """A field that swallows the role label where a turn starts and yields the role itself: it
-    opens on the label and closes at once, its transform a constant."""
+def _turn_headers(prober: Prober, anchors: list[str], result: Inference) -> list[str]:
+    """The generation prompt written again inside a finished turn: a template that splits one
+    assistant message into several turns (its reasoning, its answer, its calls) opens each with the
+    assistant's header, which the model writes too and which belongs to no field. Found by
+    rendering messages with two parts and looking for an anchor inside what the model writes."""
+    headers: list[str] = []
+    for message in (
+        {"role": "assistant", "reasoning_content": PROBE_REASONING, "content": PROBE_ANSWER},
+        {"role": "assistant", "content": PROBE_ANSWER, "tool_calls": [PROBE_CALL]},
+        {"role": "assistant", "reasoning_content": PROBE_REASONING, "tool_calls": [PROBE_CALL]},
+    ):
+        probe = prober.probe(message)
+        generation = "" if probe.error else (probe.generation or "").strip()
+        for anchor in anchors:
+            header = anchor.strip()
+            if header and MARKUP_RE.match(header) and header in generation[1:]:
+                headers.append(header)
+    headers = _unique(headers)
+    if headers:
+        result.note("turn header", "derived", ", ".join(repr(h) for h in headers)
+                    + " opens each part of a finished turn again: read as the role, not as content")
+    return headers
+
+
+def _role_field(label: str | None, headers: list[str], reasoning) -> dict:
+    """A field that swallows a role label where a turn starts, and the assistant's header wherever
+    a turn opens a part again, and yields the role itself: it opens on either and closes at once,
+    its transform a constant."""
+    alternatives = [_turn_start(reasoning) + r"\s*" + literal_pattern(label)] if label else []
+    alternatives += [r"\s*" + literal_pattern(header) for header in headers]
     return {
-        "open_pattern": _turn_start(reasoning) + r"\s*" + literal_pattern(label),
+        "open_pattern": alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")",
         "close_pattern": "",
         "content": "text",
         "transform": "assistant",
@@ -884,16 +917,20 @@ def _per_call_field(g1: str, g2: str | None, given, reasoning, content_field, pa
     between two calls is each call's opener; what is left before is the section's opener, and
     likewise at the other end."""
     parallel = g2 is not None
+    exact = True
     shape1 = _call_shape(g1, PROBE_CALL, given, parsers)
+    if shape1 is None:
+        exact = False
+        shape1 = _call_shape(g1, PROBE_CALL, given, parsers, exact=False)
     if shape1 is None:
         result.note("tool_calls", "not derived", f"no argument syntax reproduces the probe's arguments from {g1[:120]!r}")
         return None, []
     shape2a = shape2b = None
     if parallel:
-        shape2a = _call_shape(g2, PROBE_CALL, given, parsers)
+        shape2a = _call_shape(g2, PROBE_CALL, given, parsers, exact=exact)
         if shape2a:
             rest = g2[shape2a.end :]
-            shape2b = _call_shape(rest, PROBE_CALL_2, given[1:] + given, parsers)
+            shape2b = _call_shape(rest, PROBE_CALL_2, given[1:] + given, parsers, exact=exact)
     lead1, trail1 = g1[: shape1.start], g1[shape1.end :]
     if shape2a and shape2b:
         inter = g2[shape2a.end : shape2a.end + shape2b.start]
@@ -925,7 +962,10 @@ def _per_call_field(g1: str, g2: str | None, given, reasoning, content_field, pa
         per_open = per_open.strip()[len(content_field["open"]) :]
     if not per_open.strip() and section_open.strip():
         between = inter if shape2a and shape2b else trail1
-        return _listed_in_section(g1, shape1, section_open, per_close, between, trail1, section_tokens, result)
+        listed = _listed_in_section(g1, shape1, section_open, per_close, between, trail1, section_tokens, result)
+        if not exact:
+            _mark_guessed(result, g1)
+        return listed
     open_pattern = r"\s*"
     if separator.strip():
         open_pattern += "(?:" + literal_pattern(separator.strip()) + r")?\s*"
@@ -961,9 +1001,21 @@ def _per_call_field(g1: str, g2: str | None, given, reasoning, content_field, pa
         + (f" {shape1.content_args}" if shape1.content_args else "")
         + (f", all calls inside {section_open.strip()!r}" if section_open.strip() else ""),
     )
+    if not exact:
+        _mark_guessed(result, g1)
     if parallel:
         result.note("parallel calls", "derived", f"separated by {separator!r}" if shape2b else "rendered, but not split")
     return field, section_tokens
+
+
+def _mark_guessed(result: Inference, rendered: str) -> None:
+    """The call field was read off a render whose argument values the template alters: say so."""
+    for part in reversed(result.parts):
+        if part.name == "tool_calls":
+            part.status = "guessed"
+            part.detail += (f"; the chat template alters the argument values it writes ({rendered[:100]!r}), so the "
+                            "field reads the names and keys in the syntax shown and the values as the model writes them")
+            return
 
 
 def _listed_in_section(g1: str, shape: CallShape, section_open: str, per_close: str, between: str, trail: str,
@@ -975,7 +1027,10 @@ def _listed_in_section(g1: str, shape: CallShape, section_open: str, per_close: 
     markers that close the content (the block's close, with any text before its token)."""
     own_close = per_close.rstrip()
     separator = between[len(own_close) :] if between.startswith(own_close) else between
-    gap = r"[ \t]*\n\s*" if "\n" in separator else r"\s*"
+    if separator.strip():
+        gap = r"\s*" + literal_pattern(separator.strip()) + r"\s*"  # a comma, say
+    else:
+        gap = r"[ \t]*\n\s*" if "\n" in separator else r"\s*"
     lead_in = g1[shape.start : shape.content_span[0]]
     if shape.open_pattern:
         # The name (and id) captured, then what leads to the arguments; a next call is any name

@@ -552,3 +552,51 @@ def test_what_could_not_be_supplied_is_reported_with_what_was_tried(tmp_path, ca
     assert main(["infer", str(tmp_path / "stubborn.jinja")]) == 2
     err = capsys.readouterr().err
     assert "only renders on Tuesdays" in err and err.count("\n") == 1
+
+
+def test_a_turn_written_in_parts_each_opened_by_the_assistant_header():
+    """Reasoning, answer and calls each in a turn of their own, each opened by the header the
+    generation prompt ends with: the header is the role again, not content."""
+    parts_template = """{%- for m in messages -%}
+{%- if m.role == 'assistant' -%}
+{%- if m.reasoning_content %}<|im_start|>assistant/think
+{{ m.reasoning_content }}<|im_end|>
+{% endif -%}
+{%- if m.content %}<|im_start|>assistant
+{{ m.content }}<|im_end|>{% if not m.tool_calls %}<|endofturn|>{% endif %}
+{% endif -%}
+{%- if m.tool_calls %}<|im_start|>assistant -> calls
+{{ m.tool_calls | map(attribute='function') | list | tojson }}<|im_end|><|stop|>
+{% endif -%}
+{%- else %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt %}<|im_start|>assistant{% endif -%}"""
+    inference, report = infer_and_verify(parts_template, examples=4)
+    assert parts(inference)["turn header"].status == "derived"
+    by_id = {r.id: r for r in report.results}
+    for case in ("answer", "reasoning_answer", "one_call", "reasoning_call", "parallel_calls", "content_call"):
+        assert by_id[case].status == v.PASSED, report.format_text()
+    assert report.count(v.FAILED) == 0, report.format_text()
+
+
+def test_a_template_that_alters_argument_values_still_gets_a_call_field():
+    """The template writes each value with a stray letter after it (`city=Parisr`): no parser gives
+    the probe's values back, but the calls' syntax is plain, so the field reads it and says the
+    part is guessed."""
+    altered = FRAME.replace(
+        "CALLS",
+        "{% if m.tool_calls %}[{% for c in m.tool_calls %}{{ c.function.name }}({% for k, val in c.function.arguments.items() %}"
+        "{{ k }}={{ '%sr' | format(val) }}{{ ', ' if not loop.last }}{% endfor %}){{ ', ' if not loop.last }}{% endfor %}]{% endif %}",
+    )
+    inference, report = infer_and_verify(altered, examples=0)
+    assert parts(inference)["tool_calls"].status == "guessed"
+    import rtcompile
+
+    generation = "[get_weather(city='Paris', days=3), get_time(zone=\"UTC\")]<|stop|>"
+    tools = v.tools_for([{"tool_calls": [v.function_call("get_weather", {"city": "", "days": 0}),
+                                         v.function_call("get_time", {"zone": ""})]}])
+    message = rtcompile.parse_response(generation, inference.template, prefix="<|start|>assistant<|sep|>", tools=tools)
+    assert message["tool_calls"] == [v.function_call("get_weather", {"city": "Paris", "days": 3}),
+                                     v.function_call("get_time", {"zone": "UTC"})]
