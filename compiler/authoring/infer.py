@@ -370,11 +370,21 @@ def _named_shape(text, at, name, between, given_ids, start, end, content, conten
     if id_at >= 0:
         after_id = between[id_at + len(given) :]
         id_pattern, _ = _find_id_pattern(between, [given], name, after_id or text[start : start + 1], capture_name=False)
-        opener += literal_pattern(between[:id_at]) + id_pattern + literal_pattern(after_id)
+        opener += _literal_naming(between[:id_at], name) + id_pattern + _literal_naming(after_id, name)
         transform = {"id": "{id}", **transform}
     else:
-        opener += literal_pattern(between)
+        opener += _literal_naming(between, name)
     return CallShape(at, end, opener, content, content_args, transform, (start, end))
+
+
+def _literal_naming(text: str, name: str) -> str:
+    """`literal_pattern(text)`, with the call's name, where the template writes it again (`to=NAME`
+    then `<invoke name="NAME">`), matching any name: the first one is captured."""
+    pieces = text.split(name)
+    pattern = literal_pattern(pieces[0])
+    for piece in pieces[1:]:
+        pattern += _stop_class(piece) + literal_pattern(piece)
+    return pattern
 
 
 CALL_TRANSFORM_CONTENT = {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}}

@@ -584,8 +584,9 @@ def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, to
 
 def _inserted_turn(renderer: ChatRenderer, history: list[dict], tools, prompt: str, full: str) -> tuple[int, int] | None:
     """(start, end) of the finished turn in `full`, after the turn's opener, where the chat template
-    shows the model something the finished conversation does not hold at that place; None when
-    `full` is not one of these two shapes:
+    shows the model something the finished conversation does not hold at that place (before the
+    history, too: a system block written only for generation); None when `full` is not one of
+    these two shapes:
 
     - text written after the history only (tool instructions after the last message): the
       finished conversation is the history's render with the turn inserted before that text, and
@@ -596,8 +597,15 @@ def _inserted_turn(renderer: ChatRenderer, history: list[dict], tools, prompt: s
         base = renderer.render(history, tools=tools, add_generation_prompt=False)
     except RenderError:
         return None
-    if not prompt.startswith(base) or len(full) <= len(base):
+    if len(full) <= len(base):
         return None
+    if not prompt.startswith(base):
+        # Text the prompt shows before the history too (a system block written only for
+        # generation): the history's render must still be where the prompt ends.
+        at = prompt.rfind(base) if base else -1
+        if at <= 0 or not full.startswith(base):
+            return None
+        prompt = prompt[at:]
     added = prompt[len(base) :]
     if added.strip() and full.startswith(base):
         finished = full[len(base) :]

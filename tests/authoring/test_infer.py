@@ -600,3 +600,17 @@ def test_a_template_that_alters_argument_values_still_gets_a_call_field():
     message = rtcompile.parse_response(generation, inference.template, prefix="<|start|>assistant<|sep|>", tools=tools)
     assert message["tool_calls"] == [v.function_call("get_weather", {"city": "Paris", "days": 3}),
                                      v.function_call("get_time", {"zone": "UTC"})]
+
+
+def test_a_call_that_writes_its_name_twice():
+    """`to=NAME` then `<invoke name="NAME">`: the first is captured, the second matches any name."""
+    twice = FRAME.replace(
+        "CALLS",
+        "{% for c in m.tool_calls or [] %}<|call|>to={{ c.function.name }}<|msg|><invoke name=\"{{ c.function.name }}\">"
+        "{% for k, val in c.function.arguments.items() %}<param name=\"{{ k }}\">{{ val }}</param>{% endfor %}</invoke>{% endfor %}",
+    )
+    inference, report = infer_and_verify(twice, examples=3)
+    assert "probe_lookup" not in json.dumps(inference.template)
+    by_id = {r.id: r for r in report.results}
+    for case in ("one_call", "parallel_calls", "reasoning_call", "content_call"):
+        assert by_id[case].status == v.PASSED, report.format_text()

@@ -392,3 +392,12 @@ def test_whitespace_the_prompt_ends_with_but_the_finished_turn_lacks():
     by_id = {r.id: r for r in report.results}
     assert by_id["answer"].status == v.PASSED and by_id["answer"].generation == "It is sunny in Paris. <|end|>"
     assert report.count(v.FAILED) == 0, report.format_text()
+
+
+def test_a_system_block_written_only_for_generation():
+    """The prompt opens with a block the finished conversation does not have (written only when a
+    generation prompt is asked for): the turn is still what the finished conversation adds."""
+    source = "{% if add_generation_prompt %}<|im_start|>system\nBe brief.<|im_end|>\n{% endif %}" + CHATML
+    with ChatRenderer(chat(source)) as renderer:
+        report = v.verify(RESPONSE_TEMPLATE, renderer, examples=2)
+    assert report.count(v.UNRENDERABLE) == 0 and report.count(v.FAILED) == 0, report.format_text()
