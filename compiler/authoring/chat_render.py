@@ -349,6 +349,7 @@ class ChatRenderer:
         self.system_message: str | None = None
         self.bare_tools = False
         self.described_tools = False
+        self.accommodations: list[str] = []  # report lines for the above, kept by `verify.accommodate`
         self._process = None
         self._connection = None
         self._finalizer = None

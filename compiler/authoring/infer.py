@@ -970,9 +970,15 @@ def _per_call_field(g1: str, g2: str | None, given, reasoning, content_field, pa
         section_tokens = _unique(section_tokens + tokens_in(trail_rest))
     if content_field.get("open") and per_open.strip().startswith(content_field["open"]):
         per_open = per_open.strip()[len(content_field["open"]) :]
-    if not per_open.strip() and section_open.strip():
+    if not per_open.strip() and (section_open.strip() or shape1.content == "xml-inline" or parallel):
+        # No opener of its own: the first call follows the block's opener (or starts the turn),
+        # each next one follows the call before it.
         between = inter if shape2a and shape2b else trail1
-        listed = _listed_in_section(g1, shape1, section_open, per_close, between, trail1, section_tokens, result)
+        if section_open.strip():
+            block = (r"\s*" + literal_pattern(section_open.strip()) + r"\s*", repr(section_open.strip()))
+        else:
+            block = (_turn_start(reasoning) + r"\s*", "the start of the turn")
+        listed = _listed_in_section(g1, shape1, block, per_close, between, trail1, section_tokens, result)
         if not exact:
             _mark_guessed(result, g1)
         return listed
@@ -1028,13 +1034,14 @@ def _mark_guessed(result: Inference, rendered: str) -> None:
             return
 
 
-def _listed_in_section(g1: str, shape: CallShape, section_open: str, per_close: str, between: str, trail: str,
+def _listed_in_section(g1: str, shape: CallShape, block: tuple[str, str], per_close: str, between: str, trail: str,
                        section_tokens: list[str], result: Inference) -> tuple[dict, list[str]]:
     """Calls with no opener of their own, one after another inside a block (`<function_calls>`
-    then `f(a='x')` on each line, or `<tool_calls>` then one JSON object per line): a call opens
-    after the block's opener, or right after the call before it and the separator; it closes where
-    the separator and the next call, or the block's close, follow it. Returns the field and the
-    markers that close the content (the block's close, with any text before its token)."""
+    then `f(a='x')` on each line, or `<tool_calls>` then one JSON object per line) or where the
+    turn starts: a call opens after the block's opener (`block`: its pattern and a description),
+    or right after the call before it and the separator; it closes where the separator and the
+    next call, or the block's close, follow it. Returns the field and the markers that close the
+    content (the block's close, with any text before its token)."""
     own_close = per_close.rstrip()
     separator = between[len(own_close) :] if between.startswith(own_close) else between
     if separator.strip():
@@ -1049,6 +1056,12 @@ def _listed_in_section(g1: str, shape: CallShape, section_open: str, per_close: 
         name = PROBE_CALL["function"]["name"]
         after_name = lead_in[len(name) :] if lead_in.startswith(name) else lead_in[-1:]
         next_call = r"[A-Za-z_][\w.\-]*" + literal_pattern(after_name)
+        if not after_name:
+            # The arguments right after the name (`get_weather{...}`): a name only where they follow,
+            # or every word of an answer would open a call.
+            arguments_start = "(?=" + re.escape(g1[shape.content_span[0]]) + ")"
+            own_open += arguments_start
+            next_call += arguments_start
     else:
         # A JSON object told by its first key (`{"name":`).
         first_key = re.match(r'\{\s*"[^"\\]+"\s*:', g1[shape.start :])
@@ -1059,8 +1072,7 @@ def _listed_in_section(g1: str, shape: CallShape, section_open: str, per_close: 
     block_close = after_calls[: after_calls.find(section_tokens[0]) + len(section_tokens[0])].strip() if section_tokens else ""
     last_char = (g1[shape.start : shape.end] + own_close)[-1]
     field: dict[str, Any] = {
-        "open_pattern": r"\s*(?:" + literal_pattern(section_open.strip()) + r"\s*|(?<=" + re.escape(last_char) + ")"
-        + gap + ")" + own_open,
+        "open_pattern": "(?:" + block[0] + "|(?<=" + re.escape(last_char) + ")" + gap + ")" + own_open,
     }
     ends = [gap + next_call] + ([r"\s*" + literal_pattern(block_close)] if block_close else [])
     field["close_pattern"] = literal_pattern(own_close) + "(?=" + "|".join(ends) + ")"
@@ -1070,7 +1082,7 @@ def _listed_in_section(g1: str, shape: CallShape, section_open: str, per_close: 
     field["transform"] = shape.transform
     result.note(
         "tool_calls", "derived",
-        f"calls listed inside {section_open.strip()!r}" + (f"...{block_close!r}" if block_close else "")
+        f"calls listed after {block[1]}" + (f", up to {block_close!r}" if block_close else "")
         + f", one after another separated by {separator!r}, each written {lead_in.strip() + '...' + own_close!r}, "
         f"arguments as {shape.content}" + (f" {shape.content_args}" if shape.content_args else ""),
     )

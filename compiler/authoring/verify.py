@@ -239,8 +239,9 @@ def accommodate(renderer: ChatRenderer) -> list[str]:
     string, an empty value), a system message (put in front of every conversation), or another
     spelling of the tools (bare function schemas; a description for every parameter). Each
     alternative is kept only when the renders get further with it.
-    Returns report lines: what was applied, and what was tried when nothing helped."""
-    notes: list[str] = []
+    Returns report lines: what was applied (by this call or an earlier one: the renderer keeps
+    them in `accommodations`), and what was tried when nothing helped."""
+    notes = renderer.accommodations  # what an earlier call applied, reported again
     tried: list[str] = []
     failure = _first_failure(renderer)
     for _ in range(_MAX_ACCOMMODATIONS):
@@ -275,11 +276,11 @@ def accommodate(renderer: ChatRenderer) -> list[str]:
         failure = after
     if failure is not None:
         index, error = failure
-        notes.append(
+        return notes + [
             f"rendering {_render_checks(renderer)[index][0]} fails: {error}"
             + (f" (tried: {'; '.join(tried)})" if tried else " (no alternative applies)")
-        )
-    return notes
+        ]
+    return list(notes)
 
 
 def _got_further(after: tuple[int, str] | None, before: tuple[int, str]) -> bool:
