@@ -5,13 +5,16 @@ turn back, one-shot and streamed, with transformers' interpreter and with rtcomp
 
     python examples/infer_unseen.py DIR [--markdown] [--show NAME] [--timeout SECONDS]
 
-DIR holds chat templates (`*.jinja`, or tokenizer directories). The probes: an answer, reasoning
-then an answer, one call, parallel calls, content beside a call, reasoning beside a call, an answer
-after a tool result, unicode in content, unicode in arguments. A probe is checkable when the chat
-template round-trips it (verify's rule: the rendered turn starts with the generation prompt and
-shows every part of the message); it round-trips when both parsers, whole and streamed, give the
-message back. Per family the table shows the checkable probes, how many round-tripped, and whether
-the inferred template has a `tool_calls` field ("-" when the chat template renders no call at all).
+DIR holds chat templates (`*.jinja` files, or tokenizer directories). The probes: an answer,
+reasoning then an answer, one call, parallel calls, content beside a call, reasoning beside a
+call, an answer after a tool result, unicode in content, unicode in arguments. A probe is
+checkable when the chat template round-trips it (verify's rule: the rendered turn is what the
+finished conversation adds, and it shows every part of the message); it round-trips when both
+parsers, whole and streamed, give the message back. Per family the table shows the checkable
+probes, how many round-tripped, whether the chat template renders calls at all, and whether the
+inferred template has a `tool_calls` field ("-" when there are no calls to read); `--show NAME`
+prints one family's template, what infer derived and tried, and each probe's outcome.
+
 The exit status is 0 only when at least 95 % of the checkable probes round-trip and every family
 whose chat template renders calls got a `tool_calls` field.
 """
@@ -25,25 +28,26 @@ import sys
 from pathlib import Path
 
 TARGET = 0.95
+PROBE_IDS = ("answer", "reasoning_answer", "one_call", "parallel_calls", "content_call", "reasoning_call",
+             "answer_after_tool_result")
 
 
 def probes():
-    """verify's fixed cases that the brief's probes name, plus unicode in content and arguments."""
+    """verify's fixed cases that the probes name, plus unicode in content and in arguments."""
     from rtcompile.authoring import verify as v
 
-    wanted = ("answer", "reasoning_answer", "one_call", "parallel_calls", "content_call", "reasoning_call",
-              "answer_after_tool_result")
-    cases = [case for case in v.fixed_cases() if case.id in wanted]
+    cases = [case for case in v.fixed_cases() if case.id in PROBE_IDS]
     question = v._user("Où est le café le plus proche ?")
-    cases.append(v.Case("unicode_content", "unicode in content", [question],
-                        {"role": "assistant", "content": "Le café « Ünïcødé » est à 200 m — 東京 🚀 naïve."}))
+    answer = {"role": "assistant", "content": "Le café « Ünïcødé » est à 200 m — 東京 🚀 naïve."}
+    cases.append(v.Case("unicode_content", "unicode in content", [question], answer))
     call = v.function_call("get_weather", {"city": "São Paulo — 東京 🚀", "unit": "celsius"})
-    cases.append(v.Case("unicode_arguments", "unicode in arguments", [question],
-                        {"role": "assistant", "tool_calls": [copy.deepcopy(call)]}))
+    calling = {"role": "assistant", "tool_calls": [copy.deepcopy(call)]}
+    cases.append(v.Case("unicode_arguments", "unicode in arguments", [question], calling))
     return cases
 
 
 def chat_templates(directory: Path) -> list[Path]:
+    """The `*.jinja` files and tokenizer directories of `directory`, by name."""
     return sorted(p for p in directory.iterdir() if p.suffix == ".jinja" or (p.is_dir() and not p.name.startswith("_")))
 
 
@@ -73,18 +77,42 @@ def measure(path: Path, timeout: float) -> dict:
                 rendered = v.RenderedTurn(unrenderable=str(e))
             if rendered.unrenderable:
                 row["probes"].append({"id": case.id, "status": "not checkable", "detail": rendered.unrenderable})
-                continue
-            if row["template"] is None:
+            elif row["template"] is None:
                 row["probes"].append({"id": case.id, "status": v.FAILED, "detail": "no template inferred"})
-                continue
-            status, detail = v.check_case(row["template"], rendered, tools, parsers=v.PARSERS)
-            row["probes"].append({"id": case.id, "status": status, "detail": detail, "generation": rendered.generation})
+            else:
+                status, detail = v.check_case(row["template"], rendered, tools, parsers=v.PARSERS)
+                row["probes"].append({"id": case.id, "status": status, "detail": detail,
+                                      "generation": rendered.generation})
     finally:
         renderer.close()
     row["checkable"] = sum(1 for p in row["probes"] if p["status"] != "not checkable")
     row["round_tripped"] = sum(1 for p in row["probes"] if p["status"] == v.PASSED)
     row["tool_calls_field"] = bool(row["template"] and "tool_calls" in row["template"].get("fields", {}))
     return row
+
+
+def show(row: dict) -> None:
+    print(json.dumps(row["template"], indent=2, ensure_ascii=False))
+    print(row["parts"] or row["error"])
+    for probe in row["probes"]:
+        print(f"  {probe['status']:<20} {probe['id']:<26} {probe.get('detail') or ''}")
+        if probe["status"] == "failed":
+            print(f"  {'':<20} generation: {probe.get('generation')!r}")
+
+
+def line(row: dict, markdown: bool) -> str:
+    renders = "yes" if row["renders_calls"] else "no"
+    calls = "yes" if row["tool_calls_field"] else ("no" if row["renders_calls"] else "-")
+    cells = [row["family"], len(row["probes"]), row["checkable"], row["round_tripped"], renders, calls]
+    if markdown:
+        return "| " + " | ".join(str(cell) for cell in cells) + " |"
+    failed = [p["id"] for p in row["probes"] if p["status"] == "failed"]
+    return (
+        f"{row['family']:<24} checkable {row['checkable']:>2}/{len(row['probes'])}  round-tripped "
+        f"{row['round_tripped']:>2}  renders calls {renders:<3}  tool_calls field {calls:<3}"
+        + (f"  failed: {', '.join(failed)}" if failed else "")
+        + (f"  [{row['error']}]" if row["error"] else "")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,40 +129,26 @@ def main(argv: list[str] | None = None) -> int:
     paths = [p for p in chat_templates(directory) if not args.show or p.stem == args.show]
     if args.show:
         for path in paths:
-            row = measure(path, args.timeout)
-            print(json.dumps(row["template"], indent=2, ensure_ascii=False))
-            print(row["parts"] or row["error"])
-            for probe in row["probes"]:
-                print(f"  {probe['status']:<20} {probe['id']:<26} {probe.get('detail') or ''}")
-                if probe["status"] == "failed":
-                    print(f"  {'':<20} generation: {probe.get('generation')!r}")
+            show(measure(path, args.timeout))
         return 0
     if args.markdown:
         print("| family | probes | checkable | round-tripped | renders calls | tool_calls field |")
         print("| --- | --- | --- | --- | --- | --- |")
-    totals = {"probes": 0, "checkable": 0, "round_tripped": 0}
+    probes_seen = checkable = round_tripped = 0
     missing_calls = []
     for path in paths:
         row = measure(path, args.timeout)
-        totals["probes"] += len(row["probes"])
-        totals["checkable"] += row["checkable"]
-        totals["round_tripped"] += row["round_tripped"]
-        calls = "yes" if row["tool_calls_field"] else ("no" if row["renders_calls"] else "-")
+        probes_seen += len(row["probes"])
+        checkable += row["checkable"]
+        round_tripped += row["round_tripped"]
         if row["renders_calls"] and not row["tool_calls_field"]:
             missing_calls.append(row["family"])
-        renders = "yes" if row["renders_calls"] else "no"
-        if args.markdown:
-            print(f"| {row['family']} | {len(row['probes'])} | {row['checkable']} | {row['round_tripped']} | {renders} | {calls} |")
-        else:
-            failed = [p["id"] for p in row["probes"] if p["status"] == "failed"]
-            print(f"{row['family']:<22} checkable {row['checkable']:>2}/{len(row['probes'])}  round-tripped "
-                  f"{row['round_tripped']:>2}  renders calls {renders:<3}  tool_calls field {calls:<3}"
-                  + (f"  failed: {', '.join(failed)}" if failed else "") + (f"  [{row['error']}]" if row["error"] else ""))
+        print(line(row, args.markdown))
         sys.stdout.flush()
-    share = totals["round_tripped"] / totals["checkable"] if totals["checkable"] else 0.0
-    print(f"\n{len(paths)} families, {totals['probes']} probes: {totals['checkable']} checkable, "
-          f"{totals['round_tripped']} round-tripped ({share:.0%}); families that render calls but got no "
-          f"tool_calls field: {', '.join(missing_calls) or 'none'}")
+    share = round_tripped / checkable if checkable else 0.0
+    print(f"\n{len(paths)} families, {probes_seen} probes: {checkable} checkable, {round_tripped} round-tripped "
+          f"({share:.0%}); families that render calls but got no tool_calls field: "
+          f"{', '.join(missing_calls) or 'none'}")
     return 0 if share >= TARGET and not missing_calls else 1
 
 

@@ -22,7 +22,8 @@ refused one conversation). After a bound trips the worker is replaced; it is sta
 
 A `ChatRenderer` can also be told what a chat template needs that a bare conversation lacks (see
 `verify.accommodate`): variables a tokenizer or a serving stack would pass, a system message in
-front of every conversation, or the tools spelled as bare function schemas.
+front of every conversation, the tools spelled as bare function schemas, or with a description
+for every parameter.
 
 `load_chat_template` reads a chat template from a `.jinja` file, a `tokenizer_config.json` (or
 `chat_template.json`) with a `chat_template`, or a tokenizer directory; the special tokens a
@@ -392,9 +393,9 @@ class ChatRenderer:
             bound = f" ({self.memory_limit >> 20} MiB)" if self.memory_limit else ""
             return f"the render exhausted its memory bound{bound}"
         if payload == "recursion":
-            return "the render exceeded the recursion limit (a macro that recurses without end, or markup nested too deep)"
+            return "the render exceeded the recursion limit (a macro that recurses without end, or markup nested deep)"
         length = payload.partition(":")[2]
-        return f"the render produced {length} characters or more, more than the bound of {self.max_output}"
+        return f"the render's output passed its bound of {self.max_output} characters ({length} and more)"
 
     def render(self, messages: list[dict], *, tools: list | None = None, add_generation_prompt: bool) -> str:
         request = self._request(messages, tools, add_generation_prompt)

@@ -2,24 +2,37 @@
 
 Nothing here knows a model family. The chat template renders probe conversations whose values are
 sentinels (texts and names that occur nowhere else), and each part of the response template is
-read off where the sentinels land:
+read off where the sentinels land. What the model writes is only ever what a finished turn adds
+to the conversation (`verify.render_turn`): text a render holds whatever the message is (tool
+instructions, example calls with placeholder names) is the prompt's, never a call's.
 
-- the generation prompt (what `add_generation_prompt` adds) and, after a tool result, the prompt's
-  last token: the start anchors; a reasoning block the prompt opens (or opens and closes) stays
+- the generation prompt (what `add_generation_prompt` adds) after a question, after a question
+  with tools offered and after a tool result: the start anchors. A template whose switch adds
+  nothing shows the anchor as the text every such prompt ends with whatever its last message
+  says and whatever tools it offers, so instructions that name the tools, and example calls in
+  them, stay before the anchor. A reasoning block the prompt opens (or opens and closes) stays
   after the anchor so the parser reads it from the prefix;
 - the text before and after the reasoning sentinel: the reasoning delimiters;
-- the text before the answer sentinel (a content opener, when there is one) and after it: where
-  an assistant turn ends (the same rule `verify` uses to cut a rendered turn);
+- the text before the answer sentinel (a content opener, when it is markup) and after it: where an
+  assistant turn ends, each of its end markers closing the content;
+- plain text every answer turn starts with (`助手：`), and the generation prompt written again
+  inside a turn that comes in parts: the role, read by a field that yields the constant
+  "assistant" (`_role_field`), never content;
 - one call and two calls: where each call sits (by its name and its argument values), so the
   text around a call, the text between two calls and the text around all of them are the call's
-  own delimiters, the separator and the section delimiters;
+  own delimiters, the separator and the section delimiters. Calls with no opener of their own
+  are listed after the section's opener (or the turn's start), each after the one before;
 - the argument syntax, by trying each content parser on the text of the call and keeping the one
   that gives the arguments back: a JSON list of calls, a Python-style call list, a JSON object
   holding name and arguments, a JSON object of arguments (also with unquoted keys and custom
-  string delimiters, as Gemma writes them), or repeated key/value markup (XML-style tags,
-  key/value lines).
+  string delimiters, as Gemma writes them), Python keyword arguments without the list around
+  them (single-quoted strings too), or repeated key/value markup (XML-style tags, key/value
+  lines). Where the template alters the values it writes, a syntax that gives the names and keys
+  back is kept as a guess, and said so.
 
-What cannot be derived is reported part by part, and the template is written without it.
+Last, a call field that finds calls in a plain answer is left out. What cannot be derived is
+reported part by part (with what `verify.accommodate` had to supply for the template to render),
+and the template is written without it.
 """
 
 from __future__ import annotations
@@ -457,7 +470,8 @@ def _keyword_argument_candidates(text: str, after_name: int, arguments: dict, pa
             parsed = parsers["xml-inline"](body, args)
         except (ValueError, KeyError):
             continue
-        if _same_arguments(parsed, arguments) or (not exact and isinstance(parsed, dict) and set(parsed) == set(arguments)):
+        same_keys = isinstance(parsed, dict) and set(parsed) == set(arguments)
+        if _same_arguments(parsed, arguments) or (not exact and same_keys):
             return [(start, close, args)]
     return []
 
@@ -618,9 +632,12 @@ def _drop_calls_found_in_plain_answers(prober: Prober, result: Inference) -> Non
     from transformers.utils.chat_parsing import parse_response
 
     offered = v.tools_for([{"role": "assistant", "tool_calls": [PROBE_CALL]}])
-    question = [v._user("What is the weather in Paris?")]
-    for description, history, tools in (("with tools offered", question, offered),
-                                        ("after a tool result", _after_tool_result(), v.tools_for(_after_tool_result()))):
+    after_tool = _after_tool_result()
+    contexts = (
+        ("with tools offered", [v._user("What is the weather in Paris?")], offered),
+        ("after a tool result", after_tool, v.tools_for(after_tool)),
+    )
+    for description, history, tools in contexts:
         case = v.Case("plain", "a plain answer", history, {"role": "assistant", "content": PROBE_ANSWER})
         try:
             rendered = v.render_turn(prober.renderer, case, prober.conventions, tools)
@@ -1029,13 +1046,17 @@ def _mark_guessed(result: Inference, rendered: str) -> None:
     for part in reversed(result.parts):
         if part.name == "tool_calls":
             part.status = "guessed"
-            part.detail += (f"; the chat template alters the argument values it writes ({rendered[:100]!r}), so the "
-                            "field reads the names and keys in the syntax shown and the values as the model writes them")
+            part.detail += (
+                f"; the chat template alters the argument values it writes ({rendered[:100]!r}), so the field "
+                "reads the names and keys in the syntax shown and the values as the model writes them"
+            )
             return
 
 
-def _listed_in_section(g1: str, shape: CallShape, block: tuple[str, str], per_close: str, between: str, trail: str,
-                       section_tokens: list[str], result: Inference) -> tuple[dict, list[str]]:
+def _listed_in_section(
+    g1: str, shape: CallShape, block: tuple[str, str], per_close: str, between: str, trail: str,
+    section_tokens: list[str], result: Inference,
+) -> tuple[dict, list[str]]:
     """Calls with no opener of their own, one after another inside a block (`<function_calls>`
     then `f(a='x')` on each line, or `<tool_calls>` then one JSON object per line) or where the
     turn starts: a call opens after the block's opener (`block`: its pattern and a description),
@@ -1069,7 +1090,9 @@ def _listed_in_section(g1: str, shape: CallShape, block: tuple[str, str], per_cl
         own_open = "(?=" + next_call + ")"
     # The block's close with what the template writes before its token (a code fence, say).
     after_calls = trail[len(own_close) :] if trail.startswith(own_close) else trail
-    block_close = after_calls[: after_calls.find(section_tokens[0]) + len(section_tokens[0])].strip() if section_tokens else ""
+    block_close = ""
+    if section_tokens:
+        block_close = after_calls[: after_calls.find(section_tokens[0]) + len(section_tokens[0])].strip()
     last_char = (g1[shape.start : shape.end] + own_close)[-1]
     field: dict[str, Any] = {
         "open_pattern": "(?:" + block[0] + "|(?<=" + re.escape(last_char) + ")" + gap + ")" + own_open,
@@ -1083,7 +1106,8 @@ def _listed_in_section(g1: str, shape: CallShape, block: tuple[str, str], per_cl
     result.note(
         "tool_calls", "derived",
         f"calls listed after {block[1]}" + (f", up to {block_close!r}" if block_close else "")
-        + f", one after another separated by {separator!r}, each written {lead_in.strip() + '...' + own_close!r}, "
+        + f", one after another separated by {separator!r}, each written "
+        f"{lead_in.strip().replace(PROBE_CALL['function']['name'], 'NAME') + '...' + own_close!r}, "
         f"arguments as {shape.content}" + (f" {shape.content_args}" if shape.content_args else ""),
     )
     return field, _unique([block_close] + section_tokens)

@@ -11,7 +11,9 @@ A case the chat template itself cannot round-trip is reported as such, never as 
 response template. That is detected by rendering, not by knowing the model family:
 
 - the finished turn does not start with the generation prompt (the prompt pre-writes something
-  the finished turn does not contain, or the history is rendered differently);
+  the finished turn does not contain, or the history is rendered differently), and is not the
+  history's render with the turn inserted either (`render_turn` takes a turn the prompt shows
+  instructions around: after the history, inside the generation prompt, before the history);
 - a part of the message is missing from the rendered turn (reasoning of a turn the template treats
   as history, content beside tool calls, calls beyond the first, tool calls at all);
 - the template raises on the conversation (one call per turn only, alternation rules, ...).
@@ -173,7 +175,8 @@ def fixed_cases() -> list[Case]:
 
 # ---- what the chat template needs beyond the conversation ----------------------------------------
 
-PLACEHOLDER_DATE = "26 Jul 2024"  # fixed, so renders (and the templates derived from them) are deterministic
+# Fixed, so renders (and the templates derived from them) are deterministic.
+PLACEHOLDER_DATE = "26 Jul 2024"
 DEFAULT_SYSTEM_MESSAGE = "You are a helpful assistant."
 _UNDEFINED_NAME = re.compile(r"'(\w+)' is undefined")
 _MAX_ACCOMMODATIONS = 8
@@ -204,7 +207,8 @@ def _render_checks(renderer: ChatRenderer):
     return [
         ("a question", False, lambda: renderer.render(conversation, tools=[], add_generation_prompt=True)),
         ("an answer", False, lambda: renderer.render(finished, tools=[], add_generation_prompt=False)),
-        ("a question with tools", True, lambda: renderer.render(conversation, tools=tools, add_generation_prompt=True)),
+        ("a question with tools", True,
+         lambda: renderer.render(conversation, tools=tools, add_generation_prompt=True)),
         ("an answer with tools", True, lambda: renderer.render(finished, tools=tools, add_generation_prompt=False)),
     ]
 
@@ -256,7 +260,8 @@ def accommodate(renderer: ChatRenderer) -> list[str]:
             attempts = [(f"{name}={value!r}", ("variable", name, value)) for value in _candidate_values(name)]
         else:
             if renderer.system_message is None:
-                attempts.append(("a system message in front of the conversation", ("system", DEFAULT_SYSTEM_MESSAGE)))
+                system = ("system", DEFAULT_SYSTEM_MESSAGE)
+                attempts.append(("a system message in front of the conversation", system))
             if not renderer.bare_tools and with_tools:
                 attempts.append(("the tools as bare function schemas", ("bare_tools", True)))
             if not renderer.described_tools and with_tools:
@@ -513,9 +518,11 @@ def _trim_to_token(text: str, diverged: bool) -> str:
 
 def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, tools: list) -> RenderedTurn:
     """The case's finished turn as the model writes it, cut from the renders (module doc). The
-    turn is what the finished conversation adds after the generation prompt; or, where the chat
-    template writes something after the history only (instructions that follow the last message),
-    what the finished turn inserts into the history, less the generation prompt it starts with."""
+    turn is what the finished conversation adds after the generation prompt (less whitespace the
+    prompt ends with and the finished turn does not have there); or, where the chat template shows
+    the model text the finished conversation does not hold at that place (`_inserted_turn`), what
+    the finished turn inserts into the history, less the opener it starts with. Text a render
+    holds whatever the message is never becomes part of the turn."""
     history = to_chat_conversation(case.history, None, conventions)
     conversation = to_chat_conversation(case.history, case.message, conventions)
     try:
@@ -583,7 +590,9 @@ def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, to
     return RenderedTurn(prefix=prompt, generation=generation, expected=copy.deepcopy(message), given_ids=ids)
 
 
-def _inserted_turn(renderer: ChatRenderer, history: list[dict], tools, prompt: str, full: str) -> tuple[int, int] | None:
+def _inserted_turn(
+    renderer: ChatRenderer, history: list[dict], tools, prompt: str, full: str
+) -> tuple[int, int] | None:
     """(start, end) of the finished turn in `full`, after the turn's opener, where the chat template
     shows the model something the finished conversation does not hold at that place (before the
     history, too: a system block written only for generation); None when `full` is not one of
@@ -1074,8 +1083,9 @@ def cli(argv: list[str]) -> int:
         template = api.read_template(args.template)
         if args.chat_template is None and not Path(args.template).exists():
             raise UsageError(
-                f"{args.template} is a bundled template name: give the chat template to verify it against with "
-                "--chat-template FILE|DIR (TEMPLATE stands alone only as a tokenizer directory holding both templates)"
+                f"{args.template} is a bundled template name: give the chat template to verify it against "
+                "with --chat-template FILE|DIR (TEMPLATE stands alone only as a tokenizer directory holding "
+                "both templates)"
             )
         chat_template = load_chat_template(args.chat_template or args.template, args.template_name)
         from rtcompile import frontend

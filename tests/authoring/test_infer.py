@@ -319,25 +319,30 @@ def test_markup_that_depends_on_the_value_type_and_sorted_keys():
 # after the history: before the generation prompt, inside it, or (no generation prompt at all)
 # right where the model starts writing. The instructions name the tools offered.
 INSTRUCTIONS = (
-    "<|system|>You can call {{ tools | map(attribute='function.name') | join(', ') }}. Answer directly, or call tools:\n"
+    "{% if tools %}<|system|>You can call {{ tools | map(attribute='function.name') | join(', ') }}. "
+    "Answer directly, or call tools:\n"
     '<call>{"name": "$FUNCTION_NAME", "arguments": {"$ARGUMENT": "$VALUE"}}</call>'
-    '<call>{"name": "$ANOTHER_FUNCTION", "arguments": {}}</call>\n'
+    '<call>{"name": "$ANOTHER_FUNCTION", "arguments": {}}</call>\n{% endif %}'
 )
-INSTRUCTED = """{%- for m in messages -%}
-<|{{ m.role }}|>
-{%- if m.role == 'assistant' %}{{ m.content or '' }}{% for c in m.tool_calls or [] %}<call>{{ {"name": c.function.name, "arguments": c.function.arguments} | tojson }}</call>{% endfor %}
-{%- else %}{{ m.content }}{% endif %}<|end|>
-{% endfor -%}
-AFTER_HISTORY{%- if add_generation_prompt %}IN_PROMPT<|assistant|>{% endif -%}"""
+
+
+def instructed(after_history: str, in_prompt: str, generation_prompt: bool = True) -> str:
+    """A chat template with `INSTRUCTIONS` after the history, inside the generation prompt, or
+    (no generation prompt, no assistant header at all) right where the model starts writing."""
+    header = "<|{{ m.role }}|>" if generation_prompt else "{% if m.role != 'assistant' %}<|{{ m.role }}|>{% endif %}"
+    prompt = "{%- if add_generation_prompt %}" + in_prompt + "<|assistant|>{% endif -%}" if generation_prompt else ""
+    return (
+        "{%- for m in messages -%}\n" + header + "\n"
+        "{%- if m.role == 'assistant' %}{{ m.content or '' }}{% for c in m.tool_calls or [] %}"
+        '<call>{{ {"name": c.function.name, "arguments": c.function.arguments} | tojson }}</call>{% endfor %}\n'
+        "{%- else %}{{ m.content }}{% endif %}<|end|>\n{% endfor -%}\n" + after_history + prompt
+    )
+
+
 PLACEMENTS = {
-    "after the history": INSTRUCTED.replace("AFTER_HISTORY", "{% if tools %}" + INSTRUCTIONS + "{% endif %}")
-    .replace("IN_PROMPT", ""),
-    "in the generation prompt": INSTRUCTED.replace("AFTER_HISTORY", "")
-    .replace("IN_PROMPT", "{% if tools %}" + INSTRUCTIONS + "{% endif %}"),
-    "where the model starts (no generation prompt)": INSTRUCTED.replace(
-        "AFTER_HISTORY", "{% if tools %}" + INSTRUCTIONS + "{% endif %}"
-    ).replace("{%- if add_generation_prompt %}IN_PROMPT<|assistant|>{% endif -%}", "")
-    .replace("<|{{ m.role }}|>\n{%- if m.role == 'assistant' %}", "{% if m.role != 'assistant' %}<|{{ m.role }}|>{% endif %}\n{%- if m.role == 'assistant' %}"),
+    "after the history": instructed(INSTRUCTIONS, ""),
+    "in the generation prompt": instructed("", INSTRUCTIONS),
+    "where the model starts (no generation prompt)": instructed(INSTRUCTIONS, "", generation_prompt=False),
 }
 
 
@@ -389,8 +394,9 @@ def test_a_call_field_that_finds_calls_in_a_plain_answer_is_left_out():
 PYTHON_LINES = FRAME.replace(
     "CALLS",
     "{% if m.tool_calls %}<function_calls>\n{% for c in m.tool_calls %}{{ c.function.name }}("
-    "{% for k, val in c.function.arguments.items() %}{{ k }}={% if val is string %}'{{ val }}'{% else %}{{ val | tojson }}"
-    "{% endif %}{{ ', ' if not loop.last }}{% endfor %}){{ '\\n' if not loop.last }}{% endfor %}\n</function_calls>{% endif %}",
+    "{% for k, val in c.function.arguments.items() %}{{ k }}="
+    "{% if val is string %}'{{ val }}'{% else %}{{ val | tojson }}{% endif %}{{ ', ' if not loop.last }}{% endfor %})"
+    "{{ '\\n' if not loop.last }}{% endfor %}\n</function_calls>{% endif %}",
 )
 # JSON calls, one object per line inside a single block.
 JSON_LINES = FRAME.replace(
@@ -405,7 +411,8 @@ def test_python_style_calls_in_a_fenced_block_with_content_after_it():
     fenced = FRAME.replace(
         "{{ m.content or '' }}CALLS",
         "{% if m.tool_calls %}<|calls|>\n```python\n{% for c in m.tool_calls %}{{ c.function.name }}("
-        "{% for k, val in c.function.arguments.items() %}{{ k }}={{ val | tojson }}{{ ',' if not loop.last }}{% endfor %})\n"
+        "{% for k, val in c.function.arguments.items() %}{{ k }}={{ val | tojson }}{{ ',' if not loop.last }}"
+        "{% endfor %})\n"
         "{% endfor %}```\n<|/calls|>\n{% endif %}{{ m.content or '' }}",
     )
     inference, report = infer_and_verify(fenced, examples=3)
@@ -458,7 +465,8 @@ def test_json_calls_one_per_line_in_a_block():
 # generation prompt: the model writes the label itself.
 LABELLED = """{%- for m in messages -%}
 {%- if m.role == 'assistant' -%}
-{%- if m.tool_calls %}{{ m.content or '' }}<tool_calls>{{ m.tool_calls | map(attribute='function') | list | tojson }}</tool_calls>
+{%- if m.tool_calls %}{{ m.content or '' }}<tool_calls>
+{{- m.tool_calls | map(attribute='function') | list | tojson }}</tool_calls>
 {%- else %}{% if tools %}助手：{% endif %}{{ m.content }}{% endif %}<|eos|>
 {%- elif m.role == 'tool' %}<tool_response>{{ m.content }}</tool_response><|extra_0|>
 {%- else %}用户：{{ m.content }}<|extra_0|>{% endif %}
@@ -512,11 +520,15 @@ def test_a_generation_prompt_the_template_always_writes():
 
 # ---- what a chat template needs beyond the conversation -----------------------------------------------
 
-NEEDY = """{%- if messages[0].role != 'system' %}{{ raise_exception('The first message must be a system message.') }}{% endif -%}
+NEEDY = """{%- if messages[0].role != 'system' %}
+{{- raise_exception('The first message must be a system message.') }}{% endif -%}
 {{ bos_token + '<|system|>' + messages[0].content + ' Today is ' + date_string + '.' }}
-{%- for t in tools or [] %}{{ ' Tool: ' + t.name }}{% for k, p in t.parameters.properties.items() %}{{ ', ' + k + ': ' + p.description }}{% endfor %}{% endfor %}{{ eos_token }}
+{%- for t in tools or [] %}{{ ' Tool: ' + t.name }}
+{%- for k, p in t.parameters.properties.items() %}{{ ', ' + k + ': ' + p.description }}{% endfor %}{% endfor %}
+{{- eos_token }}
 {% for m in messages[1:] -%}
-<|{{ m.role }}|>{{ m.content or '' }}{% for c in m.tool_calls or [] %}<call>{{ c.function | tojson }}</call>{% endfor %}{{ '' + eos_token }}
+<|{{ m.role }}|>{{ m.content or '' }}
+{%- for c in m.tool_calls or [] %}<call>{{ c.function | tojson }}</call>{% endfor %}{{ '' + eos_token }}
 {% endfor -%}
 {%- if add_generation_prompt %}<|assistant|>{% endif -%}"""
 
@@ -587,8 +599,9 @@ def test_a_template_that_alters_argument_values_still_gets_a_call_field():
     part is guessed."""
     altered = FRAME.replace(
         "CALLS",
-        "{% if m.tool_calls %}[{% for c in m.tool_calls %}{{ c.function.name }}({% for k, val in c.function.arguments.items() %}"
-        "{{ k }}={{ '%sr' | format(val) }}{{ ', ' if not loop.last }}{% endfor %}){{ ', ' if not loop.last }}{% endfor %}]{% endif %}",
+        "{% if m.tool_calls %}[{% for c in m.tool_calls %}{{ c.function.name }}("
+        "{% for k, val in c.function.arguments.items() %}{{ k }}={{ '%sr' | format(val) }}{{ ', ' if not loop.last }}"
+        "{% endfor %}){{ ', ' if not loop.last }}{% endfor %}]{% endif %}",
     )
     inference, report = infer_and_verify(altered, examples=0)
     assert parts(inference)["tool_calls"].status == "guessed"
@@ -606,8 +619,9 @@ def test_a_call_that_writes_its_name_twice():
     """`to=NAME` then `<invoke name="NAME">`: the first is captured, the second matches any name."""
     twice = FRAME.replace(
         "CALLS",
-        "{% for c in m.tool_calls or [] %}<|call|>to={{ c.function.name }}<|msg|><invoke name=\"{{ c.function.name }}\">"
-        "{% for k, val in c.function.arguments.items() %}<param name=\"{{ k }}\">{{ val }}</param>{% endfor %}</invoke>{% endfor %}",
+        "{% for c in m.tool_calls or [] %}<|call|>to={{ c.function.name }}<|msg|>"
+        "<invoke name=\"{{ c.function.name }}\">{% for k, val in c.function.arguments.items() %}"
+        "<param name=\"{{ k }}\">{{ val }}</param>{% endfor %}</invoke>{% endfor %}",
     )
     inference, report = infer_and_verify(twice, examples=3)
     assert "probe_lookup" not in json.dumps(inference.template)

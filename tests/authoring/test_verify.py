@@ -365,7 +365,9 @@ def test_instructions_the_prompt_shows_outside_the_turn_leave_it_round_trippable
     """A template that writes tool instructions after the last message (or in the generation
     prompt, before the assistant header) renders the finished turn somewhere other than right
     after the prompt; the turn is what the finished conversation inserts there."""
-    instructions = "{% if tools %}<|im_start|>system\nCall a tool with <tool_call>{...}</tool_call>.<|im_end|>\n{% endif %}"
+    instructions = (
+        "{% if tools %}<|im_start|>system\nCall a tool with <tool_call>{...}</tool_call>.<|im_end|>\n{% endif %}"
+    )
     if where == "after the history":
         source = CHATML.replace("{% endfor -%}\n", "{% endfor -%}\n" + instructions)
     else:
@@ -380,8 +382,9 @@ def test_whitespace_the_prompt_ends_with_but_the_finished_turn_lacks():
     """The generation prompt followed by a newline the finished turn does not have there (the
     template's layout): the turn is what follows the prompt, less that whitespace."""
     layout = (
-        "{% for m in messages %}{% if m.role == 'user' %}USER: {{ m.content }}{% else %}ASSISTANT: {{ m.content }} <|end|>"
-        "{% endif %}{% if loop.last and add_generation_prompt %}{{ '\\nASSISTANT: ' }}{% endif %}{{ '\\n' }}{% endfor %}"
+        "{% for m in messages %}{% if m.role == 'user' %}USER: {{ m.content }}"
+        "{% else %}ASSISTANT: {{ m.content }} <|end|>{% endif %}"
+        "{% if loop.last and add_generation_prompt %}{{ '\\nASSISTANT: ' }}{% endif %}{{ '\\n' }}{% endfor %}"
     )
     template = {"start_anchor": "ASSISTANT: ", "defaults": {"role": "assistant"},
                 "fields": {"content": {"close": "<|end|>", "content": "text"}}}
