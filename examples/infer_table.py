@@ -6,7 +6,8 @@ hand-written template passes and how many the template `infer` derives passes.
 Chat templates come from the shared collection beside the repository (../shared/chat_templates,
 with INDEX.json), else from tests/template_cases/chat_templates. Each row renders with the switches
 the model family documents (thinking on or off, the special tokens its tokenizer passes); a row
-without a bundled template shows "-" for it.
+without a bundled template shows "-" for it. For chat templates of families no one configured,
+`python examples/infer_unseen.py DIR` measures infer as a new user meets it.
 """
 
 from __future__ import annotations
