@@ -361,6 +361,7 @@ def test_example_calls_in_the_tool_instructions_are_not_calls(placement):
     assert "$FUNCTION_NAME" not in calls["open_pattern"] and "system" not in calls["open_pattern"]
     # Real use offers other tools than the probes: the instructions then name them, and the
     # examples must still stay out of the message.
+    import rtcompile
     from transformers.utils.chat_parsing import parse_response
 
     tools = v.tools_for([{"role": "assistant", "tool_calls": [v.function_call("lookup_stock", {"ticker": "ACME"})]}])
@@ -371,7 +372,7 @@ def test_example_calls_in_the_tool_instructions_are_not_calls(placement):
     ]
     with ChatRenderer(ChatTemplate(source, "test.jinja")) as renderer:
         prefix = renderer.render(conversation, tools=tools, add_generation_prompt=True)
-    for parse in (parse_response, __import__("rtcompile").parse_response):
+    for parse in (parse_response, rtcompile.parse_response):
         message = parse("ACME trades at 42.<|end|>", inference.template, prefix=prefix, tools=tools)
         assert message == {"role": "assistant", "content": "ACME trades at 42."}
 
