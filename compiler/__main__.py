@@ -127,8 +127,6 @@ def _round_trip_command(name: str, argv: list[str]) -> int:
 
     try:
         return (verify.cli if name == "verify" else infer.cli)(argv)
-    except verify.UsageError as e:
-        raise UsageError(str(e)) from None
     except ImportError as e:
         raise UsageError(f"{name} needs transformers (pip install 'rtcompile[verify]'): {e}") from None
 

@@ -46,6 +46,8 @@ from typing import Any
 
 import regex as re
 
+from rtcompile.arguments import UsageError
+
 from . import verify as v
 from .chat_render import ChatRenderer, RenderAborted, RenderError
 
@@ -1128,11 +1130,11 @@ def validate(template: dict) -> None:
 
 def cli(argv: list[str]) -> int:
     """python -m rtcompile infer CHAT_TEMPLATE|TOKENIZER_DIR [-o template.json] [--var NAME=VALUE]..."""
-    import argparse
+    from rtcompile.arguments import ArgumentParser
 
     from .chat_render import ChatTemplateError, load_chat_template
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m rtcompile infer",
         description="Derive a response template from a chat template by rendering probes, then verify it.",
     )
@@ -1144,15 +1146,15 @@ def cli(argv: list[str]) -> int:
         variables = v.read_variables(args.var)
         chat_template = load_chat_template(args.chat_template, args.template_name)
     except (ChatTemplateError, ValueError, OSError) as e:
-        raise v.UsageError(str(e)) from None
+        raise UsageError(str(e)) from None
     renderer = ChatRenderer(chat_template, variables, **({"timeout": args.timeout} if args.timeout else {}))
     try:
         try:
             inference = infer(renderer)
         except RenderAborted as e:
-            raise v.UsageError(v.aborted_message(args.chat_template, e)) from None
+            raise UsageError(v.aborted_message(args.chat_template, e)) from None
         except RenderError as e:
-            raise v.UsageError(f"{args.chat_template}: {e}") from None
+            raise UsageError(f"{args.chat_template}: {e}") from None
         try:
             validate(inference.template)
         except (ValueError, TypeError) as e:
@@ -1171,7 +1173,7 @@ def cli(argv: list[str]) -> int:
                 parsers=v.PARSERS if args.interpreter else ("rtcompile",),
             )
         except RenderAborted as e:
-            raise v.UsageError(v.aborted_message(args.chat_template, e)) from None
+            raise UsageError(v.aborted_message(args.chat_template, e)) from None
     finally:
         renderer.close()
     if args.json:

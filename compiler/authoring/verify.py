@@ -39,6 +39,8 @@ from typing import Any
 
 import regex as re
 
+from rtcompile.arguments import UsageError
+
 from .chat_render import ChatRenderer, ChatTemplate, RenderAborted, RenderError, RenderTimeout
 
 PASSED, FAILED, UNRENDERABLE = "passed", "failed", "not round-trippable"
@@ -1060,12 +1062,12 @@ def read_variables(pairs: list[str]) -> dict:
 
 def cli(argv: list[str]) -> int:
     """python -m rtcompile verify TEMPLATE --chat-template FILE|TOKENIZER_DIR [--var NAME=VALUE]..."""
-    import argparse
-
     from rtcompile import api
+    from rtcompile.arguments import ArgumentParser
+
     from .chat_render import ChatTemplateError, load_chat_template
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m rtcompile verify",
         description="Prove a response template against a chat template by round trip: render "
         "conversations, parse each rendered assistant turn back, compare. Exit 0 only when no case failed.",
@@ -1114,6 +1116,3 @@ def aborted_message(origin: str, error: RenderAborted) -> str:
     return f"{origin}: {error}"
 
 
-class UsageError(Exception):
-    """Bad input: a missing or invalid file, or a chat template that cannot be rendered at all
-    (reported as one line, exit status 2)."""

@@ -408,7 +408,7 @@ def test_usage_errors_are_one_line_in_the_tools_own_format(cli):
     """argparse's errors read like the command's own: `rtcompile: error: [SUBCOMMAND: ]...`."""
     assert_one_line_error(cli(), "required: TEMPLATE", "python -m rtcompile --help")
     assert_one_line_error(cli("qwen3", "--frobnicate"), "unrecognized arguments: --frobnicate")
-    for subcommand in ("list", "regenerate", "cache", "parse"):
+    for subcommand in ("list", "regenerate", "cache", "parse", "verify", "infer"):
         assert_one_line_error(cli(subcommand, "--frobnicate"), f"rtcompile: error: {subcommand}: ", f"python -m rtcompile {subcommand} --help")
     assert_one_line_error(cli("cache", "wipe"), "cache: argument action: invalid choice")
 
