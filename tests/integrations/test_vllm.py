@@ -654,7 +654,7 @@ def test_tool_choice_none_keeps_no_more_text_than_tool_parsing_does():
         if "tool_calls" not in template["fields"]:
             continue
         parsing, passing = plugin._plan_for(template, True), plugin._plan_for(template, False)
-        assert passing.module.ResponseParser.CONTEXT == parsing.module.ResponseParser.CONTEXT, name
+        assert passing.parser_class.CONTEXT == parsing.parser_class.CONTEXT, name
         checked += 1
     assert checked >= 20
 
