@@ -1549,6 +1549,45 @@ def test_greedy_tag_patterns_wait_for_the_close():
     assert run.adapter.divergences == []
 
 
+# A prompt that ends inside a possible delimiter: gemma4's reasoning opens with "<|channel>".
+HELD_PREFIX = "<|turn>model\n<|chan"
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [["nel"], ["nel", " is open", "<turn|>"], ["n", "el is open<turn|>"], list("nel is open<turn|>")],
+)
+def test_prompt_text_held_back_at_the_prompts_end_is_not_sent_as_output(chunks):
+    """The parser holds the prompt's "<|chan" back (it may start a delimiter); the output shows it
+    starts none, and the parser reports it as content with the output's text. It is the prompt's:
+    the deltas carry only what the model wrote."""
+    parser = rtcompile.ResponseParser(template_for("gemma4"), HELD_PREFIX, errors="keep")
+    assert parser.unread_text == "<|chan"
+    adapter = OpenAIStream(parser, seed=0)
+    deltas = list(adapter.initial_deltas)
+    for chunk in chunks:
+        deltas += adapter.feed(chunk)
+    deltas += adapter.finish()
+    written = "".join(chunks).removesuffix("<turn|>")
+    assert accumulate_deltas(deltas) == {"role": "assistant", "content": written}
+    assert adapter.message["content"] == "<|chan" + written  # (the parser's message has it)
+    assert adapter.divergences == []
+
+
+def test_prompt_text_held_back_that_the_output_completes_is_a_delimiter():
+    parser = rtcompile.ResponseParser(template_for("gemma4"), HELD_PREFIX, errors="keep")
+    adapter = OpenAIStream(parser, seed=0)
+    deltas = list(adapter.initial_deltas)
+    for chunk in ["nel>", "thought\nplan", "<channel|>", "Answer"]:
+        deltas += adapter.feed(chunk)
+    deltas += adapter.finish()
+    assert accumulate_deltas(deltas) == {
+        "role": "assistant",
+        "reasoning_content": "plan",
+        "content": "Answer",
+    }
+
+
 def test_truncated_call_finishes_with_length_valid_json_and_the_raw_text():
     template = template_for("qwen3")
     text = 'Checking.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3, "unit": "cel'

@@ -18,7 +18,8 @@ and turns what it reports into operations on a `Renderer`, which builds the serv
 then `take()` gives the chunk's result. How each field is routed is the host's choice:
 
 - `text_keys` {field: key}: the region's text as the model wrote it (unstripped) under `key`, None
-  to drop it (vLLM's and SGLang's text);
+  to drop it (vLLM's and SGLang's text); a field that repeats with `join` gets the join string
+  between two regions' texts, as its value has it;
 - `message_keys` {field: key}: the text as the parser's final message has it (stripped at the
   region's edges, `join` separators, blank lines between texts of a field written twice, a default
   nothing replaced, other content parsers' values as text at the close) (OpenAIStream);
@@ -142,6 +143,41 @@ class _RawText:
 
     def close(self, event: dict, finalizing: bool) -> None:
         pass
+
+
+class _JoinedText(_RawText):
+    """A field that repeats with `join`: each region's text as the model wrote it, and the join
+    string between two regions' (also before an empty one), as the field's value joins them."""
+
+    __slots__ = ("join", "previous", "separator", "maker")
+
+    def __init__(self, key: str, renderer: Renderer, join: str):
+        super().__init__(key, renderer)
+        self.join = join
+        self.previous = False  # a region of the field closed before
+        self.separator: str | None = None  # owed before the open region's first text
+        self.maker: Callable[[str], Any] = _noop
+
+    def open(self, live: bool) -> None:
+        self.separator = self.join if self.previous else None
+
+    def chunk(self, text: str) -> None:
+        if text:
+            if self.separator is not None:
+                text, self.separator = self.separator + text, None
+            self.send(self.key, text)
+
+    def fast(self, text: str) -> Any:
+        """A common chunk of the region (the fast path)."""
+        if self.separator is not None:
+            text, self.separator = self.separator + text, None
+        return self.maker(text)
+
+    def close(self, event: dict, finalizing: bool) -> None:
+        if self.separator is not None:
+            self.send(self.key, self.separator)
+            self.separator = None
+        self.previous = True
 
 
 class _Dropped(_RawText):
@@ -418,8 +454,15 @@ class Generation:
 
         handlers: dict[str, Any] = {}
         for field, key in (text_keys or {}).items():
-            if field in plan.fields:
-                handlers[field] = _RawText(key, renderer) if key is not None else _Dropped("", renderer)
+            spec = plan.fields.get(field)
+            if spec is None:
+                continue
+            if key is None:
+                handlers[field] = _Dropped("", renderer)
+            elif isinstance(spec.get("join"), str) and spec.get("repeats"):
+                handlers[field] = _JoinedText(key, renderer, spec["join"])
+            else:
+                handlers[field] = _RawText(key, renderer)
         defaults = plan.template.get("defaults") or {}
         self._message_text: dict[str, _MessageText] = {}
         for field, key in (message_keys or {}).items():
@@ -447,6 +490,9 @@ class Generation:
                 self._makers[field] = nothing_for
             elif type(handler) is _RawText:
                 self._makers[field] = self._text_maker(handler.key)
+            elif type(handler) is _JoinedText:
+                handler.maker = self._text_maker(handler.key)
+                self._makers[field] = handler.fast
             elif type(handler) is _Verbatim:
                 handler.maker, handler.nothing = self._text_maker(handler.key), renderer.nothing
                 self._makers[field] = handler.fast
