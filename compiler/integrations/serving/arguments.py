@@ -2,7 +2,7 @@
 what is sent.
 
 A call region's text arrives chunk by chunk; each reader here is fed those chunks and reports the
-call's parts as soon as they can no longer change, to the region that owns it (`calls._ToolRegion`):
+call's parts as soon as they can no longer change, to the region that owns it (`calls.ToolRegion`):
 
 - `JsonScanner` (`json` content): one pass over the region, string/escape/depth state plus the
   template's `string_delims` / `unquoted_keys` dialect; each top-level member of the arguments

@@ -37,7 +37,6 @@ Where this differs from vLLM's class by design (README, "vLLM"):
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
