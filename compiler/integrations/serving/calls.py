@@ -34,7 +34,7 @@ import re
 import weakref
 from typing import Any
 
-from rtcompile.runtime.coerce import coerce_value, schema_types
+from rtcompile.runtime.coerce import TYPED, cast_mode, coerce_argument, schema_types
 from rtcompile.runtime.content_parsers import CallListReader, make_parser
 
 from .arguments import (
@@ -144,6 +144,7 @@ class ToolCallPlan:
         args = spec.get("content_args", {})
         self.content_args = args
         self.json_parser = make_parser("json", args if isinstance(args, dict) else {})
+        self.cast = cast_mode(self.content, args)  # how the tools' schemas cast its arguments
         self.waits_for_id = self.has_id and self.id.kind == "path"
         # the reader: (class, its arguments after the region) or None (arguments whole at close)
         self.reader: tuple[type, tuple] | None = None
@@ -162,6 +163,7 @@ class ToolCallPlan:
         elif (
             self.content in ("xml-inline", "kv-lines")
             and isinstance(args, dict)
+            and "value_parser_by" not in args  # (a value's parser is chosen per tag: sent whole at the close)
             and not self.each
             and (self.arguments.kind, self.arguments.value) == ("path", ())
         ):
@@ -389,17 +391,14 @@ class ToolCalls:
 
     def _coerce(self, name: str | None, key: str, value: Any) -> Any:
         """coerce_tool_calls for one argument (same rules; never mutates `value`)."""
-        properties = self.tool_params.get(name) if name is not None else None
+        cast = self.plan.cast
+        properties = self.tool_params.get(name) if name is not None and cast is not None else None
         if not properties or key not in properties:
             return value
         types = schema_types(properties[key])
         if not types:
             return value
-        if isinstance(value, str):
-            return coerce_value(value, types)
-        if isinstance(value, list) and "array" not in types:
-            return [coerce_value(item, types) if isinstance(item, str) else item for item in value]
-        return value
+        return coerce_argument(value, types, cast == TYPED)
 
     def _close_arguments(self, call: _Call) -> None:
         self.renderer.arguments(call.index, "}" if call.args_open else "{}")
