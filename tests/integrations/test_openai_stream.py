@@ -1574,6 +1574,16 @@ def test_prompt_text_held_back_at_the_prompts_end_is_not_sent_as_output(chunks):
     assert adapter.divergences == []
 
 
+def test_output_like_the_held_prompt_text_after_a_silent_close_is_sent():
+    """deepseek_v3_1's prompt ends in "</think>", held back (it closes content, whose region never
+    opened: a close that reports nothing); output that begins like it is the model's and is sent."""
+    parser = rtcompile.ResponseParser(template_for("deepseek_v3_1"), "<｜Assistant｜></think>")
+    assert parser.unread_text == "</think>"
+    run_deltas = OpenAIStream(parser, seed=0)
+    deltas = run_deltas.feed("</think <｜end▁of▁sentence｜>") + run_deltas.finish()
+    assert accumulate_deltas(deltas)["content"] == "</think" == run_deltas.message["content"]
+
+
 def test_prompt_text_held_back_that_the_output_completes_is_a_delimiter():
     parser = rtcompile.ResponseParser(template_for("gemma4"), HELD_PREFIX, errors="keep")
     adapter = OpenAIStream(parser, seed=0)

@@ -519,9 +519,14 @@ class Generation:
         prompt_handlers = handlers if send_prompt_text else {
             field: handler for field, handler in handlers.items() if handler is self._tool_calls
         }
-        self._route(parser.initial_events, live=True, handlers=prompt_handlers)
+        initial_events = parser.initial_events
+        self._route(initial_events, live=True, handlers=prompt_handlers)
         self.initial = renderer.take()
         self._prompt_held = getattr(parser, "unread_text", "")
+        # Whether a region is open at the prompt's end: then no delimiter can consume the held
+        # text without reporting it (a close of a region that never opened reports nothing).
+        boundary = last_boundary(initial_events) if initial_events else -1
+        self._prompt_region_open = boundary >= 0 and initial_events[boundary]["type"] == "region_open"
         self._fast = feed_text is not None and not self._tail_length and not self._prompt_held
 
     # ---- the server's side
@@ -649,7 +654,10 @@ class Generation:
                 if text.startswith(held):
                     self._prompt_resolved(held)
                     event = {**event, "text": text[len(held) :]}
-                elif held.startswith(text):  # all of it the prompt's, and more to come
+                elif held.startswith(text) and self._prompt_region_open:
+                    # all of it the prompt's, the rest of it consumed by the delimiter that follows
+                    # (with no region open, the text may be the output's, after a close that
+                    # consumed the held text and reported nothing: it is not cut)
                     self._prompt_held = held[len(text) :]
                     self._prompt_text_cut.append(text)
                     event = {**event, "text": ""}
