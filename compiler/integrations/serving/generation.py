@@ -48,8 +48,6 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable
 
-from rtcompile.runtime.coerce import tool_parameters as read_tool_parameters
-
 from .arguments import to_json
 from .calls import ToolCalls
 from .plan import ServingPlan
@@ -408,6 +406,8 @@ class Generation:
     coerced with (default: the parser's, from its tools). `complete_closers`: complete at the end a
     closer that misses only the next message's start anchor. `send_prompt_text`: route what the
     parser reports of the prompt like the output (else only a call it left open is announced).
+    `prompt_token_ids`, and `token_ids` of `feed` and `finish`: the ids as the server hands them,
+    received here, where token-id parsing will read them (the parsers take text for now).
 
     `initial`: the result for the prompt (taken once built); `feed(text)` and `finish(text)` give
     each chunk's; `message` is the parser's final message once finished; `divergences` notes where
@@ -449,8 +449,8 @@ class Generation:
                 eager=True,
             )
         self.parser = parser
-        if tool_parameters is None:
-            tool_parameters = read_tool_parameters(tools) if tools else getattr(parser, "tool_parameters", None) or {}
+        if tool_parameters is None:  # (the parser's, from the tools it was built with)
+            tool_parameters = getattr(parser, "tool_parameters", None) or {}
 
         handlers: dict[str, Any] = {}
         for field, key in (text_keys or {}).items():
