@@ -1,8 +1,12 @@
 """Where rtcompile meets the programs that serve and consume model output. One module or package per
 host, each importing its host lazily and depending only on rtcompile's public API and runtime:
 
-    openai_stream.py   OpenAI `chat.completion.chunk` deltas from any parser's events
-    serving_common.py  what the inference-server plugins share (template resolution, routed chunks)
+    serving/           the serving core: a generation through a compiled parser as operations
+                       (text, call started, argument fragment, call done, region failed) that
+                       each host renders
+    openai_stream.py   OpenAI `chat.completion.chunk` deltas, a renderer of the core
+    serving_common.py  what the inference-server plugins share before a generation (template
+                       resolution, served templates, serving plans)
     vllm/              the vLLM parser plugin (`--reasoning-parser rtcompile --tool-call-parser rtcompile`)
     sglang.py          the SGLang detector plugin (same flags)
     transformers/      tokenizers that parse with compiled parsers, and `transformers serve`

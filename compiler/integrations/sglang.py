@@ -27,11 +27,19 @@ except by design:
   is closed with the arguments complete so far and stays in `incomplete_tool_call_indices`, and the
   region's text goes out as normal text (SGLang drops it); a call cut off after its arguments were
   complete is a call;
-- templates SGLang's vendored interpreter cannot parse (the python-call-list content parser) are
-  served; SGLang's auxiliary methods read a copy whose calls are plain text (same delimiters).
+- templates SGLang's own classes refuse are served: a content parser SGLang's vendored interpreter
+  lacks (python-call-list), and a reasoning or content field that repeats with `join` (gpt-oss's
+  harmony channels) or has another content parser or a transform (its text goes out as the model
+  wrote it, the `join` separator between two regions). SGLang's auxiliary methods (think tokens,
+  message starts, constraints) read a copy of the template with those fields as plain text, their
+  delimiters unchanged (`_sglang_view`).
 Calls to a function not in the request's tools are dropped, as SGLang drops them (unless
 `SGLANG_FORWARD_UNKNOWN_TOOLS`). Constrained decoding modes (`grammar_start`, `constrained`) are
 passed to SGLang's methods that build constraints; parsing itself treats the output as unconstrained.
+
+The generation runs on rtcompile's serving core (`rtcompile.integrations.serving`): the reasoning
+detector renders its operations as SGLang's reasoning results (`_ReasoningResults`), the tool
+detector as tool-call items with SGLang's serving bookkeeping (`_ToolResults`).
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import copy
 import inspect
 import json
 import logging
+import weakref
 from typing import Any, Sequence
 
 from sglang.srt.environ import envs
@@ -54,20 +63,17 @@ from sglang.srt.parser.response_template import (
     validate_response_template_for_serving,
 )
 
-import rtcompile
-
+from .serving import Generation, Renderer, ServingPlan
 from .serving_common import (
     CONTENT_FIELD,
     TOOL_FIELD,
-    Routed,
-    TemplateStream,
-    every_field_optional,
+    plan_for,
     pydantic_slot_setters,
+    reasoning_field_of,
     resolve_template,
     same_as_validated,
-    served_fields,
+    served_plan,
     thinking_named,
-    verbatim_tool_field,
 )
 
 logger = logging.getLogger(__name__)
@@ -105,22 +111,31 @@ def register() -> None:
 
 # ---- templates ----------------------------------------------------------------------------------
 
+# What SGLang's own classes cannot read in a field, and what a copy of the field keeps: its
+# delimiters (what their methods read: think tokens, message starts, constraints).
+_SGLANG_REFUSES = ("unknown content parser", "uses semantics that cannot be streamed")
+_FIELD_SEMANTICS = ("content", "content_args", "transform", "transform_each", "value_parser", "join")
+
 
 def _sglang_view(template: dict) -> dict:
-    """The template as SGLang's own classes read it, for the methods inherited from them (think
-    tokens, message starts, constraints): reasoning named `thinking`, and a field whose content
-    parser SGLang's vendored interpreter lacks read as plain text (its delimiters are unchanged)."""
+    """The template as SGLang's own classes read it, for the methods inherited from them: reasoning
+    named `thinking`, and a field SGLang cannot parse or stream (a content parser its vendored
+    interpreter lacks; a reasoning or content field with another content parser than text, a
+    transform, or `join`) read as plain text, its delimiters unchanged. Raises ValueError for
+    anything else SGLang refuses."""
     view = thinking_named(template)
     for _ in range(len(view["fields"]) + 1):
         try:
             validate_response_template_for_serving(view)
             return view
         except ValueError as error:
+            message = str(error)
             broken = next(
                 (
                     name
                     for name in view["fields"]
-                    if f"Field {name!r}: unknown content parser" in str(error)
+                    if any(reason in message for reason in _SGLANG_REFUSES)
+                    and (f"Field {name!r}:" in message or f"field {name!r}" in message)
                 ),
                 None,
             )
@@ -128,73 +143,43 @@ def _sglang_view(template: dict) -> dict:
                 raise
             view = copy.deepcopy(view)
             spec = view["fields"][broken]
-            for key in ("content", "content_args", "transform", "transform_each", "value_parser"):
+            for key in _FIELD_SEMANTICS:
                 spec.pop(key, None)
     raise ValueError("response_template: no copy SGLang can read")  # pragma: no cover
 
 
-def _key(template: dict) -> str:
-    return json.dumps(template, sort_keys=True, ensure_ascii=False, default=repr)
+def _tool_detector_template(template: dict) -> dict:
+    """What the tool detector parses: the calls, and everything else normal text (the reasoning
+    detector in front has taken the reasoning out; without one, reasoning is normal text too)."""
+    anchors = {key: template[key] for key in ("start_anchor", "start_anchor_pattern") if key in template}
+    tool = {**copy.deepcopy(template["fields"][TOOL_FIELD]), "optional": True}
+    return {**anchors, "fields": {_NORMAL: {}, TOOL_FIELD: tool}}
 
 
 class _Plans:
-    """The templates each detector parses with, compiled once per template."""
+    """What the two detectors parse with, made once per template (hung off its serving plan):
+    the reasoning detector's plan (reasoning apart, tool calls verbatim, the rest normal text), the
+    tool detector's (calls, and normal text), and the copy SGLang's own classes read."""
 
-    def __init__(self, template: dict) -> None:
-        self.reasoning_field = served_fields(template)
-        fields = template["fields"]
-        anchors = {
-            key: template[key]
-            for key in ("start_anchor", "start_anchor_pattern")
-            if key in template
-        }
-        # The reasoning detector: reasoning apart, the rest normal text, tool calls verbatim (the
-        # tool detector reads them from the normal text).
-        reasoning = every_field_optional(template, implicit_content=CONTENT_FIELD)
-        if TOOL_FIELD in fields:
-            reasoning["fields"][TOOL_FIELD] = verbatim_tool_field(fields[TOOL_FIELD])
-        self.reasoning = reasoning
-        self.reasoning_module = rtcompile.load(reasoning)
-        # The tool detector: calls, and everything else normal text.
-        self.tools = None
-        self.tools_module = None
-        if TOOL_FIELD in fields:
-            tool = {**copy.deepcopy(fields[TOOL_FIELD]), "optional": True}
-            self.tools = {**anchors, "fields": {_NORMAL: {}, TOOL_FIELD: tool}}
-            self.tools_module = rtcompile.load(self.tools)
-        self._template = copy.deepcopy(template)  # (the caller's may change later)
-        self._sglang_view: dict | None = None
+    def __init__(self, base: ServingPlan) -> None:
+        self.base = base
+        self.reasoning_field = reasoning_field_of(base)
+        self.reasoning = served_plan(base, tool_calls="verbatim")
+        self.tools: ServingPlan | None = None
+        if TOOL_FIELD in base.fields:
+            self.tools = base.derived(
+                "sglang.tool_detector", lambda plan: plan_for(_tool_detector_template(plan.template))
+            )
+
+    @classmethod
+    def of(cls, template: dict) -> "_Plans":
+        return plan_for(template).derived("sglang.plans", cls)
 
     @property
     def sglang_view(self) -> dict:
         """The copy SGLang's own classes read, made once (a deep copy per detector was most of
         what building one cost); raises ValueError if SGLang cannot read the template."""
-        if self._sglang_view is None:
-            self._sglang_view = _sglang_view(self._template)
-        return self._sglang_view
-
-
-_PLANS: dict[str, _Plans] = {}
-# The template objects seen last (id -> (the object, a copy as it was, its plans)): SGLang builds
-# two detectors per request from the tokenizer's one template, and serializing it to find its
-# plans took longer than the rest of building a detector. The copy catches a template changed
-# in place; holding the object keeps its id from being reused.
-_RECENT: dict[int, tuple[dict, dict, _Plans]] = {}
-_RECENT_LIMIT = 16
-
-
-def _plans_for(template: dict) -> _Plans:
-    recent = _RECENT.get(id(template))
-    if recent is not None and recent[0] is template and recent[1] == template:
-        return recent[2]
-    key = _key(template)
-    plans = _PLANS.get(key)
-    if plans is None:
-        plans = _PLANS.setdefault(key, _Plans(template))
-    if len(_RECENT) >= _RECENT_LIMIT:
-        _RECENT.clear()
-    _RECENT[id(template)] = (template, copy.deepcopy(template), plans)
-    return plans
+        return self.base.derived("sglang.view", lambda plan: _sglang_view(plan.template))
 
 
 def _tool_dicts(tools: Sequence[Any] | None) -> list[dict]:
@@ -230,6 +215,88 @@ class _KeptSignature:
 # ---- reasoning ----------------------------------------------------------------------------------
 
 
+class _ReasoningResults(Renderer):
+    """The serving core's operations as SGLang reasoning results: reasoning and normal text (content,
+    and tool calls with their delimiters for the tool detector) as they are written. Without
+    `stream_reasoning`, reasoning waits for its region's close; with `force_nonempty_content`,
+    reasoning the output leaves open comes back as normal text at the end."""
+
+    def __init__(self, reasoning_field: str | None, stream_reasoning: bool, force_nonempty: bool) -> None:
+        self.reasoning_field = reasoning_field
+        self.stream_reasoning = stream_reasoning
+        self.force_nonempty = force_nonempty
+        self.plain = stream_reasoning and not force_nonempty  # (results straight from the text)
+        self.reasoning: list[str] = []
+        self.normal: list[str] = []
+        self.closed = False  # a reasoning region closed in this chunk
+        self.at_end = False
+        self.pending_reasoning = ""  # stream_reasoning=False: sent when the region closes
+        self.open_reasoning = ""  # force_nonempty_content: reasoning left open is content
+
+    def text(self, key: str, text: str) -> None:
+        (self.reasoning if key == _REASONING else self.normal).append(text)
+
+    def call_started(self, index: int, name: str, template_id: str | None) -> None:
+        pass  # (no tool calls here: the tool detector reads them from the normal text)
+
+    def arguments(self, index: int, text: str) -> None:
+        pass
+
+    def region_closed(self, field: str) -> None:
+        if field == self.reasoning_field:
+            self.closed = True
+
+    def take(self) -> ReasoningStreamingParseResult:
+        reasoning, normal = "".join(self.reasoning), "".join(self.normal)
+        self.reasoning, self.normal = [], []
+        closed, self.closed = self.closed, False
+        if self.plain:
+            return _reasoning_pair(normal, reasoning)
+        if self.force_nonempty:
+            self.open_reasoning += reasoning
+        if not self.stream_reasoning:
+            self.pending_reasoning += reasoning
+            reasoning = ""
+            if closed:
+                reasoning, self.pending_reasoning = self.pending_reasoning, ""
+        if self.force_nonempty and closed:
+            unclosed, self.open_reasoning = self.open_reasoning, ""
+            if self.at_end:  # reasoning the output left open is returned as content, too
+                normal += unclosed
+                reasoning = ""
+        return _reasoning_pair(normal, reasoning)
+
+    def text_maker(self, key: str) -> Any:
+        if not self.plain:
+            return None
+        return _reasoning_result if key == _REASONING else _normal_result
+
+    def nothing(self) -> ReasoningStreamingParseResult:
+        return _normal_result("")
+
+
+class _Texts(Renderer):
+    """Text by key, for a one-shot parse (calls, if any, are the tool detector's)."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, list[str]] = {}
+
+    def text(self, key: str, text: str) -> None:
+        self.texts.setdefault(key, []).append(text)
+
+    def call_started(self, index: int, name: str, template_id: str | None) -> None:
+        pass
+
+    def arguments(self, index: int, text: str) -> None:
+        pass
+
+    def take(self) -> None:
+        return None
+
+    def joined(self, key: str) -> str:
+        return "".join(self.texts.get(key, ()))
+
+
 class RtcompileReasoningDetector(_KeptSignature, ResponseTemplateReasoningDetector):
     """`--reasoning-parser rtcompile`: reasoning apart from the normal text (content, and tool calls
     with their delimiters, for the tool detector), parsed by rtcompile."""
@@ -249,7 +316,7 @@ class RtcompileReasoningDetector(_KeptSignature, ResponseTemplateReasoningDetect
         template, self.template_origin = resolve_template(
             tokenizer, response_template, environment_variable=TEMPLATE_ENVIRONMENT_VARIABLE
         )
-        self.plans = _plans_for(template)  # validates and compiles now
+        self.plans = _Plans.of(template)  # validates and compiles now
         super().__init__(
             stream_reasoning=stream_reasoning,
             response_template=self.plans.sglang_view,
@@ -262,86 +329,41 @@ class RtcompileReasoningDetector(_KeptSignature, ResponseTemplateReasoningDetect
         )
         self.response_template = template
         self._rtc_prefix = prefix
-        self._stream = self._new_stream()
-        self._read_text = self._stream.read_text
-        self._pending_reasoning = ""  # stream_reasoning=False: sent when the region closes
-        self._open_reasoning = ""  # force_nonempty_content: reasoning left open is content
-        self._plain = self.stream_reasoning and not self._force_nonempty_content
-        # The common chunk, more text of the reasoning or the content, as it is written: its
-        # result straight from what the parser read (field -> the result for that text).
-        self._text_results: dict[str, Any] = {}
-        if self._plain:
-            self._text_results[CONTENT_FIELD] = _normal_result
-            if self.plans.reasoning_field is not None:
-                self._text_results[self.plans.reasoning_field] = _reasoning_result
+        self._results = _ReasoningResults(
+            self.plans.reasoning_field, self.stream_reasoning, self._force_nonempty_content
+        )
+        self._generation = self._new_generation(self._results)
+        self._feed = self._generation.feed
 
-    def _new_stream(self) -> TemplateStream:
+    def _new_generation(self, renderer: Renderer) -> Generation:
         plans = self.plans
         keys = {CONTENT_FIELD: _NORMAL}
         if plans.reasoning_field is not None:
             keys[plans.reasoning_field] = _REASONING
-        return TemplateStream(
+        return Generation(
             plans.reasoning,
+            renderer,
             prefix=self._rtc_prefix,
             text_keys=keys,
-            verbatim_keys=(
-                {TOOL_FIELD: _NORMAL} if TOOL_FIELD in plans.reasoning["fields"] else None
-            ),
-            module=plans.reasoning_module,
+            verbatim_keys={TOOL_FIELD: _NORMAL},
         )
 
     def detect_and_parse(self, text: str) -> ReasoningStreamingParseResult:
-        stream = self._new_stream()
-        routed = [stream.from_prefix(), stream.feed(text), stream.finish()]
-        reasoning = "".join(r.text.get(_REASONING, "") for r in routed)
-        normal = "".join(r.text.get(_NORMAL, "") for r in routed)
+        texts = _Texts()
+        generation = self._new_generation(texts)
+        generation.feed(text)
+        generation.finish()
+        reasoning, normal = texts.joined(_REASONING), texts.joined(_NORMAL)
         if self._force_nonempty_content and not normal:
             normal, reasoning = reasoning, ""
         return ReasoningStreamingParseResult(normal_text=normal, reasoning_text=reasoning)
 
     def parse_streaming_increment(self, new_text: str) -> ReasoningStreamingParseResult:
-        stream = self._stream  # (TemplateStream.feed_text, its first step taken here)
-        taken = self._read_text(new_text) if stream.reads_text_first else None
-        if taken is None:
-            routed = stream.feed_unread(new_text)
-        else:
-            result = self._text_results.get(taken[0])
-            if result is not None:
-                return result(taken[1])
-            routed = stream.after_read(new_text, taken)
-        if type(routed) is tuple:  # more text of one field
-            if self._plain:  # the common case: text as it is written
-                key, text = routed
-                if key == _REASONING:
-                    return _reasoning_result(text)
-                return _normal_result(text if key == _NORMAL else "")
-            routed = Routed({routed[0]: routed[1]}) if routed[1] else Routed()
-        if self._plain and not routed.closed:
-            text = routed.text
-            return ReasoningStreamingParseResult(text.get(_NORMAL), text.get(_REASONING))
-        return self._result(routed, at_end=False)
+        return self._feed(new_text)
 
     def finish(self) -> ReasoningStreamingParseResult:
-        return self._result(self._stream.finish(), at_end=True)
-
-    def _result(self, routed, *, at_end: bool) -> ReasoningStreamingParseResult:
-        reasoning = routed.text.get(_REASONING, "")
-        field = self.plans.reasoning_field
-        closed = field is not None and field in routed.closed
-        if self._force_nonempty_content:
-            self._open_reasoning += reasoning
-        if not self.stream_reasoning:
-            self._pending_reasoning += reasoning
-            reasoning = ""
-            if closed:
-                reasoning, self._pending_reasoning = self._pending_reasoning, ""
-        normal = routed.text.get(_NORMAL, "")
-        if self._force_nonempty_content and closed:
-            unclosed, self._open_reasoning = self._open_reasoning, ""
-            if at_end:  # reasoning the output left open is returned as content, too
-                normal += unclosed
-                reasoning = ""
-        return ReasoningStreamingParseResult(normal_text=normal, reasoning_text=reasoning)
+        self._results.at_end = True
+        return self._generation.finish()
 
 
 def _reasoning_result_factories() -> tuple[Any, Any]:
@@ -381,6 +403,11 @@ def _reasoning_result_factories() -> tuple[Any, Any]:
 
 
 _reasoning_result, _normal_result = _reasoning_result_factories()
+
+
+def _reasoning_pair(normal: str, reasoning: str) -> ReasoningStreamingParseResult:
+    """A result with both texts (SGLang's constructor; not the hot path)."""
+    return ReasoningStreamingParseResult(normal_text=normal, reasoning_text=reasoning)
 
 
 # ---- tool calls ---------------------------------------------------------------------------------
@@ -464,6 +491,116 @@ _calls_result = _unvalidated_builder(
 )
 
 
+class _ToolResults(Renderer):
+    """The serving core's operations as SGLang tool-call results, keeping SGLang's serving
+    bookkeeping on the detector (`prev_tool_call_arr`, `streamed_args_for_tool`,
+    `incomplete_tool_call_indices`, `current_tool_id`, `current_tool_name_sent`), so that its
+    serving finds nothing left to send at the end. A call to a function not in the request's tools
+    is dropped, with its arguments, as SGLang drops it (unless SGLANG_FORWARD_UNKNOWN_TOOLS)."""
+
+    def __init__(self, detector: "RtcompileToolDetector", tool_indices: Any) -> None:
+        self.detector = weakref.proxy(detector)  # (the detector holds the generation, which holds this)
+        self.tool_indices = tool_indices
+        self.normal: list[str] = []
+        self.items: list[ToolCallItem] = []
+        self.calls = False  # a call operation came: the result carries calls
+        self.slots: dict[int, int | None] = {}  # the core's call index -> tool_index (None: dropped)
+
+    def text(self, key: str, text: str) -> None:
+        self.normal.append(text)
+
+    def call_started(self, index: int, name: str, template_id: str | None) -> None:
+        self.calls = True
+        detector = self.detector
+        if name not in self.tool_indices and not envs.SGLANG_FORWARD_UNKNOWN_TOOLS.get():
+            logger.warning("Model attempted to call undefined function: %s", name)
+            self.slots[index] = None
+            return
+        slot = self.slots[index] = len(detector.prev_tool_call_arr)
+        detector.prev_tool_call_arr.append({"name": name, "arguments": ""})
+        detector.streamed_args_for_tool.append("")
+        detector.incomplete_tool_call_indices.add(slot)
+        detector.current_tool_id = slot
+        detector.current_tool_name_sent = True
+        self.items.append(_call_item(slot, name, ""))
+
+    def arguments(self, index: int, text: str) -> None:
+        slot = self.slots.get(index)
+        if slot is None:
+            return
+        self.calls = True
+        self.detector.streamed_args_for_tool[slot] += text
+        items = self.items
+        if items and items[-1].tool_index == slot:
+            items[-1].parameters += text
+        else:
+            items.append(_call_item(slot, None, text))
+
+    def call_done(self, index: int) -> None:
+        """Its arguments as SGLang's serving reads them at the end of the stream (it sends whatever
+        of `json.dumps(arguments)` was not streamed yet)."""
+        slot = self.slots.get(index)
+        if slot is None:
+            return
+        detector = self.detector
+        try:
+            detector.prev_tool_call_arr[slot]["arguments"] = json.loads(detector.streamed_args_for_tool[slot])
+        except ValueError:
+            return
+        detector.incomplete_tool_call_indices.discard(slot)
+
+    def region_failed(self, field: str, raw: str, error: str, key: str, calls: list[int]) -> None:
+        self.calls = True  # (announced, then its region failed: those calls stay incomplete)
+
+    def region_closed(self, field: str) -> None:
+        if field == TOOL_FIELD:
+            self.calls = True
+            detector = self.detector
+            detector.current_tool_id = len(detector.prev_tool_call_arr)
+            detector.current_tool_name_sent = False
+
+    def take(self) -> ToolStreamingParseResult:
+        normal = "".join(self.normal) if self.normal else ""
+        self.normal = []
+        if not self.calls:  # text, or nothing
+            return _text_result(normal)
+        items, self.items, self.calls = self.items, [], False
+        return _calls_result(normal, items)
+
+    def text_maker(self, key: str) -> Any:
+        return _text_result
+
+    def nothing(self) -> ToolStreamingParseResult:
+        return _text_result("")
+
+
+class _CallsOnce(Renderer):
+    """Normal text and whole calls of a one-shot parse (the detector's bookkeeping untouched)."""
+
+    def __init__(self, accepted: Any) -> None:
+        self.accepted = accepted
+        self.normal: list[str] = []
+        self.calls: list[ToolCallItem] = []
+        self.slots: dict[int, int | None] = {}
+
+    def text(self, key: str, text: str) -> None:
+        self.normal.append(text)
+
+    def call_started(self, index: int, name: str, template_id: str | None) -> None:
+        keep = self.accepted(name)
+        self.slots[index] = len(self.calls) if keep else None
+        if keep:
+            self.calls.append(ToolCallItem(tool_index=len(self.calls), name=name, parameters=""))
+
+    def arguments(self, index: int, text: str) -> None:
+        slot = self.slots.get(index)
+        if slot is not None:
+            self.calls[slot].parameters += text
+
+    def take(self) -> None:
+        return None
+
+
 class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
     """`--tool-call-parser rtcompile`: tool calls out of the normal text, parsed by rtcompile; a
     call's name as soon as it is known, its arguments as they are written."""
@@ -479,7 +616,7 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
         template, self.template_origin = resolve_template(
             tokenizer, response_template, environment_variable=TEMPLATE_ENVIRONMENT_VARIABLE
         )
-        self.plans = _plans_for(template)
+        self.plans = _Plans.of(template)
         if self.plans.tools is None:
             raise ValueError(f"response_template has no {TOOL_FIELD!r} field")
         super().__init__(
@@ -490,84 +627,52 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
         )
         self.response_template = template
         self._rtc_prefix = prefix
-        self._stream: TemplateStream | None = None
-        self._call_slots: dict[int, int | None] = {}  # rtcompile's call index -> tool_index
-        self._failed_slots: set[int | None] = set()  # announced calls whose region failed
+        self._generation: Generation | None = None
         self.prev_tool_call_arr = []
         self.streamed_args_for_tool = []
 
-    def _new_stream(self, tools: Sequence[Any] | None) -> TemplateStream:
-        return TemplateStream(
+    def _new_generation(self, tools: Sequence[Any] | None, renderer: Renderer) -> Generation:
+        return Generation(
             self.plans.tools,
+            renderer,
             prefix=self._rtc_prefix,
             tools=_tool_dicts(tools),
             text_keys={_NORMAL: _NORMAL},
             tool_field=TOOL_FIELD,
             failed_key=_NORMAL,
-            module=self.plans.tools_module,
         )
 
     def has_tool_call(self, text: str) -> bool:
-        parser = self.plans.tools_module.ResponseParser(self._rtc_prefix, errors="keep")
+        parser = self.plans.tools.parser_class(self._rtc_prefix, errors="keep")
         events = parser.initial_events + parser.feed(text) + parser.finalize()[1]
         return any(e["type"] == "region_open" and e["field"] == TOOL_FIELD for e in events)
 
     def detect_and_parse(self, text: str, tools: list) -> ToolStreamingParseResult:
-        stream = self._new_stream(tools)
-        accepted = self._accepted_names(tools)
-        calls: dict[int, ToolCallItem] = {}
-        slots: dict[int, int | None] = {}
-        normal = []
-        for routed in (stream.from_prefix(), stream.feed(text), stream.finish()):
-            normal.append(routed.text.get(_NORMAL, ""))
-            for entry in routed.calls:
-                if "name" in entry:
-                    keep = accepted(entry["name"])
-                    slots[entry["index"]] = len(calls) if keep else None
-                    if keep:
-                        calls[len(calls)] = ToolCallItem(
-                            tool_index=len(calls), name=entry["name"], parameters=""
-                        )
-                slot = slots.get(entry["index"])
-                if slot is not None:
-                    calls[slot].parameters += entry["arguments"]
-        return ToolStreamingParseResult(normal_text="".join(normal), calls=list(calls.values()))
+        calls = _CallsOnce(self._accepted_names(tools))
+        generation = self._new_generation(tools, calls)
+        generation.feed(text)
+        generation.finish()
+        return ToolStreamingParseResult(normal_text="".join(calls.normal), calls=calls.calls)
 
-    def _start(self, tools: list, routed_first: Any) -> ToolStreamingParseResult:
-        """The stream, made on the first chunk (or at the end, if none came), with the tools
-        SGLang passes then; what the prefix gave, then `routed_first(stream)`."""
-        self._stream = self._new_stream(tools)
-        self._read_text = self._stream.read_text
+    def _start(self, tools: list) -> Generation:
+        """The generation, made on the first chunk (or at the end, if none came), with the tools
+        SGLang passes then."""
         self._tool_indices = self._get_tool_indices(tools)
-        initial = self._stream.from_prefix()
-        if not initial.calls:  # (the usual prefix: it left no call open)
-            return self._emit(routed_first(self._stream))
-        first = self._emit(initial)
-        rest = self._emit(routed_first(self._stream))
-        return ToolStreamingParseResult(
-            normal_text=first.normal_text + rest.normal_text, calls=first.calls + rest.calls
-        )
+        generation = self._generation = self._new_generation(tools, _ToolResults(self, self._tool_indices))
+        self._feed = generation.feed
+        return generation
 
     def parse_streaming_increment(self, new_text: str, tools: list) -> ToolStreamingParseResult:
-        if self._stream is None:
-            return self._start(tools, lambda stream: stream.feed(new_text))
-        stream = self._stream  # (TemplateStream.feed_text, its first step taken here)
-        taken = self._read_text(new_text) if stream.reads_text_first else None
-        if taken is None:
-            routed = stream.feed_unread(new_text)
-        elif taken[0] == _NORMAL:  # more normal text (the tools plan's field is named so)
-            return _text_result(taken[1])
-        else:
-            routed = stream.after_read(new_text, taken)
-        if type(routed) is tuple:  # more text of one field: normal text, or nothing to send
-            key, text = routed
-            return _text_result(text if key == _NORMAL else "")
-        return self._emit(routed)
+        if self._generation is None:
+            generation = self._start(tools)
+            return _joined(generation.initial, generation.feed(new_text))
+        return self._feed(new_text)
 
     def finish(self, tools: list) -> ToolStreamingParseResult:
-        if self._stream is None:  # nothing was streamed: the prefix alone, then the end
-            return self._start(tools, TemplateStream.finish)
-        return self._emit(self._stream.finish())
+        if self._generation is None:  # nothing was streamed: the prefix alone, then the end
+            generation = self._start(tools)
+            return _joined(generation.initial, generation.finish())
+        return self._generation.finish()
 
     def _accepted_names(self, tools: list):
         indices = self._get_tool_indices(tools)
@@ -581,56 +686,14 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
 
         return accepted
 
-    def _emit(self, routed) -> ToolStreamingParseResult:
-        if not routed.calls and not routed.failed and not routed.closed:  # text, or nothing
-            return _text_result(routed.text.get(_NORMAL, ""))
-        items: list[ToolCallItem] = []
-        slots = self._call_slots
-        for entry in routed.calls:
-            index = entry["index"]
-            if "name" in entry:
-                name = entry["name"]
-                if name in self._tool_indices or envs.SGLANG_FORWARD_UNKNOWN_TOOLS.get():
-                    slot = slots[index] = len(self.prev_tool_call_arr)
-                    self.prev_tool_call_arr.append({"name": name, "arguments": ""})
-                    self.streamed_args_for_tool.append(entry["arguments"])
-                    self.incomplete_tool_call_indices.add(slot)
-                    self.current_tool_id = slot
-                    self.current_tool_name_sent = True
-                    items.append(_call_item(slot, name, entry["arguments"]))
-                else:
-                    logger.warning("Model attempted to call undefined function: %s", name)
-                    slots[index] = None
-                continue
-            slot = slots.get(index)
-            if slot is None:
-                continue
-            self.streamed_args_for_tool[slot] += entry["arguments"]
-            if items and items[-1].tool_index == slot:
-                items[-1].parameters += entry["arguments"]
-            else:
-                items.append(_call_item(slot, None, entry["arguments"]))
-        if routed.failed:
-            self._failed_slots.update(slots.get(index) for index in routed.failed)
-        if TOOL_FIELD in routed.closed:
-            self._complete_calls()
-        return _calls_result(routed.text.get(_NORMAL, ""), items)
 
-    def _complete_calls(self) -> None:
-        """Calls whose region closed: their arguments as SGLang's serving reads them at the end of
-        the stream (it sends whatever of `json.dumps(arguments)` was not streamed yet)."""
-        for slot in list(self.incomplete_tool_call_indices):
-            if slot in self._failed_slots:
-                continue  # announced, then its region failed: it stays incomplete
-            try:
-                self.prev_tool_call_arr[slot]["arguments"] = json.loads(
-                    self.streamed_args_for_tool[slot]
-                )
-            except ValueError:
-                continue
-            self.incomplete_tool_call_indices.discard(slot)
-        self.current_tool_id = len(self.prev_tool_call_arr)
-        self.current_tool_name_sent = False
+def _joined(first: ToolStreamingParseResult, second: ToolStreamingParseResult) -> ToolStreamingParseResult:
+    """What the prompt gave (a call it left open) and the first chunk's result, as one."""
+    if not first.calls and not first.normal_text:
+        return second
+    return ToolStreamingParseResult(
+        normal_text=first.normal_text + second.normal_text, calls=first.calls + second.calls
+    )
 
 
 register()

@@ -36,7 +36,7 @@ from openai.types.chat import ChatCompletionChunk
 
 import rtcompile
 from rtcompile.library import template_for, template_names
-from rtcompile.integrations import openai_stream
+from rtcompile.integrations.serving import arguments, calls
 from rtcompile.runtime import RegionParseError
 from rtcompile.integrations.openai_stream import (
     OpenAIStream,
@@ -1549,6 +1549,55 @@ def test_greedy_tag_patterns_wait_for_the_close():
     assert run.adapter.divergences == []
 
 
+# A prompt that ends inside a possible delimiter: gemma4's reasoning opens with "<|channel>".
+HELD_PREFIX = "<|turn>model\n<|chan"
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [["nel"], ["nel", " is open", "<turn|>"], ["n", "el is open<turn|>"], list("nel is open<turn|>")],
+)
+def test_prompt_text_held_back_at_the_prompts_end_is_not_sent_as_output(chunks):
+    """The parser holds the prompt's "<|chan" back (it may start a delimiter); the output shows it
+    starts none, and the parser reports it as content with the output's text. It is the prompt's:
+    the deltas carry only what the model wrote."""
+    parser = rtcompile.ResponseParser(template_for("gemma4"), HELD_PREFIX, errors="keep")
+    assert parser.unread_text == "<|chan"
+    adapter = OpenAIStream(parser, seed=0)
+    deltas = list(adapter.initial_deltas)
+    for chunk in chunks:
+        deltas += adapter.feed(chunk)
+    deltas += adapter.finish()
+    written = "".join(chunks).removesuffix("<turn|>")
+    assert accumulate_deltas(deltas) == {"role": "assistant", "content": written}
+    assert adapter.message["content"] == "<|chan" + written  # (the parser's message has it)
+    assert adapter.divergences == []
+
+
+def test_output_like_the_held_prompt_text_after_a_silent_close_is_sent():
+    """deepseek_v3_1's prompt ends in "</think>", held back (it closes content, whose region never
+    opened: a close that reports nothing); output that begins like it is the model's and is sent."""
+    parser = rtcompile.ResponseParser(template_for("deepseek_v3_1"), "<｜Assistant｜></think>")
+    assert parser.unread_text == "</think>"
+    run_deltas = OpenAIStream(parser, seed=0)
+    deltas = run_deltas.feed("</think <｜end▁of▁sentence｜>") + run_deltas.finish()
+    assert accumulate_deltas(deltas)["content"] == "</think" == run_deltas.message["content"]
+
+
+def test_prompt_text_held_back_that_the_output_completes_is_a_delimiter():
+    parser = rtcompile.ResponseParser(template_for("gemma4"), HELD_PREFIX, errors="keep")
+    adapter = OpenAIStream(parser, seed=0)
+    deltas = list(adapter.initial_deltas)
+    for chunk in ["nel>", "thought\nplan", "<channel|>", "Answer"]:
+        deltas += adapter.feed(chunk)
+    deltas += adapter.finish()
+    assert accumulate_deltas(deltas) == {
+        "role": "assistant",
+        "reasoning_content": "plan",
+        "content": "Answer",
+    }
+
+
 def test_truncated_call_finishes_with_length_valid_json_and_the_raw_text():
     template = template_for("qwen3")
     text = 'Checking.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3, "unit": "cel'
@@ -1672,14 +1721,14 @@ def test_json_arguments_are_parsed_once_each(monkeypatch):
     arguments = {f"k{i}": "x" * 50 + '\\"}{' * 5 for i in range(200)}
     body = json.dumps({"name": "f", "arguments": arguments})
     counters = []
-    real_init = openai_stream._ToolField.__init__
+    real_init = calls.ToolRegion.__init__
 
     def counting_init(self, *args, **kwargs):
         real_init(self, *args, **kwargs)
-        self.json_parser = _Counting(self.json_parser)
-        counters.append(self.json_parser)
+        self.parse_json = _Counting(self.parse_json)
+        counters.append(self.parse_json)
 
-    monkeypatch.setattr(openai_stream._ToolField, "__init__", counting_init)
+    monkeypatch.setattr(calls.ToolRegion, "__init__", counting_init)
     run = run_stream(template, "", list("<tool_call>" + body + "</tool_call>"))
     assert (
         json.loads(accumulate_deltas(run.deltas)["tool_calls"][0]["function"]["arguments"])
@@ -1694,14 +1743,14 @@ def test_xml_arguments_are_searched_a_bounded_number_of_times(monkeypatch):
     body = "".join(f"<parameter=k{i}>\n{value}\n</parameter>\n" for i in range(30))
     text = "<tool_call>\n<function=f>\n" + body + "</function>\n</tool_call>"
     patterns = []
-    real_init = openai_stream._TagArgs.__init__
+    real_init = arguments.TagArguments.__init__
 
     def counting_init(self, *args, **kwargs):
         real_init(self, *args, **kwargs)
         self.pattern = _Counting(self.pattern)
         patterns.append(self.pattern)
 
-    monkeypatch.setattr(openai_stream._TagArgs, "__init__", counting_init)
+    monkeypatch.setattr(arguments.TagArguments, "__init__", counting_init)
     run = run_stream(template, "", list(text))
     assert (
         len(json.loads(accumulate_deltas(run.deltas)["tool_calls"][0]["function"]["arguments"]))
@@ -1751,14 +1800,10 @@ _JSON_VALUES = st.recursive(
 def test_arguments_are_encoded_as_json_dumps_encodes_them(value):
     """The encoder the deltas' arguments are written with (built once, no per-value set-up) writes
     exactly what json.dumps(..., ensure_ascii=False) writes, NaN and non-string keys included."""
-    from rtcompile.integrations import openai_stream
-
-    assert openai_stream._to_json.__name__ == "to_json"  # (the kept C encoder was chosen)
-    assert openai_stream._to_json(value) == json.dumps(value, ensure_ascii=False)
+    assert arguments.to_json.__name__ == "to_json"  # (the kept C encoder was chosen)
+    assert arguments.to_json(value) == json.dumps(value, ensure_ascii=False)
 
 
 def test_arguments_that_are_not_json_data_fail_as_json_dumps_fails():
-    from rtcompile.integrations import openai_stream
-
     with pytest.raises(TypeError):
-        openai_stream._to_json({"a": object()})
+        arguments.to_json({"a": object()})

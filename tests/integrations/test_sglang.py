@@ -568,6 +568,63 @@ def test_a_malformed_call_keeps_its_text_and_later_calls_still_parse():
     )
 
 
+# A prompt that ends inside a possible delimiter: gemma4's reasoning opens with "<|channel>".
+HELD_PREFIX = "<|turn>model\n<|chan"
+
+
+@pytest.mark.parametrize("chunks", [["nel", " is open", "<turn|>"], list("nel is open<turn|>")])
+def test_prompt_text_held_back_at_the_prompts_end_is_not_sent_as_output(chunks):
+    """The parser holds the prompt's "<|chan" back (it may start a delimiter); the output shows it
+    starts none, and the parser reports it as content with the output's text. It is the prompt's:
+    the results carry only what the model wrote, through either detector, streamed and whole."""
+    tokenizer = Tokenizer(template_for("gemma4"))
+    text = "".join(chunks)
+    assert reasoning_streamed("rtcompile", tokenizer, HELD_PREFIX, chunks) == ("", "nel is open")
+    assert reasoning_whole("rtcompile", tokenizer, HELD_PREFIX, text) == ("", "nel is open")
+    # the tool detector, alone, reads the whole output (the content's closer is normal text to it)
+    tools = sglang_tools(WEATHER)
+    expected = ("nel is open<turn|>", [])
+    assert tools_streamed("rtcompile", tools, tokenizer, HELD_PREFIX, chunks) == expected
+    assert tools_whole("rtcompile", tools, tokenizer, HELD_PREFIX, text) == expected
+    # completed by the output, it is a delimiter
+    chunks = ["nel>", "thought\nplan", "<channel|>", "Answer<turn|>"]
+    assert reasoning_streamed("rtcompile", tokenizer, HELD_PREFIX, chunks) == ("plan", "Answer")
+
+
+def harmony_channels() -> dict:
+    """gpt-oss with its analysis channel repeating, joined: harmony writes an analysis message per
+    step (between tool calls, say), and the message's reasoning is all of them."""
+    template = json.loads(json.dumps(template_for("gpt_oss")))
+    template["fields"]["reasoning_content"].update(repeats=True, join="\n\n")
+    return template
+
+
+HARMONY_PREFIX = "<|start|>assistant"
+HARMONY_TEXT = (
+    "<|channel|>analysis<|message|>First step.<|end|><|start|>assistant"
+    "<|channel|>analysis<|message|>Second step.<|end|><|start|>assistant"
+    "<|channel|>final<|message|>Done.<|return|>"
+)
+
+
+def test_a_reasoning_field_that_repeats_with_join_is_served():
+    """SGLang's own classes refuse a reasoning or content field with `join`; the detectors serve it:
+    each region's text as the model wrote it, the join string between two regions, as the message
+    joins them (SGLang's auxiliary methods read a copy with the field as plain text)."""
+    template = harmony_channels()
+    assert not sglang_accepts(thinking_copy(template))
+    message = rtcompile.parse_response(HARMONY_TEXT, template, prefix=HARMONY_PREFIX)
+    expected = (message["reasoning_content"], message["content"])
+    assert expected == ("First step.\n\nSecond step.", "Done.")
+    tokenizer = Tokenizer(template)
+    assert reasoning_whole("rtcompile", tokenizer, HARMONY_PREFIX, HARMONY_TEXT) == expected
+    for size in (1, 5, len(HARMONY_TEXT)):
+        chunks = [HARMONY_TEXT[i : i + size] for i in range(0, len(HARMONY_TEXT), size)]
+        assert reasoning_streamed("rtcompile", tokenizer, HARMONY_PREFIX, chunks) == expected
+    detector = ReasoningParser("rtcompile", tokenizer=tokenizer, prefix=HARMONY_PREFIX).detector
+    assert detector.think_start_token == "<|channel|>analysis<|message|>"
+
+
 def test_reasoning_waits_for_its_close_without_stream_reasoning():
     template = template_for("qwen3")
     parser = ReasoningParser(

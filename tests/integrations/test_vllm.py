@@ -654,7 +654,7 @@ def test_tool_choice_none_keeps_no_more_text_than_tool_parsing_does():
         if "tool_calls" not in template["fields"]:
             continue
         parsing, passing = plugin._plan_for(template, True), plugin._plan_for(template, False)
-        assert passing.module.ResponseParser.CONTEXT == parsing.module.ResponseParser.CONTEXT, name
+        assert passing.parser_class.CONTEXT == parsing.parser_class.CONTEXT, name
         checked += 1
     assert checked >= 20
 
@@ -758,6 +758,72 @@ def test_a_broken_call_loses_nothing_and_the_stream_stays_valid(text, kept):
             assert isinstance(json.loads(call["arguments"]), dict)
         message = official_client(deltas, WEATHER)
         assert kept in message.content
+
+
+# A prompt that ends inside a possible delimiter: gemma4's reasoning opens with "<|channel>".
+HELD_PREFIX = "<|turn>model\n<|chan"
+
+
+@pytest.mark.parametrize("chunks", [["nel", " is open", "<turn|>"], list("nel is open<turn|>")])
+def test_prompt_text_held_back_at_the_prompts_end_is_not_sent_as_output(chunks):
+    """The parser holds the prompt's "<|chan" back (it may start a delimiter); the output shows it
+    starts none, and the parser reports it as content with the output's text. It is the prompt's:
+    the deltas carry only what the model wrote, streamed and whole."""
+    tokenizer = ChunkTokenizer(template_for("gemma4"))
+    cls = composed(RtcompileParser, tokenizer, name="rtcompile")
+    view = accumulated(stream(cls(tokenizer), tokenizer, HELD_PREFIX, chunks, request_for(None)))
+    assert view == {"reasoning": "", "content": "nel is open", "calls": []}
+    assert whole(cls(tokenizer), tokenizer, HELD_PREFIX, "".join(chunks), request_for(None)) == view
+    # completed by the output, it is a delimiter
+    chunks = ["nel>", "thought\nplan", "<channel|>", "Answer<turn|>"]
+    view = accumulated(stream(cls(tokenizer), tokenizer, HELD_PREFIX, chunks, request_for(None)))
+    assert view == {"reasoning": "plan", "content": "Answer", "calls": []}
+
+
+def test_a_request_chat_template_is_warned_about_once(monkeypatch):
+    """As vLLM's own class warns (`warning_once`): the response template may no longer match."""
+    from rtcompile.integrations.vllm import parser as plugin
+
+    warnings = []
+    monkeypatch.setattr(plugin.logger, "warning_once", warnings.append)
+    parser, _ = qwen3_parser()
+    parser.adjust_request(request_for(WEATHER))
+    assert warnings == []
+    parser.adjust_request(request_for(WEATHER, chat_template="{{ messages }}"))
+    assert len(warnings) == 1 and "response template" in warnings[0]
+
+
+def harmony_channels() -> dict:
+    """gpt-oss with its analysis channel repeating, joined: harmony writes an analysis message per
+    step (between tool calls, say), and the message's reasoning is all of them."""
+    template = json.loads(json.dumps(template_for("gpt_oss")))
+    template["fields"]["reasoning_content"].update(repeats=True, join="\n\n")
+    return template
+
+
+HARMONY_PREFIX = "<|start|>assistant"
+HARMONY_TEXT = (
+    "<|channel|>analysis<|message|>First step.<|end|><|start|>assistant"
+    "<|channel|>analysis<|message|>Second step.<|end|><|start|>assistant"
+    "<|channel|>final<|message|>Done.<|return|>"
+)
+
+
+def test_a_reasoning_field_that_repeats_with_join_is_served():
+    """vLLM's class refuses a reasoning or content field with `join`; rtcompile serves it: each
+    region's text as the model wrote it, the join string between two regions, as the message
+    joins them."""
+    template = harmony_channels()
+    assert not vllm_accepts(thinking_copy(template))
+    message = rtcompile.parse_response(HARMONY_TEXT, template, prefix=HARMONY_PREFIX)
+    expected = {"reasoning": message["reasoning_content"], "content": message["content"], "calls": []}
+    assert expected["reasoning"] == "First step.\n\nSecond step."
+    tokenizer = ChunkTokenizer(template)
+    cls = composed(RtcompileParser, tokenizer, name="rtcompile")
+    for size in (1, 5, len(HARMONY_TEXT)):
+        chunks = [HARMONY_TEXT[i : i + size] for i in range(0, len(HARMONY_TEXT), size)]
+        assert accumulated(stream(cls(tokenizer), tokenizer, HARMONY_PREFIX, chunks, request_for(None))) == expected
+    assert whole(cls(tokenizer), tokenizer, HARMONY_PREFIX, HARMONY_TEXT, request_for(None)) == expected
 
 
 def test_a_stream_with_no_output_sends_nothing():

@@ -19,10 +19,10 @@ client.
 
 Streaming (`parse_delta`): reasoning and content deltas as the model writes them; a tool call's
 name (with its id, by vLLM's id policy for the request) as soon as the parser knows it, and its
-arguments as JSON fragments while the model writes them: `rtcompile.integrations.openai_stream`'s
-`OpenAIStream` contract (the fragments of one call concatenate to JSON that loads to that call's
-arguments), sent as vLLM's own `DeltaMessage` / `DeltaToolCall`. `parse` gives the same results as
-the stream, accumulated.
+arguments as JSON fragments while the model writes them (the fragments of one call concatenate to
+JSON that loads to that call's arguments), sent as vLLM's own `DeltaMessage` / `DeltaToolCall`.
+The generation runs on rtcompile's serving core (`rtcompile.integrations.serving`); `_DeltaMessages`
+renders its operations. `parse` gives the same results as the stream, accumulated.
 
 Where this differs from vLLM's class by design (README, "vLLM"):
 - vLLM sends each call whole when its region closes; here the name and the arguments go out
@@ -37,9 +37,6 @@ Where this differs from vLLM's class by design (README, "vLLM"):
 
 from __future__ import annotations
 
-import copy
-import json
-import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +49,7 @@ from vllm.entrypoints.generate.base.protocol import (
 )
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionNamedToolChoiceParam
 from vllm.exceptions import VLLMValidationError
+from vllm.logger import init_logger
 from vllm.parser.abstract_parser import Parser
 from vllm.parser.response_template import (
     ResponseTemplateReasoningParser,
@@ -61,21 +59,17 @@ from vllm.reasoning.abs_reasoning_parsers import ReasoningParser
 from vllm.renderers.chat_utils import make_tool_call_id
 from vllm.tool_parsers.utils import iter_response_function_tool_dicts
 
-import rtcompile
-from rtcompile.integrations.openai_stream import OpenAIStream
+from rtcompile.integrations.serving import Generation, Renderer, ServingPlan
 from rtcompile.integrations.serving_common import (
     CONTENT_FIELD,
-    OPENER_GROUP,
     TOOL_FIELD,
-    RecordingParser,
-    closers_ending_in_anchor,
     has_opener,
-    last_boundary,
     literals,
+    plan_for,
     pydantic_slot_setters,
+    reasoning_field_of,
     same_as_validated,
-    served_fields,
-    verbatim_tool_field,
+    served_plan,
 )
 from rtcompile.integrations.serving_common import resolve_template as shared_resolve_template
 
@@ -83,7 +77,8 @@ if TYPE_CHECKING:
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
 
-logger = logging.getLogger(__name__)
+# vLLM's logger: `warning_once` is what vLLM's own response-template parser warns with.
+logger = init_logger(__name__)
 
 __all__ = [
     "RtcompileParser",
@@ -114,61 +109,27 @@ def resolve_template(
     )
 
 
-class _Plan:
-    """What one template (and one tool-parsing mode) needs at parse time: the compiled module of
-    the template as served, and the names of its fields. Built once per template and mode."""
-
-    def __init__(self, template: dict, parse_tools: bool):
-        self.reasoning_field = served_fields(template)
-        self.has_tools = TOOL_FIELD in template["fields"]
-        self.served = _served_template(template, parse_tools)
-        # tool parsing off: the tool-call field's text goes out as content, with its delimiters:
-        # (opener, closer) where literal, "" where a pattern (see _Generation._pass_through)
-        self.passthrough: tuple[str, str] | None = None
-        if not parse_tools and TOOL_FIELD in self.served["fields"]:
-            spec = self.served["fields"][TOOL_FIELD]
-            self.passthrough = tuple(  # type: ignore[assignment]
-                spec[key] if isinstance(spec.get(key), str) else "" for key in ("open", "close")
-            )
-        self.module = rtcompile.load(self.served)
-        fields = self.served["fields"]
-        self.reasoning_spec = fields.get(self.reasoning_field) if self.reasoning_field else None
-        self.open_fields = {name for name, spec in fields.items() if has_opener(spec)}
-        # (vLLM completes such closers the same way)
-        self.closers_ending_in_anchor = closers_ending_in_anchor(self.served)
+def _plan_for(template: dict, parse_tools: bool) -> ServingPlan:
+    """The serving plan of `template` as vLLM's chat serving parses with it: tool calls parsed, or
+    (tool parsing off) passed on as content with their delimiters. Checks the fields once."""
+    base = plan_for(template)
+    reasoning_field_of(base)  # (fields no client would see are refused)
+    return served_plan(base, tool_calls="parse" if parse_tools else "verbatim")
 
 
-def _served_template(template: dict, parse_tools: bool) -> dict:
-    """The template as a server parses it: with tool parsing off, the tool-call field as plain
-    text (`verbatim_tool_field`); every field optional (a response need not write any field); a
-    content field for the text outside every region when all fields have openers, as vLLM adds it.
-    The template itself when nothing changes, so bundled templates keep their checked-in parsers."""
-    fields = template["fields"]
-    plain_tools = not parse_tools and TOOL_FIELD in fields
-    add_content = CONTENT_FIELD not in fields and all(has_opener(f) for f in fields.values() if isinstance(f, dict))
-    required = [name for name, f in fields.items() if isinstance(f, dict) and f.get("optional") is False]
-    if not (plain_tools or add_content or required):
-        return template
-    served = copy.deepcopy(template)
-    if plain_tools:
-        served["fields"][TOOL_FIELD] = verbatim_tool_field(served["fields"][TOOL_FIELD])
-    if add_content:
-        served["fields"][CONTENT_FIELD] = {}
-    for name in required:
-        if name in served["fields"]:
-            served["fields"][name]["optional"] = True
-    return served
+class _Reasoning:
+    """What vLLM's reasoning hooks read of a served plan: the reasoning field, its spec, and the
+    fields with openers (made once per plan)."""
 
+    def __init__(self, plan: ServingPlan):
+        self.plan = plan
+        self.field = reasoning_field_of(plan)
+        self.spec = plan.fields.get(self.field) if self.field else None
+        self.open_fields = {name for name, spec in plan.fields.items() if has_opener(spec)}
 
-_PLANS: dict[tuple[str, bool], _Plan] = {}
-
-
-def _plan_for(template: dict, parse_tools: bool) -> _Plan:
-    key = (json.dumps(template, sort_keys=True, ensure_ascii=False, default=repr), parse_tools)
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _PLANS.setdefault(key, _Plan(template, parse_tools))
-    return plan
+    @classmethod
+    def of(cls, plan: ServingPlan) -> "_Reasoning":
+        return plan.derived("vllm.reasoning", cls)
 
 
 # ---- requests -------------------------------------------------------------------------------------
@@ -235,238 +196,74 @@ def _decode(tokenizer: Any, token_ids: Sequence[int]) -> str:
         return tokenizer.decode(token_ids, skip_special_tokens=False)
 
 
-# ---- one generation -------------------------------------------------------------------------------
+# ---- one generation, rendered as DeltaMessages --------------------------------------------------
 
 
-class _Generation:
-    """One generation: rtcompile's parser (errors="keep": nothing raises mid-stream, nothing is
-    lost), turned into vLLM `DeltaMessage`s.
+class _DeltaMessages(Renderer):
+    """The serving core's operations as vLLM `DeltaMessage`s: per chunk, the text of each key
+    ("content", "reasoning") concatenated, and the tool-call entries (a call's first with its id,
+    by vLLM's policy for the request, and name; then its argument fragments, merged per call).
+    The common text chunk's message is built without pydantic's validation (`_TEXT_DELTAS`)."""
 
-    Reasoning and content go out as the model wrote them (the regions' text, unstripped, as vLLM's
-    class sends it); tool calls come from an `OpenAIStream` over the same parser: the name first,
-    then the arguments as fragments. A tool-call region that fails to parse (malformed, or cut off
-    by the end of the output) has its text sent as content, after what was announced of it."""
+    def __init__(self, state: Any) -> None:
+        self.state = state  # vLLM's stream state: the id policy and the history's call count
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: list[dict] = []
 
-    def __init__(
-        self,
-        plan: _Plan,
-        *,
-        prefix: str,
-        tools: list[dict],
-        parse_reasoning: bool,
-        include_reasoning: bool,
-        new_tool_call_id: Any,
-    ) -> None:
-        self.plan = plan
-        self.new_tool_call_id = new_tool_call_id
-        self.parser = plan.module.ResponseParser(
-            prefix,
-            tools=tools or None,
-            errors="keep",
-            report_closers=plan.passthrough is not None,  # (what a closer pattern matched)
-            eager=True,  # (a delimiter complete at a chunk's end commits in that chunk)
+    def text(self, key: str, text: str) -> None:
+        (self.content if key == "content" else self.reasoning).append(text)
+
+    def call_started(self, index: int, name: str, template_id: str | None) -> None:
+        state = self.state
+        call_id = make_tool_call_id(
+            id_type=state.tool_call_id_type, func_name=name, idx=state.history_tool_call_cnt
         )
-        self.recorder = RecordingParser(self.parser)
-        # Text fields are routed here (raw); the stream only builds the calls.
-        self.stream = OpenAIStream(
-            self.recorder,
-            plan.served,
-            content_field=None,
-            reasoning_field="",
-            call_id=_no_id,  # ids follow vLLM's policy: set where a call is announced
+        state.history_tool_call_cnt += 1
+        self.calls.append(
+            {"index": index, "id": call_id, "type": "function", "name": name, "arguments": []}
         )
-        reasoning = plan.reasoning_field
-        # Where each field's text goes: without a reasoning parser vLLM sends reasoning as content.
-        self.text_keys: dict[str, str | None] = {CONTENT_FIELD: "content"}
-        if reasoning is not None:
-            self.text_keys[reasoning] = (
-                ("reasoning" if include_reasoning else None) if parse_reasoning else "content"
-            )
-        self.tool_text: list[str] = []  # the open tool-call region's text so far
-        self.opener_sent = False  # tool parsing off: the open region's opener went out as content
-        self.wrote = False
-        self.finished = False
-        self.tail = ""  # the output's last characters, for a closer cut at the anchor
-        self._tail_length = max(
-            (len(closer) for pairs in plan.closers_ending_in_anchor.values() for closer, _ in pairs),
-            default=0,
-        )
-        # feed's common case applies: the output wrote something (so `wrote` is already set), is
-        # not finished, and no tail of it is kept (set by _feed)
-        self.fast = False
-        self.feed_text = self.parser.feed_text
-        # What a common chunk (one that feed_text takes) of a sent text field becomes; the chunks
-        # of other fields go through the stream (stream_chunk), those of unsent ones nowhere.
-        self.chunk_delta: dict[str, Any] = {}
-        for field, key in self.text_keys.items():
-            self.chunk_delta[field] = _send_nothing if key is None else _TEXT_DELTAS[key]
 
-    def feed(self, text: str, finished: bool) -> DeltaMessage | None:
-        if self.fast and not finished:
-            taken = self.feed_text(text)
-            if taken is not None:
-                field, read = taken
-                if not read:  # (a whitespace run held back: it may start a delimiter)
-                    return None
-                make = self.chunk_delta.get(field)
-                return make(read) if make is not None else self.stream_chunk(field, read)
-            if text:
-                return self.feed_more(text)
-        return self._feed(text, finished)
-
-    def feed_more(self, text: str) -> DeltaMessage | None:
-        """More output (not the end of it) that feed_text did not take: through the parser."""
-        events = self.parser.feed_declined(text)
-        if not events:
-            return None
-        if len(events) == 1:
-            event = events[0]
-            if event["type"] == "region_chunk":
-                make = self.chunk_delta.get(event["field"])
-                if make is not None:  # (a text field's: the stream reads only a call's)
-                    chunk = event["text"]
-                    return make(chunk) if chunk else None
-        return self.through_stream(text, events)
-
-    def stream_chunk(self, field: str, read: str) -> DeltaMessage | None:
-        """Text feed_text read in a field the stream reads (a tool call's): its one event."""
-        deltas = self.stream.read(field, read)
-        if not deltas and field == TOOL_FIELD and self.plan.passthrough is None:
-            self.tool_text.append(read)  # (what _message does with it; most of a call's chunks)
-            return None
-        return self._message([self.parser.chunk_event(read)], deltas)
-
-    def through_stream(self, text: str, events: list[dict]) -> DeltaMessage | None:
-        """The parser's events for `text`, through the tool-call stream, as one message."""
-        self.recorder.pending = events
-        return self._message(events, self.stream.feed(text))
-
-    def _feed(self, text: str, finished: bool) -> DeltaMessage | None:
-        if self.finished:
-            return None
-        if text:
-            self.wrote = True
-            self.fast = not self._tail_length
-            if self._tail_length:
-                self.tail = (self.tail + text)[-self._tail_length :]
-            events = self.parser.feed(text)
-            self.recorder.pending = events
-            calls = self.stream.feed(text)
+    def arguments(self, index: int, text: str) -> None:
+        calls = self.calls
+        if calls and calls[-1]["index"] == index:
+            calls[-1]["arguments"].append(text)
         else:
-            calls, events = [], []
-        if finished:
-            self.finished = True
-            self.fast = False
-            # vLLM finalizes only an output that wrote something; so does this.
-            if self.wrote:
-                recorder = self.recorder
-                rest = self._closer_rest()
-                if rest:
-                    calls = calls + self.stream.feed(rest)
-                    events = events + recorder.events
-                calls = calls + self.stream.finish()
-                events = events + recorder.events
-                for note in self.stream.divergences:
-                    logger.debug("rtcompile: %s", note)
-        return self._message(events, calls)
+            calls.append({"index": index, "arguments": [text]})
 
-    def _closer_rest(self) -> str:
-        """The rest of a closer the output stopped in, when only the next message's start anchor
-        is missing (the generation ends before the next message starts)."""
-        if not self._tail_length:
-            return ""
-        for closer, anchor in self.plan.closers_ending_in_anchor.get(
-            self.recorder.current_field, ()
-        ):
-            for cut in range(len(closer) - 1, len(closer) - len(anchor) - 1, -1):
-                if self.tail.endswith(closer[:cut]):
-                    return closer[cut:]
-        return ""
-
-    def _message(self, events: list[dict], deltas: list[dict]) -> DeltaMessage | None:
-        text: dict[str, list[str]] = {"content": [], "reasoning": []}
-        text_keys = self.text_keys
-        passthrough = self.plan.passthrough
-        last = last_boundary(events)  # (a region opened there is open now: see _pass_through)
-        for position, event in enumerate(events):
-            field = event["field"]
-            kind = event["type"]
-            if passthrough is not None and field == TOOL_FIELD:
-                self._pass_through(event, text["content"], live=position == last)
-            elif field == TOOL_FIELD:
-                if kind == "region_chunk":
-                    self.tool_text.append(event["text"])
-                elif kind == "region_open":
-                    self.tool_text = []
-                elif "error" in event:  # nothing the model wrote is dropped
-                    text["content"].append("".join(self.tool_text))
-            elif kind == "region_chunk":
-                key = text_keys.get(field)
-                if key is not None:
-                    text[key].append(event["text"])
-        calls: list[dict] = []
-        for delta in deltas:
-            for entry in delta.get("tool_calls", ()):  # (content: the failed regions, above)
-                self._add_call_entry(calls, entry)
+    def take(self) -> DeltaMessage | None:
         fields: dict[str, Any] = {}
-        for key, pieces in text.items():
-            joined = "".join(pieces)
-            if joined:
-                fields[key] = joined
-        if calls:
-            fields["tool_calls"] = [_delta_tool_call(call) for call in calls]
+        if self.content:
+            fields["content"] = "".join(self.content)
+            self.content = []
+        if self.reasoning:
+            fields["reasoning"] = "".join(self.reasoning)
+            self.reasoning = []
+        if self.calls:
+            fields["tool_calls"] = [_delta_tool_call(call) for call in self.calls]
+            self.calls = []
         return DeltaMessage(**fields) if fields else None
 
-    def _pass_through(self, event: dict, content: list[str], live: bool) -> None:
-        """Tool parsing off: a tool-call region goes out as content, delimiters included. What an
-        opener pattern matched is read from the parser's captures while the region is open (`live`:
-        no other region opened or closed after it in this feed), else from the region's value at
-        its close; until it is known, the region's text waits."""
-        opener, closer = self.plan.passthrough
-        kind = event["type"]
-        if kind == "region_open":
-            self.tool_text = []
-            self.opener_sent = bool(opener)
-            if opener:
-                content.append(opener)
-            elif live and self.parser.current_field == TOOL_FIELD:
-                matched = self.parser.region_captures.get(OPENER_GROUP)
-                if isinstance(matched, str):
-                    content.append(matched)
-                    self.opener_sent = True
-        elif kind == "region_chunk":
-            if self.opener_sent:
-                content.append(event["text"])
-            else:
-                self.tool_text.append(event["text"])
-        else:
-            if not self.opener_sent:
-                value = event.get("value")
-                matched = value.get(OPENER_GROUP) if isinstance(value, dict) else None
-                content.append((matched or "") + "".join(self.tool_text))
-            self.opener_sent = False
-            # a literal closer as it is; what a pattern matched, reported with the close ("" if
-            # the end closed the region)
-            content.append(closer or event.get("closer", ""))
+    def nothing(self) -> None:
+        return None
 
-    def _add_call_entry(self, calls: list[dict], entry: dict) -> None:
-        function = entry.get("function") or {}
-        arguments = function.get("arguments") or ""
-        if "id" in entry:  # a call's first entry: its name, and its id by vLLM's policy
-            name = function.get("name") or ""
-            calls.append(
-                {
-                    "index": entry["index"],
-                    "id": self.new_tool_call_id(name),
-                    "type": "function",
-                    "name": name,
-                    "arguments": [arguments],
-                }
-            )
-        elif calls and calls[-1]["index"] == entry["index"]:
-            calls[-1]["arguments"].append(arguments)
-        else:
-            calls.append({"index": entry["index"], "arguments": [arguments]})
+    def text_maker(self, key: str) -> Any:
+        return _TEXT_DELTAS[key]
+
+
+def _merged(first: DeltaMessage | None, second: DeltaMessage | None) -> DeltaMessage | None:
+    """Two messages as one (what the prompt gave, a call it left open, with the first chunk's)."""
+    if first is None or second is None:
+        return first if second is None else second
+    fields: dict[str, Any] = {}
+    for key in ("content", "reasoning"):
+        text = (getattr(first, key) or "") + (getattr(second, key) or "")
+        if text:
+            fields[key] = text
+    calls = [*first.tool_calls, *second.tool_calls]
+    if calls:
+        fields["tool_calls"] = calls
+    return DeltaMessage(**fields)
 
 
 def _delta_tool_call(call: dict) -> DeltaToolCall:
@@ -481,10 +278,6 @@ def _delta_tool_call(call: dict) -> DeltaToolCall:
         type="function",
         function=DeltaFunctionCall(name=call["name"], arguments=arguments),
     )
-
-
-def _send_nothing(text: str) -> None:
-    return None
 
 
 _VALIDATED_TEXT_DELTAS = {
@@ -535,10 +328,6 @@ def _text_delta_makers() -> dict[str, Any]:
 _TEXT_DELTAS = _text_delta_makers()
 
 
-def _no_id(index: int) -> str:
-    return ""
-
-
 class _ReasoningTokenCounter:
     """Counts the reasoning tokens of one growing generation, feeding each token's text once: a
     token counts when text of it comes out as reasoning (or it holds a whole empty reasoning
@@ -550,10 +339,10 @@ class _ReasoningTokenCounter:
     token by token as [characters still held, counted already], so that the reasoning a later feed
     writes is credited to the tokens whose text it is."""
 
-    def __init__(self, plan: _Plan, prefix: str, tokenizer: Any) -> None:
+    def __init__(self, plan: ServingPlan, field: str, prefix: str, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
-        self.field = plan.reasoning_field
-        self.parser = plan.module.ResponseParser(prefix, errors="keep")
+        self.field = field
+        self.parser = plan.parser_class(prefix, errors="keep")
         self.token_ids: list[int] = []
         self.confirmed = 0
         self.runs: list[list] = []  # the held text inside reasoning, by token: [chars, counted]
@@ -626,9 +415,6 @@ class _ReasoningTokenCounter:
         return opened, wrote, closed
 
 
-# ---- the classes vLLM selects ---------------------------------------------------------------------
-
-
 class RtcompileReasoningParser(ResponseTemplateReasoningParser):
     """Selected by `--reasoning-parser rtcompile`: stands for `RtcompileParser` in vLLM's parser
     manager, and tells vLLM's structured-output engine where reasoning ends."""
@@ -648,13 +434,13 @@ class RtcompileReasoningParser(ResponseTemplateReasoningParser):
         # Not ResponseTemplateReasoningParser.__init__: that one validates vLLM's field names.
         ReasoningParser.__init__(self, tokenizer, *args, model_config=model_config, **kwargs)
         template, _ = resolve_template(tokenizer, response_template, model_config)
-        self.plan = _plan_for(template, parse_tools=True)
+        self.reasoning = _Reasoning.of(_plan_for(template, parse_tools=True))
         chat_template_kwargs = kwargs.get("chat_template_kwargs") or {}
         self._thinking_disabled = not chat_template_kwargs.get("enable_thinking", True)
         self._reasoning_end_ids = self._closer_ids()
 
     def _field_literals(self, key: str) -> list[str]:
-        spec = self.plan.reasoning_spec
+        spec = self.reasoning.spec
         return literals(spec.get(key)) if spec else []
 
     @property
@@ -669,7 +455,7 @@ class RtcompileReasoningParser(ResponseTemplateReasoningParser):
 
     def _closer_ids(self) -> list[list[int]] | None:
         """Token ids of each literal closer of reasoning, or None when they are not all literal."""
-        spec = self.plan.reasoning_spec
+        spec = self.reasoning.spec
         if spec is None or spec.get("repeats") or "close" not in spec:
             return None
         closers = self._field_literals("close")
@@ -687,14 +473,14 @@ class RtcompileReasoningParser(ResponseTemplateReasoningParser):
     def is_reasoning_end(self, input_ids: Sequence[int]) -> bool:
         """Whether a generation after this prompt starts past the reasoning (vLLM's rule: the
         prompt closed the reasoning region, or opened content or a tool call, or thinking is off)."""
-        plan = self.plan
-        field = plan.reasoning_field
+        reasoning = self.reasoning
+        field = reasoning.field
         if field is None:
             return True
-        if plan.reasoning_spec.get("repeats"):
+        if reasoning.spec.get("repeats"):
             return False
         try:
-            parser = plan.module.ResponseParser(_decode(self.model_tokenizer, input_ids), errors="keep")
+            parser = reasoning.plan.parser_class(_decode(self.model_tokenizer, input_ids), errors="keep")
         except Exception:
             return False
         active = None
@@ -714,7 +500,7 @@ class RtcompileReasoningParser(ResponseTemplateReasoningParser):
             if (
                 kind == "region_open"
                 and event["field"] in (CONTENT_FIELD, TOOL_FIELD)
-                and event["field"] in plan.open_fields
+                and event["field"] in reasoning.open_fields
             ):
                 return True
             if event["field"] == field:
@@ -772,13 +558,14 @@ class RtcompileParser(Parser):
         )
         self.response_template = template
         self._plan = _plan_for(template, parse_tools=True)  # validates and compiles now
+        self._reasoning_field = reasoning_field_of(self._plan)
         super().__init__(tokenizer, tools, response_template=template, **kwargs)
         if enable_auto_tools is not None:
             self._enable_auto_tools = enable_auto_tools
         self._tools = _as_tool_dicts(tools)
         self._prompt_token_ids: list[int] | None = None
         self._prefix = ""
-        self._generation: _Generation | None = None
+        self._generation: Generation | None = None
         self._reasoning_counter: _ReasoningTokenCounter | None = None
 
     def set_prompt_token_ids(self, prompt_token_ids: Sequence[int]) -> None:
@@ -792,9 +579,10 @@ class RtcompileParser(Parser):
 
     def adjust_request(self, request: Any) -> Any:
         if getattr(request, "chat_template", None) is not None:
-            logger.warning(
-                "A request chat template is set; rtcompile still parses the checkpoint's "
-                "output format."
+            # (once per process, as vLLM's own class warns)
+            logger.warning_once(
+                "A request chat template is set; rtcompile still parses the checkpoint's output "
+                "format with its response template, which may no longer match."
             )
         # Delimiters are special tokens: the parser must see them.
         request.skip_special_tokens = False
@@ -820,12 +608,12 @@ class RtcompileParser(Parser):
     def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
         """The generated tokens whose text the template parses as reasoning (reasoning the prompt
         left open included)."""
-        if self._reasoning_parser is None or self._plan.reasoning_field is None:
+        if self._reasoning_parser is None or self._reasoning_field is None:
             return 0
         counter = self._reasoning_counter
         if counter is None or not counter.continues(token_ids):
             counter = self._reasoning_counter = _ReasoningTokenCounter(
-                self._plan, self._prefix, self.model_tokenizer
+                self._plan, self._reasoning_field, self._prefix, self.model_tokenizer
             )
         return counter.count(token_ids)
 
@@ -837,10 +625,12 @@ class RtcompileParser(Parser):
         model_output_token_ids: Sequence[int] = (),
     ) -> tuple[str | None, str | None, list[FunctionCall] | None]:
         self._initialize_history_tool_call_cnt(request)
+        if not model_output:  # (vLLM finalizes only an output that wrote something)
+            return None, None, None
         generation = self._new_generation(
             request, enable_auto_tools=enable_auto_tools, include_reasoning=True
         )
-        delta = generation.feed(model_output, True)
+        delta = _merged(generation.initial, generation.finish(model_output, model_output_token_ids))
         if delta is None:
             return None, None, None
         calls = [
@@ -863,54 +653,60 @@ class RtcompileParser(Parser):
         finished: bool,
     ) -> DeltaMessage | None:
         generation = self._generation
-        if generation is not None and generation.fast and not finished:
-            # The hot path of a server, `_Generation.feed` inlined (one call less per token): more
-            # text of one region (feed_text takes it), of which the stream needs only a call's.
-            taken = generation.feed_text(delta_text)
-            if taken is not None:
-                field, read = taken
-                if not read:  # (a whitespace run held back: it may start a delimiter)
-                    return None
-                make = generation.chunk_delta.get(field)
-                return make(read) if make is not None else generation.stream_chunk(field, read)
-            if delta_text:
-                return generation.feed_more(delta_text)
-        if generation is None:
-            self._initialize_history_tool_call_cnt(request)
-            if self._prompt_token_ids is None and prompt_token_ids is not None:
-                self.set_prompt_token_ids(prompt_token_ids)
-            generation = self._generation = self._new_generation(
-                request,
-                enable_auto_tools=self._enable_auto_tools,
-                include_reasoning=request.include_reasoning,
-            )
-        return generation.feed(delta_text, finished)
+        if generation is not None:
+            if not finished:  # (the hot path of a server: the core's fast path is in feed)
+                return generation.feed(delta_text, delta_token_ids)
+            return self._finish(generation, delta_text, delta_token_ids)
+        self._initialize_history_tool_call_cnt(request)
+        if self._prompt_token_ids is None and prompt_token_ids is not None:
+            self.set_prompt_token_ids(prompt_token_ids)
+        if not delta_text:  # nothing written yet (vLLM finalizes only an output that wrote something)
+            return None
+        generation = self._generation = self._new_generation(
+            request,
+            enable_auto_tools=self._enable_auto_tools,
+            include_reasoning=request.include_reasoning,
+        )
+        if finished:
+            first = self._finish(generation, delta_text, delta_token_ids)
+        else:
+            first = generation.feed(delta_text, delta_token_ids)
+        return _merged(generation.initial, first)
+
+    def _finish(self, generation: Generation, text: str, token_ids: Any) -> DeltaMessage | None:
+        delta = generation.finish(text, token_ids)
+        for note in generation.divergences:
+            logger.debug("rtcompile: %s", note)
+        return delta
 
     def _new_generation(
         self, request: Any, *, enable_auto_tools: bool, include_reasoning: bool
-    ) -> _Generation:
+    ) -> Generation:
+        """A generation rendered as DeltaMessages: reasoning and content as the model wrote them
+        (without a reasoning parser vLLM sends reasoning as content); tool calls parsed, or with
+        tool parsing off (tool_choice="none", or no tool parser) passed on as content, delimiters
+        included, as they are written; a call region that fails to parse goes out as content."""
         parse_tools = self._tool_parser is not None and _tool_parsing_enabled(
             request, enable_auto_tools=enable_auto_tools
         )
         plan = self._plan if parse_tools else _plan_for(self.response_template, parse_tools=False)
-        return _Generation(
+        text_keys: dict[str, str | None] = {CONTENT_FIELD: "content"}
+        reasoning = self._reasoning_field
+        if reasoning is not None:
+            if self._reasoning_parser is None:
+                text_keys[reasoning] = "content"
+            else:
+                text_keys[reasoning] = "reasoning" if include_reasoning else None
+        return Generation(
             plan,
+            _DeltaMessages(self._stream_state),
             prefix=self._prefix,
             tools=self._tools,
-            parse_reasoning=self._reasoning_parser is not None,
-            include_reasoning=include_reasoning,
-            new_tool_call_id=self._new_tool_call_id,
+            text_keys=text_keys,
+            verbatim_keys=None if parse_tools else {TOOL_FIELD: "content"},
+            tool_field=TOOL_FIELD if parse_tools else None,
+            failed_key="content",
         )
-
-    def _new_tool_call_id(self, name: str) -> str:
-        state = self._stream_state
-        tool_call_id = make_tool_call_id(
-            id_type=state.tool_call_id_type,
-            func_name=name,
-            idx=state.history_tool_call_cnt,
-        )
-        state.history_tool_call_cnt += 1
-        return tool_call_id
 
 
 def _whole_calls(entries: list[DeltaToolCall]) -> list[DeltaToolCall]:

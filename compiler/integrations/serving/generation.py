@@ -1,0 +1,710 @@
+"""One generation through a compiled parser, turned into a renderer's operations.
+
+A server hands the core a generation as it has it: the prompt, then the output chunk by chunk (text
+now; the token ids beside it are received here and are where token-id parsing will start), then its
+end. `Generation` feeds rtcompile's parser (built with errors="keep": nothing raises mid-stream and
+nothing the model wrote is lost; eager: a delimiter complete at a chunk's end commits in that chunk)
+and turns what it reports into operations on a `Renderer`, which builds the server's own result:
+
+    text(key, text)                          text for an output key (content, reasoning, ...)
+    call_started(index, name, template_id)   a tool call, announced as soon as its name is known
+    arguments(index, text)                   a fragment of its arguments' JSON
+    call_done(index)                         its arguments are complete (the region closed)
+    region_failed(field, raw, error, key, calls)
+                                             a region that failed to parse: its calls (already
+                                             announced) are closed, and `raw` follows as text of `key`
+    region_closed(field)                     a region of `field` closed (after its other operations)
+
+then `take()` gives the chunk's result. How each field is routed is the host's choice:
+
+- `text_keys` {field: key}: the region's text as the model wrote it (unstripped) under `key`, None
+  to drop it (vLLM's and SGLang's text); a field that repeats with `join` gets the join string
+  between two regions' texts, as its value has it;
+- `message_keys` {field: key}: the text as the parser's final message has it (stripped at the
+  region's edges, `join` separators, blank lines between texts of a field written twice, a default
+  nothing replaced, other content parsers' values as text at the close) (OpenAIStream);
+- `verbatim_keys` {field: key}: a field built with `serving_common.verbatim_tool_field`, passed on
+  with its delimiters as the model wrote them (tool calls as text: tool parsing off, or for a
+  server's tool parser to read);
+- `tool_field`: the field whose regions are tool calls (`calls.ToolCalls`); the text of one that
+  fails goes to `failed_key`.
+
+The common chunk, more text of one region in which no delimiter can start, has one fast path, here
+(`feed`): the parser's `feed_text` reads it and the renderer's `text_maker(key)` makes the server's
+result straight from the text, with no event and no operation in between. It is off while the
+output's tail is kept (a closer that misses only the next message's start anchor is completed at the
+end, as vLLM completes it) and while text the prompt left held back is not yet resolved.
+
+Prompt text is state, not output: what the parser reports of the prompt (prefilled reasoning, an
+opener) goes out only where the host asks for it (`send_prompt_text`, OpenAIStream's initial
+deltas); a call the prompt left open is announced (its name may be the opener's capture). When the
+prompt ends inside a possible delimiter (`...<|chan`) the parser holds that text back; if the output
+does not complete a delimiter with it, the parser reports it as text with the output's, and it is cut
+here: the host sends only what the model wrote.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable
+
+from .arguments import to_json
+from .calls import ToolCalls
+from .plan import ServingPlan
+
+__all__ = ["OPENER_GROUP", "Generation", "Renderer", "last_boundary", "text_of"]
+
+# The named group around a tool-call opener pattern whose matched text is passed on verbatim
+# (serving_common.verbatim_tool_field writes it).
+OPENER_GROUP = "rtcompile_opener"
+
+
+def text_of(value: Any) -> str:
+    """How a content/reasoning field's value reads as streamed text: a string as it is; nothing for
+    None or an empty object (the final message drops empty values); a list as the concatenation of
+    its items' texts (a repeating field holds one value per region, each sent when its region
+    closes); any other value as JSON."""
+    if isinstance(value, str):
+        return value
+    if value is None or value == {}:
+        return ""
+    if isinstance(value, list):
+        return "".join(text_of(item) for item in value)
+    return to_json(value)
+
+
+def last_boundary(events: list[dict]) -> int:
+    """The position of the last event that opens or closes a region (0 if none does). A region
+    opened there is still the parser's open region after these events (its captures are the
+    parser's): only its chunks follow it."""
+    last = len(events) - 1
+    while last > 0 and events[last]["type"] == "region_chunk":
+        last -= 1
+    return last
+
+
+class Renderer:
+    """What a host makes of a generation's operations (see the module docstring): it collects the
+    operations of one chunk and `take()` gives the host's result for them (and starts over).
+    `text_maker(key)`: a function making the result of a chunk that is only `text` of `key`, for
+    the fast path (None: the operations' way, `text` then `take`); `nothing()`: the result of a
+    chunk that gives nothing. The defaults of the optional operations do nothing."""
+
+    def text(self, key: str, text: str) -> None:
+        raise NotImplementedError
+
+    def call_started(self, index: int, name: str, template_id: str | None) -> None:
+        raise NotImplementedError
+
+    def arguments(self, index: int, text: str) -> None:
+        raise NotImplementedError
+
+    def call_done(self, index: int) -> None:
+        pass
+
+    def region_failed(self, field: str, raw: str, error: str, key: str, calls: list[int]) -> None:
+        pass
+
+    def region_closed(self, field: str) -> None:
+        pass
+
+    def take(self) -> Any:
+        raise NotImplementedError
+
+    def text_maker(self, key: str) -> Callable[[str], Any] | None:
+        return None
+
+    def nothing(self) -> Any:
+        return self.take()
+
+
+# ---- how each field's regions are routed ------------------------------------------------------------
+# Each handler takes its field's region events: open(live: the region is still the parser's open
+# one, its captures current), chunk(text), close(event, finalizing: closed by the end of the output).
+
+
+class _RawText:
+    """The region's text as the model wrote it, under `key`."""
+
+    __slots__ = ("key", "send")
+
+    def __init__(self, key: str, renderer: Renderer):
+        self.key = key
+        self.send = renderer.text
+
+    def open(self, live: bool) -> None:
+        pass
+
+    def chunk(self, text: str) -> None:
+        if text:
+            self.send(self.key, text)
+
+    def close(self, event: dict, finalizing: bool) -> None:
+        pass
+
+
+class _JoinedText(_RawText):
+    """A field that repeats with `join`: each region's text as the model wrote it, and the join
+    string between two regions' (also before an empty one), as the field's value joins them."""
+
+    __slots__ = ("join", "previous", "separator", "maker")
+
+    def __init__(self, key: str, renderer: Renderer, join: str):
+        super().__init__(key, renderer)
+        self.join = join
+        self.previous = False  # a region of the field closed before
+        self.separator: str | None = None  # owed before the open region's first text
+        self.maker: Callable[[str], Any] = _noop
+
+    def open(self, live: bool) -> None:
+        self.separator = self.join if self.previous else None
+
+    def chunk(self, text: str) -> None:
+        if text:
+            if self.separator is not None:
+                text, self.separator = self.separator + text, None
+            self.send(self.key, text)
+
+    def fast(self, text: str) -> Any:
+        """A common chunk of the region (the fast path)."""
+        if self.separator is not None:
+            text, self.separator = self.separator + text, None
+        return self.maker(text)
+
+    def close(self, event: dict, finalizing: bool) -> None:
+        if self.separator is not None:
+            self.send(self.key, self.separator)
+            self.separator = None
+        self.previous = True
+
+
+class _Dropped(_RawText):
+    """A field whose text the host does not send (vLLM's reasoning with include_reasoning off)."""
+
+    def chunk(self, text: str) -> None:
+        pass
+
+
+class _MessageText:
+    """A content or reasoning field's text as the parser's final message has it: `text` regions
+    stream (stripped like the final value); other content parsers, and text turned into something
+    else by a transform, send the value's text at the region's close.
+
+    Separators between the values of successive regions follow the parser: `join` puts its string
+    between every two values (also empty ones, and after a default); a parser with errors="keep"
+    joins two non-empty texts of a field without `repeats` with a blank line (the interpreter keeps
+    only the last). The separator goes out with the next region's first text."""
+
+    def __init__(self, generation: "Generation", field: str, key: str, spec: dict, default: Any, keep_mode: bool):
+        self.generation = weakref.proxy(generation)
+        self.field = field
+        self.key = key
+        self.renderer = generation.renderer
+        args = spec.get("content_args", {})
+        # Text streams as it comes, unless a transform makes the value something else than the
+        # region's text: then, as for the structured parsers, the value's text goes at the close.
+        self.streams = spec.get("content", "text") == "text" and spec.get("transform") in (None, "{content}")
+        self.strip = bool(args.get("strip", True)) if isinstance(args, dict) else True
+        join = spec.get("join")
+        self.join = join if isinstance(join, str) and spec.get("repeats") else None
+        self.has_previous = self.join is not None and default is not None
+        self.blank_lines = keep_mode and self.join is None and not spec.get("repeats")
+        self.has_text = False  # (blank_lines) the field's value so far is a non-empty string
+        self.parts: list[str] = []  # everything sent, for the check at the end
+        self.started = False
+        self.pending = ""  # trailing whitespace held back
+        self.separator: str | None = None  # join: sent even before an empty value
+        self.blank_line: str | None = None  # keep mode: sent only before non-empty text
+        self.region_text = False
+        self.closes = 0
+        self.raw: list[str] = []  # region text of a field that does not stream
+        self.inserted: list[str] = []  # raw text of failed regions, sent where they occurred
+        if self.join is not None and isinstance(default, str):
+            self.send(default)  # a joined field starts from its default
+
+    def send(self, text: str) -> None:
+        """Text of the current region's value (with the separator it needs)."""
+        if text:
+            self.region_text = True
+            if self.blank_line is not None:
+                text = self.blank_line + text
+                self.blank_line = None
+        if self.separator is not None:
+            text = self.separator + text
+            self.separator = None
+        if text:
+            self.parts.append(text)
+            self.renderer.text(self.key, text)
+
+    def open(self, live: bool) -> None:
+        self.started = False
+        self.pending = ""
+        self.region_text = False
+        self.separator = self.join if self.has_previous else None
+        self.blank_line = "\n\n" if self.blank_lines and self.has_text else None
+
+    def chunk(self, text: str) -> None:
+        if not self.streams:
+            self.raw.append(text)
+            return
+        if not self.strip:
+            self.send(text)
+            return
+        if not self.started:
+            text = text.lstrip()
+            if not text:
+                return
+            self.started = True
+        core = text.rstrip()
+        if not core:
+            self.pending += text
+            return
+        piece = self.pending + core if self.pending else core
+        self.pending = text[len(core) :]
+        self.send(piece)
+
+    def close(self, event: dict, finalizing: bool) -> None:
+        self.closes += 1
+        self.pending = ""
+        raw, self.raw = "".join(self.raw), []
+        if "error" in event:  # errors="keep": the value is lost to the message, not to the stream
+            self.separator = self.blank_line = None
+            self.renderer.region_failed(self.field, raw, event["error"], self.key, [])
+            self.insert(raw)
+            return
+        value_is_text = True
+        if not self.streams:
+            value = event.get("value")
+            value_is_text = isinstance(value, str)
+            self.send(text_of(value))
+        elif self.separator is not None:
+            self.send("")  # an empty value still gets its separator
+        self.blank_line = None
+        if self.join is not None:
+            self.has_previous = True
+        if self.blank_lines:  # the field's value is now a non-empty string, or not
+            self.has_text = (self.has_text or self.region_text) if value_is_text else False
+
+    def insert(self, raw: str) -> None:
+        """Raw text of a failed region, sent as this field's text where it occurred."""
+        self.inserted.append(raw)
+        self.parts.append(raw)
+        self.renderer.text(self.key, raw)
+
+    def reconcile(self, value: Any, prompt_text: list[str]) -> None:
+        """At the end: a default no region replaced goes out now; a stream that cannot be the
+        message's value (see OpenAIStream's contract) is noted in the divergences."""
+        expected = text_of(value)
+        sent = "".join(self.parts)
+        if sent == expected:
+            return
+        if not sent and self.closes == 0:
+            self.send(expected)
+        elif _without(sent, self.inserted) not in (expected, _without(expected, prompt_text).strip()):
+            self.generation.divergences.append(
+                f"{self.field}: the stream sent {sent!r}, the message has {expected!r}"
+            )
+
+
+def _without(text: str, pieces: list[str]) -> str:
+    """`text` with each of `pieces` removed once, in order."""
+    for piece in pieces:
+        position = text.find(piece)
+        if position >= 0:
+            text = text[:position] + text[position + len(piece) :]
+    return text
+
+
+class _Verbatim:
+    """A field built with `verbatim_tool_field`: its regions go out under `key` with their delimiters,
+    as the model wrote them. The opener an open pattern matched is read from the parser's captures
+    while the region is open, else from the region's value at its close; until then the region's
+    text waits. What a closer pattern matched comes with the close event (the parser reports
+    closers); a literal closer goes out when the region closed by it (at the end of the output: when
+    the parser held it back unread)."""
+
+    __slots__ = ("generation", "key", "spec", "pattern_closed", "send", "pending", "maker", "nothing")
+
+    def __init__(self, generation: "Generation", key: str, spec: dict, pattern_closed: bool):
+        self.generation = weakref.proxy(generation)
+        self.key = key
+        self.spec = spec
+        self.pattern_closed = pattern_closed
+        self.send = generation.renderer.text
+        self.pending: list[str] | None = None  # the region's text while its opener is unknown
+        self.maker: Callable[[str], Any] = _noop
+        self.nothing: Callable[[], Any] = _noop
+
+    def open(self, live: bool) -> None:
+        spec = self.spec
+        generation = self.generation
+        if "open" in spec:
+            self.pending = None
+            self.send(self.key, generation.cut_delimiter(spec["open"]))
+            return
+        opener = generation.parser.region_captures.get(OPENER_GROUP) if live else None
+        if isinstance(opener, str):
+            self.pending = None
+            self.send(self.key, generation.cut_delimiter(opener))
+        else:
+            self.pending = []
+
+    def chunk(self, text: str) -> None:
+        if self.pending is not None:
+            self.pending.append(text)
+        elif text:
+            self.send(self.key, text)
+
+    def fast(self, text: str) -> Any:
+        """A common chunk of the region (the fast path)."""
+        if self.pending is not None:
+            self.pending.append(text)
+            return self.nothing()
+        return self.maker(text)
+
+    def close(self, event: dict, finalizing: bool) -> None:
+        generation = self.generation
+        key = self.key
+        if self.pending is not None:
+            value = event.get("value")
+            opener = value.get(OPENER_GROUP) if isinstance(value, dict) else None
+            text = generation.cut_delimiter(opener or "") + "".join(self.pending)
+            self.pending = None
+            if text:
+                self.send(key, text)
+        if self.pattern_closed:  # ("" if the end closed it)
+            closer = generation.cut_delimiter(event.get("closer", ""))
+        else:
+            closer = self.spec.get("close")
+            if not isinstance(closer, str) or (finalizing and not generation.unread_at_end.startswith(closer)):
+                return  # closed by the end of the output, its closer not written
+            closer = generation.cut_delimiter(closer)
+        if closer:
+            self.send(key, closer)
+
+
+def _noop(*_: Any) -> None:
+    return None
+
+
+def _nothing_maker(renderer: Renderer) -> Callable[[str], Any]:
+    nothing = renderer.nothing
+
+    def nothing_for(text: str) -> Any:  # (a field the host does not send)
+        return nothing()
+
+    return nothing_for
+
+
+# ---- the generation ---------------------------------------------------------------------------------
+
+
+class Generation:
+    """One generation through the compiled parser of `plan`, as operations of `renderer` (module
+    docstring). Give `parser` (a fresh one, for a host that builds its own: OpenAIStream), or
+    `prefix` (the prompt) and `tools` for one built here. `tool_parameters`: what arguments are
+    coerced with (default: the parser's, from its tools). `complete_closers`: complete at the end a
+    closer that misses only the next message's start anchor. `send_prompt_text`: route what the
+    parser reports of the prompt like the output (else only a call it left open is announced).
+    `prompt_token_ids`, and `token_ids` of `feed` and `finish`: the ids as the server hands them,
+    received here, where token-id parsing will read them (the parsers take text for now).
+
+    `initial`: the result for the prompt (taken once built); `feed(text)` and `finish(text)` give
+    each chunk's; `message` is the parser's final message once finished; `divergences` notes where
+    the operations could not follow it."""
+
+    def __init__(
+        self,
+        plan: ServingPlan,
+        renderer: Renderer,
+        *,
+        prefix: str = "",
+        tools: list | None = None,
+        parser: Any = None,
+        text_keys: dict[str, str | None] | None = None,
+        message_keys: dict[str, str] | None = None,
+        verbatim_keys: dict[str, str] | None = None,
+        tool_field: str | None = None,
+        failed_key: str = "content",
+        tool_parameters: dict | None = None,
+        complete_closers: bool = True,
+        send_prompt_text: bool = False,
+        prompt_token_ids: Any = None,
+    ) -> None:
+        self.plan = plan
+        self.renderer = renderer
+        self.failed_key = failed_key
+        self.divergences: list[str] = []
+        self.message: dict | None = None
+        self.finished = False
+        self.unread_at_end = ""
+        verbatim_keys = verbatim_keys or {}
+        if parser is None:
+            parser = plan.parser_class(
+                prefix,
+                tools=tools or None,
+                errors="keep",
+                # what a closer pattern matched, for a verbatim region closed by one
+                report_closers=any(field in plan.pattern_closed for field in verbatim_keys),
+                eager=True,
+            )
+        self.parser = parser
+        if tool_parameters is None:  # (the parser's, from the tools it was built with)
+            tool_parameters = getattr(parser, "tool_parameters", None) or {}
+
+        handlers: dict[str, Any] = {}
+        for field, key in (text_keys or {}).items():
+            spec = plan.fields.get(field)
+            if spec is None:
+                continue
+            if key is None:
+                handlers[field] = _Dropped("", renderer)
+            elif isinstance(spec.get("join"), str) and spec.get("repeats"):
+                handlers[field] = _JoinedText(key, renderer, spec["join"])
+            else:
+                handlers[field] = _RawText(key, renderer)
+        defaults = plan.template.get("defaults") or {}
+        self._message_text: dict[str, _MessageText] = {}
+        for field, key in (message_keys or {}).items():
+            if field in plan.fields or field in defaults:  # (a default alone is sent at the end)
+                keep_mode = getattr(parser, "errors", "strict") == "keep"
+                handler = _MessageText(self, field, key, plan.fields.get(field, {}), defaults.get(field), keep_mode)
+                handlers[field] = self._message_text[field] = handler
+        for field, key in verbatim_keys.items():
+            if field in plan.fields:
+                handlers[field] = _Verbatim(self, key, plan.fields[field], field in plan.pattern_closed)
+        self._tool_calls: ToolCalls | None = None
+        if tool_field is not None and tool_field in plan.fields:
+            handlers[tool_field] = self._tool_calls = ToolCalls(
+                self, renderer, tool_field, plan.tool_call_plan(tool_field), tool_parameters
+            )
+        self._handlers = handlers
+
+        # The fast path: per field, what makes the result of a common chunk read in it.
+        self._nothing = renderer.nothing
+        self._makers: dict[str, Callable[[str], Any]] = {}
+        nothing_for = _nothing_maker(renderer)
+        for field in plan.fields:
+            handler = handlers.get(field)
+            if handler is None or type(handler) is _Dropped:
+                self._makers[field] = nothing_for
+            elif type(handler) is _RawText:
+                self._makers[field] = self._text_maker(handler.key)
+            elif type(handler) is _JoinedText:
+                handler.maker = self._text_maker(handler.key)
+                self._makers[field] = handler.fast
+            elif type(handler) is _Verbatim:
+                handler.maker, handler.nothing = self._text_maker(handler.key), renderer.nothing
+                self._makers[field] = handler.fast
+            else:  # message text and tool calls: the chunk through its handler
+                self._makers[field] = self._through(handler)
+
+        self._feed = parser.feed
+        feed_text = getattr(parser, "feed_text", None)
+        self._feed_text = feed_text
+        self._feed_declined = getattr(parser, "feed_declined", parser.feed)
+        self._closers = plan.closers if complete_closers else {}
+        self._tail_length = plan.tail_length if complete_closers else 0
+        self._tail = ""
+        # Prompt text the parser holds back at the prompt's end, while it is not resolved (see
+        # _without_prompt_text): output fed since, what was cut, what a delimiter consumed of it.
+        self._prompt_held = ""
+        self._prompt_fed = 0
+        self._prompt_text_cut: list[str] = []
+        self._delimiter_cut = ""
+        self._cut_at = -1
+        self._implicit_field = plan.implicit_field
+
+        # The prompt: what the parser reported of it.
+        prompt_handlers = handlers if send_prompt_text else {
+            field: handler for field, handler in handlers.items() if handler is self._tool_calls
+        }
+        initial_events = parser.initial_events
+        self._route(initial_events, live=True, handlers=prompt_handlers)
+        self.initial = renderer.take()
+        self._prompt_held = getattr(parser, "unread_text", "")
+        # Whether a region is open at the prompt's end: then no delimiter can consume the held
+        # text without reporting it (a close of a region that never opened reports nothing).
+        boundary = last_boundary(initial_events) if initial_events else -1
+        self._prompt_region_open = boundary >= 0 and initial_events[boundary]["type"] == "region_open"
+        self._fast = feed_text is not None and not self._tail_length and not self._prompt_held
+
+    # ---- the server's side
+    def feed(self, text: str, token_ids: Any = None) -> Any:
+        """The result of the next chunk of output (`token_ids`: its ids, as the server hands them;
+        not read yet)."""
+        if self._fast:
+            taken = self._feed_text(text)
+            if taken is not None:
+                field, read = taken
+                if read:
+                    return self._makers[field](read)
+                return self._nothing()  # (a whitespace run held back: it may start a delimiter)
+            if not text:
+                return self._nothing()
+            events = self._feed_declined(text)
+        else:
+            if self.finished or not text:
+                return self._nothing()
+            events = self._feed_slow(text)
+        if events or self._prompt_held:
+            self._route(events, live=True)
+        return self.renderer.take()
+
+    def read(self, field: str, text: str) -> Any:
+        """The result of `text` that the parser's `feed_text` read into `field`'s open region, for a
+        host that fed the parser itself."""
+        if not text:
+            return self._nothing()
+        maker = self._makers.get(field)
+        return maker(text) if maker is not None else self._nothing()
+
+    def finish(self, text: str = "", token_ids: Any = None) -> Any:
+        """The result of the output's last chunk (if any) and its end: what the parser held back,
+        every open region closed. The parser's final message is `message` afterwards."""
+        if self.finished:
+            return self._nothing()
+        if text:
+            events = self._feed_slow(text)
+            if events or self._prompt_held:
+                self._route(events, live=True)
+        self.finished = True
+        self._fast = False
+        parser = self.parser
+        rest = self._closer_rest()
+        if rest:  # a closer the model wrote but for the next message's start anchor
+            events = self._feed_slow(rest)
+            if events or self._prompt_held:
+                self._route(events, live=True)
+        self.unread_at_end = getattr(parser, "unread_text", "")
+        message, events = parser.finalize()
+        self.message = message
+        self._route(events, live=False, finalizing=True)
+        for field, handler in self._message_text.items():
+            handler.reconcile(message.get(field), self._prompt_text_cut)
+        return self.renderer.take()
+
+    # ---- the parser's side
+    def _feed_slow(self, text: str) -> list[dict]:
+        if self._tail_length:
+            self._tail = (self._tail + text)[-self._tail_length :]
+        if self._prompt_held:
+            self._prompt_fed += len(text)
+        return self._feed(text)
+
+    def _closer_rest(self) -> str:
+        if not self._tail_length:
+            return ""
+        for closer, anchor in self._closers.get(getattr(self.parser, "current_field", None), ()):
+            for cut in range(len(closer) - 1, len(closer) - len(anchor) - 1, -1):
+                if self._tail.endswith(closer[:cut]):
+                    return closer[cut:]
+        return ""
+
+    def _route(
+        self, events: list[dict], *, live: bool, finalizing: bool = False, handlers: dict | None = None
+    ) -> None:
+        if self._prompt_held:
+            events = self._without_prompt_text(events)
+        cut_at, self._cut_at = self._cut_at, -1  # (the event that consumed held prompt text)
+        if handlers is None:
+            handlers = self._handlers
+        last = last_boundary(events) if live else -1
+        current = getattr(self.parser, "current_field", None) if live else None
+        closed = self.renderer.region_closed
+        for position, event in enumerate(events):
+            field = event["field"]
+            handler = handlers.get(field)
+            kind = event["type"]
+            if handler is not None:
+                if kind == "region_chunk":
+                    handler.chunk(event["text"])
+                elif kind == "region_open":
+                    handler.open(position == last and current == field)
+                else:
+                    handler.close(event, finalizing)
+                    closed(field)
+            if position == cut_at:
+                self._delimiter_cut = ""
+
+    def send_failed_text(self, raw: str) -> None:
+        """The text of a tool-call region that failed to parse, under the failed-call key."""
+        handler = next((h for h in self._message_text.values() if h.key == self.failed_key), None)
+        if handler is not None:
+            handler.insert(raw)
+        elif raw:
+            self.renderer.text(self.failed_key, raw)
+
+    # ---- prompt text held back at the prompt's end
+    def _without_prompt_text(self, events: list[dict]) -> list[dict]:
+        """The events of the output's first chunks with the prompt's held-back text cut. That text
+        is the start of what the parser had unread: its next report is either text starting with
+        it (or part of it, then a delimiter), or a delimiter that consumed it (reported or not: a
+        close of a region that never opened reports nothing). A region of the field text outside
+        every region goes to may open first, with no delimiter: its first text follows."""
+        out = []
+        for position, event in enumerate(events):
+            held = self._prompt_held
+            if not held:
+                out.extend(events[position:])
+                break
+            kind = event["type"]
+            if kind == "region_chunk":
+                text = event["text"]
+                if text.startswith(held):
+                    self._prompt_resolved(held)
+                    event = {**event, "text": text[len(held) :]}
+                elif held.startswith(text) and self._prompt_region_open:
+                    # all of it the prompt's, the rest of it consumed by the delimiter that follows
+                    # (with no region open, the text may be the output's, after a close that
+                    # consumed the held text and reported nothing: it is not cut)
+                    self._prompt_held = held[len(text) :]
+                    self._prompt_text_cut.append(text)
+                    event = {**event, "text": ""}
+                else:  # a delimiter that reported nothing consumed it
+                    self._prompt_resolved("")
+            elif not (kind == "region_open" and event["field"] == self._implicit_field):
+                self._delimiter_cut = held  # a delimiter consumed it: cut from what it sends
+                self._cut_at = position
+                self._prompt_resolved("")
+            out.append(event)
+        if self._prompt_held:
+            # Still held only while all of it is unread, with every character of output fed since.
+            unread = len(getattr(self.parser, "unread_text", ""))
+            if unread != len(self._prompt_held) + self._prompt_fed:
+                self._prompt_resolved("")
+        return out
+
+    def _prompt_resolved(self, cut: str) -> None:
+        if cut:
+            self._prompt_text_cut.append(cut)
+        self._prompt_held = ""
+        self._fast = self._feed_text is not None and not self._tail_length and not self.finished
+
+    def cut_delimiter(self, text: str) -> str:
+        """A delimiter's text as a verbatim region sends it: without the prompt's part of it."""
+        cut, self._delimiter_cut = self._delimiter_cut, ""
+        return text[len(cut) :] if cut and text.startswith(cut) else text
+
+    # ---- the fast path's makers
+    def _text_maker(self, key: str) -> Callable[[str], Any]:
+        made = self.renderer.text_maker(key)
+        if made is not None:
+            return made
+        send, take = self.renderer.text, self.renderer.take
+
+        def text_result(text: str) -> Any:
+            send(key, text)
+            return take()
+
+        return text_result
+
+    def _through(self, handler: Any) -> Callable[[str], Any]:
+        chunk, take = handler.chunk, self.renderer.take
+
+        def chunk_result(text: str) -> Any:
+            chunk(text)
+            return take()
+
+        return chunk_result
+
