@@ -81,41 +81,61 @@ def load(template_or_path: Any) -> types.ModuleType:
 
 
 def parse_response(
-    text: str,
+    text: Any,
     template: Any,
     *,
-    prefix: str | None = None,
+    prefix: Any = None,
     tools: list | None = None,
     errors: str = "strict",
     timeout: float | None = None,
+    tokenizer: Any = None,
 ) -> dict:
     """Drop-in for transformers.utils.chat_parsing.parse_response, through the compiled parser.
 
     `errors="keep"` records regions that fail to parse instead of raising; `timeout` bounds each
-    delimiter regex search (seconds). Both default to the interpreter's behaviour."""
-    return _MEMO.get(template).parse_response(text, prefix=prefix, tools=tools, errors=errors, timeout=timeout)
+    delimiter regex search (seconds). Both default to the interpreter's behaviour. With a fast
+    transformers `tokenizer`, `text` and `prefix` are token ids (lists, numpy arrays, torch
+    tensors; a str prefix is encoded first): control tokens act as delimiters only where the model
+    generated them as ids, as in transformers 5.25.0."""
+    return _MEMO.get(template).parse_response(
+        text, prefix=prefix, tools=tools, errors=errors, timeout=timeout, tokenizer=tokenizer
+    )
 
 
 def ResponseParser(  # noqa: N802 (a drop-in for the interpreter's class)
     template: Any,
-    prefix: str | None = None,
+    prefix: Any = None,
     *,
     tools: list | None = None,
     errors: str = "strict",
     timeout: float | None = None,
     report_closers: bool = False,
     eager: bool = False,
+    tokenizer: Any = None,
 ):
     """Drop-in for transformers.utils.chat_parsing.ResponseParser: a compiled streaming parser
     (`.initial_events`, `.feed(text)`, `.finalize()`) for `template`. `report_closers=True`: each
     region_close event also carries `closer`, the text its close delimiter matched. `eager=True`:
     a delimiter match that ends where the text so far ends, and that no more text could change,
-    is committed in that feed (the interpreter waits for the next)."""
-    return _MEMO.get(template).ResponseParser(
+    is committed in that feed (the interpreter waits for the next). With a fast transformers
+    `tokenizer`, `prefix` and `feed` take token ids, and the parser's `defused` tells whether the
+    model has spelled out a control token with ordinary tokens (which then stayed text)."""
+    module = _MEMO.get(template)
+    if tokenizer is None:
+        return module.ResponseParser(
+            prefix,
+            tools=tools,
+            errors=errors,
+            timeout=timeout,
+            report_closers=report_closers,
+            eager=eager,
+        )
+    return module.ResponseParser(
         prefix,
         tools=tools,
         errors=errors,
         timeout=timeout,
         report_closers=report_closers,
         eager=eager,
+        tokenizer=tokenizer,
     )

@@ -19,6 +19,7 @@ from rtcompile.runtime import (
     each_scope,
     make_parser,
     moved_by_more,
+    parse_token_ids,
     parse_whole,
     resolve,
     trailing_run,
@@ -389,6 +390,12 @@ class ResponseParser(Machine):
         return hold, best
 
 
-def parse_response(text, *, prefix=None, tools=None, errors="strict", timeout=None):
-    """Parse a complete generation (one feed, then finalize) and return the message."""
+def parse_response(text, *, prefix=None, tools=None, errors="strict", timeout=None, tokenizer=None):
+    """Parse a complete generation (one feed, then finalize) and return the message. With a fast
+    transformers `tokenizer`, `text` and `prefix` are token ids (see rtcompile.runtime.token_parser).
+    """
+    if tokenizer is not None:
+        return parse_token_ids(
+            ResponseParser, text, prefix, tools, tokenizer, errors=errors, timeout=timeout
+        )
     return parse_whole(ResponseParser, text, prefix, tools, errors=errors, timeout=timeout)

@@ -23,6 +23,8 @@ from .scanning import (
     truncate_after_last,
 )
 from .machine import ERRORS_KEY, Machine, parse_whole
+from .token_ids import MARKER, TokenIdError
+from .token_parser import parse_token_ids
 from .transforms import each_scope, resolve
 
 # Bump when anything in __all__ changes meaning or signature; generated modules pin it.
@@ -48,6 +50,7 @@ __all__ = [
     "ERRORS_KEY",
     "LazyRegex",
     "LiteralSearch",
+    "MARKER",
     "Machine",
     "MatchTimeoutError",
     "ParserFailedError",
@@ -56,10 +59,12 @@ __all__ = [
     "RegionError",
     "RegionKeyError",
     "RegionParseError",
+    "TokenIdError",
     "check_abi",
     "each_scope",
     "make_parser",
     "moved_by_more",
+    "parse_token_ids",
     "parse_whole",
     "regex",
     "resolve",

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from .coerce import TYPED, coerce_tool_calls, tool_parameters
 from .content_parsers import MATCH_TIMEOUT
 from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError, region_error
+from .token_ids import strip_markers
 
 # Where errors="keep" records what it could not put in its field: a list of
 # {"field": name, "raw": the region's text, "error": "ExceptionClass: message"} for regions that
@@ -62,6 +63,10 @@ class Machine:
     STATE_SCANS: tuple[str, ...] = ()  # per field: name of the scan method used inside it
     DEFAULT_KEYS: frozenset = frozenset()
 
+    # Token ids as input (see token_parser.py): set once the text fed may hold token_ids.MARKER,
+    # which values, error records and closers then lose, as the interpreter strips it.
+    _markers: bool = False
+
     def _scan_sink(self, buf: str, pos: int, eos: bool) -> tuple:  # the implicit/null state
         raise NotImplementedError
 
@@ -74,6 +79,15 @@ class Machine:
         return prefix
 
     # ---- the interpreter-compatible API -----------------------------------------------------
+    def __new__(cls, *args: Any, tokenizer: Any = None, **kwargs: Any):
+        """With `tokenizer=`, the parser is fed token ids: an instance of this class's token-id
+        subclass (token_parser.token_parser_class), whose __init__ then runs instead."""
+        if tokenizer is None:
+            return object.__new__(cls)
+        from .token_parser import token_parser_class
+
+        return object.__new__(token_parser_class(cls))
+
     def __init__(
         self,
         prefix: str | None = None,
@@ -83,6 +97,7 @@ class Machine:
         timeout: float | None = None,
         report_closers: bool = False,
         eager: bool = False,
+        tokenizer: Any = None,
     ):
         """`errors="keep"`: a region whose text fails to parse does not raise; its raw text and the
         error are recorded under ERRORS_KEY in the message and the stream goes on (see README).
@@ -94,7 +109,9 @@ class Machine:
         committed at once where no text appended could change it (patterns.match_is_final_at_edge:
         `<function=(?P<name>[^>]+)>`, `\\s*</tool_call>`); the interpreter holds it until the
         next feed. The events are the interpreter's, some of them one feed earlier; the message
-        is the same."""
+        is the same.
+        `tokenizer`: a fast transformers tokenizer; `prefix` and `feed` then take token ids (see
+        token_parser.TokenIds, whose __init__ runs for such parsers)."""
         if errors not in ("strict", "keep"):
             raise ValueError(f"errors must be 'strict' or 'keep', got {errors!r}")
         if prefix is None:
@@ -126,15 +143,19 @@ class Machine:
         self._memo_buf: str | None = None  # (and self._memo: see _literal_memo)
         self.initial_events: list[dict] = []
         if prefix:
-            truncated = self._truncate_prefix(prefix)
-            if truncated:
-                self._buf = truncated
-                try:
-                    self._process(self.initial_events, eos=False)
-                    self._drop_consumed()
-                except BaseException as e:
-                    self._fail(e)
-                    raise
+            self._read_prefix(prefix)
+
+    def _read_prefix(self, prefix: str) -> None:
+        """Read the prompt: the text after its last start anchor, its events into initial_events."""
+        truncated = self._truncate_prefix(prefix)
+        if truncated:
+            self._buf = truncated
+            try:
+                self._process(self.initial_events, eos=False)
+                self._drop_consumed()
+            except BaseException as e:
+                self._fail(e)
+                raise
 
     def feed(self, text: str) -> list[dict]:
         """Feed the next piece of model output; returns the events it produced."""
@@ -326,7 +347,7 @@ class Machine:
     @property
     def region_captures(self) -> dict:
         """The named groups captured by the open delimiter of the current region (a copy)."""
-        return dict(self._captures)
+        return strip_markers(self._captures) if self._markers else dict(self._captures)
 
     # ---- the machine --------------------------------------------------------------------------
     def _fail(self, error: BaseException) -> None:
@@ -441,6 +462,8 @@ class Machine:
                         value = self.FINISH[index](body, self._captures)
                     finally:
                         MATCH_TIMEOUT.reset(token)
+                if self._markers:  # (before the casts, as in the interpreter)
+                    value = strip_markers(value)
                 if self._tool_params and not isinstance(value, str):  # (text is never a tool call)
                     cast = self.CASTS[index]
                     if cast is not None:
@@ -453,6 +476,8 @@ class Machine:
             except TimeoutError:
                 raise  # a too slow tag_pattern hit the parser's time bound: never a kept region
             except Exception as e:
+                if self._markers:  # (the region's text as the model wrote it)
+                    body = strip_markers(body)
                 if self._keep_errors:
                     self._keep_failed_region(events, name, body, e)
                     return
@@ -475,7 +500,7 @@ class Machine:
             if events is not None:
                 event = {"type": "region_close", "field": name, "value": value}
                 if self._report_closers:
-                    event["closer"] = self._closer
+                    event["closer"] = strip_markers(self._closer) if self._markers else self._closer
                 events.append(event)
         self._reset_to_implicit()
 
@@ -502,11 +527,13 @@ class Machine:
         record = {"field": name, "raw": body, "error": f"{type(error).__name__}: {error}"}
         if self._captures:
             record["captures"] = dict(self._captures)
+        if self._markers:
+            record = strip_markers(record)
         self._output.setdefault(ERRORS_KEY, []).append(record)
         if events is not None:
             event = {"type": "region_close", "field": name, "value": None, "error": record["error"]}
             if self._report_closers:
-                event["closer"] = self._closer
+                event["closer"] = strip_markers(self._closer) if self._markers else self._closer
             events.append(event)
         self._reset_to_implicit()
 

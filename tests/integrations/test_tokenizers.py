@@ -802,3 +802,146 @@ def test_cli_compiles_a_tokenizer_directory(qwen3_dir, interpreted, tmp_path):
                 ),
                 outcome(lambda: module.parse_response(output_text, prefix=prefix, tools=TOOLS)),
             )
+
+
+# ---- token ids as token ids (transformers 5.25.0) -----------------------------------------------
+# Fast tokenizers parse token ids directly: a control token acts as a delimiter only where the
+# model generated it as its id. The tokenizers below come from tests/tokenizer_pool.py, with the
+# template's delimiters as added tokens (special ones, and non-special ones the chat template
+# writes); generations write them both as ids and spelled out with ordinary tokens.
+
+from hypothesis import strategies as hst  # noqa: E402
+
+from token_strategies import Recipe, TokenCase, token_cases  # noqa: E402
+from tokenizer_pool import AddedSpec, ordinary_ids  # noqa: E402
+from tokenizer_pool import build_tokenizer as build_pool_tokenizer  # noqa: E402
+
+QWEN3_TOKENS = Recipe(
+    "bpe",
+    (
+        AddedSpec("<|im_start|>", "special"),
+        AddedSpec("<|im_end|>", "special"),
+        AddedSpec("<|endoftext|>", "special"),
+        AddedSpec("<think>", "template"),
+        AddedSpec("</think>", "template"),
+        AddedSpec("<tool_call>", "template"),
+        AddedSpec("</tool_call>", "template"),
+    ),
+)
+
+
+def tokenizer_pair(recipe: Recipe):
+    """Two equal tokenizers of one recipe: the interpreter's, and an accelerated one."""
+    build = lambda: build_pool_tokenizer(  # noqa: E731
+        recipe.base, list(recipe.added), named_templates=recipe.named_templates, listed_mode=recipe.listed_mode
+    )
+    return build(), integration.accelerate(build())
+
+
+@pytest.fixture(scope="module")
+def qwen3_token_pair():
+    plain, fast = tokenizer_pair(QWEN3_TOKENS)
+    plain.response_template = QWEN3
+    fast.response_template = QWEN3
+    return plain, fast
+
+
+def spelled(tokenizer, text: str) -> list[int]:
+    """`text` written with ordinary tokens only (no added token's id)."""
+    return ordinary_ids("bpe", text, [], byte_wise=False)
+
+
+def test_a_spelled_out_end_token_stays_text_and_an_id_ends_the_message(qwen3_token_pair):
+    plain, fast = qwen3_token_pair
+    answer = ids(plain, "<think>\nhm\n</think>\n\nUse ") + spelled(plain, "<|im_end|>") + ids(plain, " to stop.<|im_end|>")
+    for tokenizer in (plain, fast):
+        message = tokenizer.parse_response(answer, prefix=ids(plain, PROMPT))
+        assert message == {
+            "role": "assistant",
+            "reasoning_content": "hm",
+            "content": "Use <|im_end|> to stop.",
+        }
+    compare_parse(plain, fast, answer, prefix=ids(plain, PROMPT))
+
+
+def test_token_ids_single_batches_and_arrays(qwen3_token_pair):
+    plain, fast = qwen3_token_pair
+    rows = [
+        ids(plain, ONE_CALL),
+        spelled(plain, "<think>") + ids(plain, "a</think>b<|im_end|>"),
+        ids(plain, REASONED)[:7],
+    ]
+    prompt = ids(plain, THINKING_PROMPT)
+    for response in (rows[0], np.array(rows[0]), np.array(rows[0], dtype=np.int32), tuple(rows[1])):
+        for prefix in (prompt, np.array(prompt), THINKING_PROMPT, [], "", [prompt]):
+            compare_parse(plain, fast, response, prefix=prefix, tools=TOOLS)
+    result = compare_parse(plain, fast, rows, prefix=prompt)  # a batch, one prefix broadcast
+    assert isinstance(result, list) and len(result) == 3
+    compare_parse(plain, fast, rows, prefix=[prompt, [], prompt])
+    compare_parse(plain, fast, rows, prefix=[prompt, prompt])  # ValueError: 3 responses, 2 prefixes
+    width = max(map(len, rows))
+    eos = plain.convert_tokens_to_ids("<|im_end|>")
+    padded = np.array([row + [eos] * (width - len(row)) for row in rows])
+    assert len(compare_parse(plain, fast, padded, prefix=np.array([prompt] * 3))) == 3
+    compare_parse(plain, fast, [], prefix=prompt)  # an empty list is an empty batch of texts
+    compare_parse(plain, fast, np.array([], dtype=np.int64), prefix=prompt)
+
+
+def test_odd_prefixes_and_ids(qwen3_token_pair):
+    plain, fast = qwen3_token_pair
+    output = ids(plain, REASONED)
+    for prefix in (7, 0, 1.5, None, [None], [[1, 2], [3]], {"a": 1}):
+        compare_parse(plain, fast, output, prefix=prefix)
+    with pytest.raises(TypeError):
+        fast.parse_response(output, prefix=7)
+    for response in (output + [-1], output + [1.5], [[1, 2], 3], [output, [-4]]):
+        compare_parse(plain, fast, response, prefix="")
+
+
+def test_torch_tensors_parse_like_lists(qwen3_token_pair):
+    torch = pytest.importorskip("torch")  # (the same path as numpy arrays: to_py_obj)
+    plain, fast = qwen3_token_pair
+    rows = [ids(plain, ONE_CALL), ids(plain, ONE_CALL)]
+    compare_parse(plain, fast, torch.tensor(rows), prefix=torch.tensor(ids(plain, PROMPT)))
+    compare_parse(plain, fast, torch.tensor(rows[0]), prefix=ids(plain, PROMPT))
+
+
+def test_get_response_parser_with_token_ids(qwen3_token_pair):
+    plain, fast = qwen3_token_pair
+    output = ids(plain, ONE_CALL) + spelled(plain, "</tool_call>") + ids(plain, "x<|im_end|>")
+    for prefix in (ids(plain, THINKING_PROMPT), THINKING_PROMPT, np.array(ids(plain, PROMPT)), []):
+        for size in (1, 3, 1000):
+            chunks = [output[i : i + size] for i in range(0, len(output), size)] + [[]]
+            expected = stream(plain.get_response_parser(prefix=prefix, tools=TOOLS, token_ids=True), chunks)
+            actual = stream(fast.get_response_parser(prefix=prefix, tools=TOOLS, token_ids=True), chunks)
+            assert_same_stream(expected, actual)
+    parser = fast.get_response_parser(prefix=[], token_ids=True)
+    assert type(parser).__module__.startswith("rtcompile_generated_")
+    with pytest.raises(TypeError, match="takes token ids, not text"):
+        parser.feed("text")
+    assert not parser.defused
+    parser.feed(spelled(plain, "<tool_call>"))
+    assert parser.defused  # the model wrote a control token with ordinary tokens
+    for call in (
+        lambda tok: tok.get_response_parser(token_ids=True),  # no prefix
+        lambda tok: tok.get_response_parser({"fields": {}}, prefix=[], token_ids=True),
+        lambda tok: tok.get_response_parser(prefix=[[1], [2]], token_ids=True),
+    ):
+        assert_same(outcome(lambda: call(plain)), outcome(lambda: call(fast)))
+
+
+@given(case=token_cases(), batch=hst.booleans(), numpy=hst.booleans())
+def test_any_token_case_parses_like_the_interpreter(case: TokenCase, batch: bool, numpy: bool):
+    plain, fast = tokenizer_pair(case.recipe)
+    outputs = [[i for chunk in run.id_chunks for i in chunk] for run in case.runs]
+    prefix = case.runs[0].prefix
+    if prefix is None:
+        prefix = []
+    for output in outputs:
+        compare_parse(plain, fast, output, case.template, prefix=prefix, tools=case.runs[0].tools)
+    if batch:
+        if numpy and len({len(o) for o in outputs}) == 1 and all(type(i) is int for o in outputs for i in o):
+            response = np.array(outputs, dtype=np.int64)
+        else:
+            response = outputs
+        compare_parse(plain, fast, response, case.template, prefix=prefix)

@@ -8,12 +8,15 @@
     rtcompile.deaccelerate(tokenizer)          # back to the interpreter (and the original template)
 
 `accelerate` patches the one tokenizer instance, never its class. The patched methods mirror
-transformers 5.24.0's `PreTrainedTokenizerBase.parse_response` / `get_response_parser` argument for
+transformers 5.25.0's `PreTrainedTokenizerBase.parse_response` / `get_response_parser` argument for
 argument: the `schema=` / `response_template=` override, the tokenizer's own `response_template`
-read at call time, single texts and batches (lists of strings, token ids, nested lists and arrays,
-all decoded by the tokenizer's own `decode`), one prefix broadcast to a batch or one per item, and
-the same exceptions in the same order. A template the compiler cannot take as JSON (transformers'
-already-loaded `ResponseTemplate` object) is handed to the interpreter unchanged.
+read at call time, single texts and batches (lists of strings, token ids, nested lists and arrays),
+one prefix broadcast to a batch or one per item, and the same exceptions in the same order. Token
+ids are parsed as token ids by fast tokenizers (control tokens act as delimiters only where the
+model generated them as ids: rtcompile.runtime.token_parser) and decoded with the tokenizer's own
+`decode` by slow ones; `get_response_parser(token_ids=True)` returns a parser fed with ids. A
+template the compiler cannot take as JSON (transformers' already-loaded `ResponseTemplate` object)
+is handed to the interpreter unchanged.
 
 transformers is never imported here at module level; this module only touches the tokenizer object
 it is given (and imports transformers lazily for the interpreter fallback).
@@ -114,35 +117,48 @@ def _compilable(template: Any) -> bool:
     return not isinstance(template, ResponseTemplate)
 
 
-def _decoded_texts(tokenizer: Any, value: Any) -> tuple[list[str], bool]:
-    """(texts, batched) for a response: a str is one text, a list/tuple starting with a str is a
-    batch of texts; anything else is token ids, decoded by the tokenizer (a batch if decode
-    returns a list)."""
-    if isinstance(value, str):
-        return [value], False
-    if isinstance(value, (list, tuple)) and (len(value) == 0 or isinstance(value[0], str)):
-        return list(value), True
-    decoded = tokenizer.decode(value)
-    if isinstance(decoded, str):
-        return [decoded], False
-    return decoded, True
+def _token_items(tokenizer: Any, ids: Any, parse_ids: bool) -> tuple[list[Any], bool]:
+    """(items, batched) for token ids, as transformers reads them (`to_py_obj` first): a list of
+    lists (or a 2D array / tensor) is a batch. Items stay ids where they are parsed as ids (fast
+    tokenizers), and are decoded by the tokenizer's own `decode` otherwise."""
+    from transformers.utils.generic import to_py_obj  # (the tokenizer's own library, loaded)
+
+    ids = to_py_obj(ids)
+    batched = bool(ids) and isinstance(ids[0], list)
+    items = ids if batched else [ids]
+    return (items if parse_ids else [tokenizer.decode(item) for item in items]), batched
 
 
-def _decoded_prefixes(tokenizer: Any, prefix: Any, count: int) -> list[str]:
-    """One prefix per response: a single prefix is broadcast, a batch must match `count`.
-    An empty list/tuple means "no prompt context" (like ""), not an empty batch."""
-    if isinstance(prefix, (list, tuple)) and len(prefix) == 0:
-        texts, batched = [""], False
+def _responses_and_prefixes(tokenizer: Any, response: Any, prefix: Any) -> tuple[list, list, bool, Any]:
+    """(responses, one prefix per response, batched, the tokenizer that parses ids or None), read as
+    transformers' parse_response reads them: a str is one text, a list/tuple that is empty or
+    starts with a str is a batch of texts; anything else is token ids, which a fast tokenizer parses
+    as ids (prefixes that are ids stay ids then) and a slow one decodes. One prefix is broadcast to
+    every response; an empty list/tuple means "no prompt context" (like "")."""
+    id_parser = None
+    if isinstance(response, str):
+        responses, batched = [response], False
+    elif isinstance(response, (list, tuple)) and (not response or isinstance(response[0], str)):
+        responses, batched = list(response), True
     else:
-        texts, batched = _decoded_texts(tokenizer, prefix)
-    if not batched:
-        return texts * count
-    if len(texts) != count:
+        id_parser = tokenizer if getattr(tokenizer, "is_fast", False) else None
+        responses, batched = _token_items(tokenizer, response, id_parser is not None)
+    if isinstance(prefix, str):
+        prefixes, prefix_batched = [prefix], False
+    elif isinstance(prefix, (list, tuple)) and not prefix:
+        prefixes, prefix_batched = [""], False
+    elif isinstance(prefix, (list, tuple)) and isinstance(prefix[0], str):
+        prefixes, prefix_batched = list(prefix), True
+    else:
+        prefixes, prefix_batched = _token_items(tokenizer, prefix, id_parser is not None)
+    if not prefix_batched:
+        prefixes = prefixes * len(responses)
+    elif len(prefixes) != len(responses):
         raise ValueError(
-            f"Got {count} response(s) but {len(texts)} prefix(es); `prefix` must be "
+            f"Got {len(responses)} response(s) but {len(prefixes)} prefix(es); `prefix` must be "
             "a single sequence (broadcast to every response), or one prefix per response."
         )
-    return texts
+    return responses, prefixes, batched, id_parser
 
 
 class _AcceleratedMethod:
@@ -179,19 +195,21 @@ def _parse_response(tokenizer, response, schema=None, *, prefix=None, tools=None
         )
     if prefix is None:
         raise ValueError(_PREFIX_REQUIRED)
-    texts, batched = _decoded_texts(tokenizer, response)
-    prefixes = _decoded_prefixes(tokenizer, prefix, len(texts))
+    responses, prefixes, batched, id_parser = _responses_and_prefixes(tokenizer, response, prefix)
     # The template is compiled at the first item, not before: the interpreter validates it per
     # item, so an empty batch returns [] even for an invalid template.
     # api.parse_response takes the template itself (never a name or path, unlike api.load), so a
     # string schema is rejected as the interpreter rejects it.
     parsed = [
-        api.parse_response(text, schema, prefix=p, tools=tools) for text, p in zip(texts, prefixes)
+        api.parse_response(item, schema, prefix=p, tools=tools, tokenizer=id_parser)
+        for item, p in zip(responses, prefixes)
     ]
     return parsed if batched else parsed[0]
 
 
-def _get_response_parser(tokenizer, response_template=None, *, prefix=None, tools=None):
+def _get_response_parser(
+    tokenizer, response_template=None, *, prefix=None, tools=None, token_ids=False
+):
     template = (
         response_template
         if response_template is not None
@@ -201,8 +219,10 @@ def _get_response_parser(tokenizer, response_template=None, *, prefix=None, tool
         raise AttributeError(_NO_TEMPLATE_FOR_STREAM)
     if not _compilable(template):
         return _interpreter_method(tokenizer, "get_response_parser")(
-            template, prefix=prefix, tools=tools
+            template, prefix=prefix, tools=tools, token_ids=token_ids
         )
+    if token_ids:  # (a slow tokenizer fails there, as in transformers: it has no backend)
+        return api.ResponseParser(template, prefix, tools=tools, tokenizer=tokenizer)
     if prefix is not None and not isinstance(prefix, str):
         prefix = tokenizer.decode(prefix)
         if not isinstance(prefix, str):

@@ -1,0 +1,229 @@
+"""Generated parsers fed with token ids: transformers 5.25.0's `ResponseParser(..., tokenizer=tok)`.
+
+A generated parser class is a text machine. Its token-id form is a subclass made here once per
+class (`token_parser_class`), which `Machine.__new__` picks when a parser is built with
+`tokenizer=`: every feed's ids go through a `token_ids.TokenIdDecoder` (the interpreter's decoding,
+feed by feed), and the text it returns, markers included, goes to the class's own `feed`; so the
+machine scans exactly the text the interpreter's parser scans, and gives its events by construction.
+What the interpreter strips markers from, this strips too: region_chunk texts here, closed values
+(and errors="keep" records and closers) in the machine, once the decoder has given out a marker at
+all; before that there is nothing to strip and no work is done.
+
+    parser = module.ResponseParser(prompt_ids, tools=tools, tokenizer=tokenizer)
+    for ids in generated:                  # lists, numpy arrays, torch tensors; one id or many
+        handle(parser.feed(ids))
+    message, events = parser.finalize()
+    parser.defused                         # did the model spell out a control token?
+
+`parse_token_ids` is the one-shot form (`parse_response(ids, ..., tokenizer=tok)`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from .machine import Machine, parse_whole
+from .token_ids import MARKER, TEXT_FED_TO_TOKEN_PARSER, TokenIdDecoder, profile_for, strip_markers
+
+__all__ = ["TokenIds", "parse_token_ids", "token_parser_class"]
+
+
+def _strip_chunks(events: list[dict]) -> list[dict]:
+    """region_chunk texts without markers (the events are fresh dicts: changed in place)."""
+    for event in events:
+        if event["type"] == "region_chunk":
+            event["text"] = event["text"].replace(MARKER, "")
+    return events
+
+
+def _decode_prefix(decoder: TokenIdDecoder, tokenizer: Any, prefix: Any) -> str:
+    """The prompt's text, as the interpreter's constructor makes it: a str prompt is encoded first
+    (added tokens matched, as `encode` does), then decoded, and the decoder is flushed."""
+    if isinstance(prefix, str):
+        prefix = tokenizer.encode(prefix, add_special_tokens=False)
+    return decoder.feed(prefix) + decoder.flush()
+
+
+class TokenIds:
+    """The token-id side of a generated parser class (mixed in before it: see token_parser_class).
+
+    Besides the interpreter's API (`initial_events`, `feed(ids)`, `finalize()`), and rtcompile's
+    options (errors, timeout, report_closers, eager), it has:
+
+    * `feed_text(ids)` / `feed_declined(ids)`: the servers' fast path, as for text: `feed_text`
+      decodes the ids and reads the text when all it can do is add to the open region, returning
+      (field, text read); otherwise None, and the decoded text waits for `feed_declined` (or the
+      next `feed`), so the ids are decoded once.
+    * `defused`: whether the model has written a control token with ordinary tokens so far (its
+      spelling was defused: it stayed text, as in the interpreter).
+    * `unread_text`: text fed so far that no event has reported yet, including what the decoder
+      holds back (a possible control token's spelling), markers stripped.
+    """
+
+    _decoder: TokenIdDecoder
+    _declined: str | None
+
+    def __init__(
+        self,
+        prefix: Any = None,
+        *,
+        tools: list | None = None,
+        errors: str = "strict",
+        timeout: float | None = None,
+        report_closers: bool = False,
+        eager: bool = False,
+        tokenizer: Any = None,
+    ):
+        # The machine's own checks first (errors=, then the missing prompt, then the tools), in the
+        # interpreter's order; the prompt is read once it is decoded.
+        super().__init__(  # type: ignore[call-arg]
+            None if prefix is None else "",
+            tools=tools,
+            errors=errors,
+            timeout=timeout,
+            report_closers=report_closers,
+            eager=eager,
+        )
+        self._declined = None
+        self._decoder = decoder = TokenIdDecoder(profile_for(tokenizer))
+        text = _decode_prefix(decoder, tokenizer, prefix)
+        if decoder.marked:
+            self._markers = True
+        if text:
+            self._read_prefix(text)  # type: ignore[attr-defined]
+            if self._markers:
+                _strip_chunks(self.initial_events)
+
+    @property
+    def defused(self) -> bool:
+        """Whether a control token's spelling has been defused (in the prompt or the output)."""
+        return self._decoder.defused
+
+    @property
+    def token_decoder(self) -> TokenIdDecoder:
+        """The decoder turning this parser's ids into text."""
+        return self._decoder
+
+    @property
+    def unread_text(self) -> str:
+        text = Machine.unread_text.fget(self) + (self._declined or "") + self._decoder.held_text  # type: ignore[attr-defined]
+        return text.replace(MARKER, "") if self._markers else text
+
+    def _decode(self, ids: Any) -> str:
+        if isinstance(ids, str):
+            raise TypeError(TEXT_FED_TO_TOKEN_PARSER)
+        decoder = self._decoder
+        text = decoder.feed(ids)
+        if decoder.marked and not self._markers:
+            self._markers = True
+        if self._declined is not None:  # (a chunk feed_text declined and nobody fed since)
+            text, self._declined = self._declined + text, None
+        return text
+
+    def feed(self, ids: Any) -> list[dict]:  # type: ignore[override]
+        """Feed the next generated token ids; returns the events they produced."""
+        if self._halted:  # type: ignore[attr-defined]
+            self._refuse()  # type: ignore[attr-defined]
+        events = super().feed(self._decode(ids))  # type: ignore[misc]
+        return _strip_chunks(events) if self._markers else events
+
+    def feed_text(self, ids: Any) -> tuple[str, str] | None:  # type: ignore[override]
+        if self._halted:  # type: ignore[attr-defined]
+            return None  # (feed_declined refuses)
+        text = self._decode(ids)
+        taken = super().feed_text(text)  # type: ignore[misc]
+        if taken is None:
+            self._declined = text
+            return None
+        return (taken[0], taken[1].replace(MARKER, "")) if self._markers else taken
+
+    def feed_declined(self, ids: Any) -> list[dict]:  # type: ignore[override]
+        """feed() for the ids feed_text has just declined: their text, already decoded, is read."""
+        text = self._declined
+        if text is None:
+            return TokenIds.feed(self, ids)
+        self._declined = None
+        events = super().feed_declined(text)  # type: ignore[misc]
+        return _strip_chunks(events) if self._markers else events
+
+    def finalize(self) -> tuple[dict, list[dict]]:  # type: ignore[override]
+        """End the stream: what the decoder held back is read, then everything open is closed."""
+        if self._halted:  # type: ignore[attr-defined]
+            self._refuse()  # type: ignore[attr-defined]
+        text = self._decoder.flush()
+        if self._decoder.marked:
+            self._markers = True
+        if self._declined is not None:
+            text, self._declined = self._declined + text, None
+        if text:
+            self._append_unread(text)
+        message, events = super().finalize()  # type: ignore[misc]
+        return message, (_strip_chunks(events) if self._markers else events)
+
+    def _append_unread(self, text: str) -> None:
+        """Add text to what is unread, without reading it (finalize reads it at the end of the
+        stream, as the interpreter appends its decoder's flush before its last pass)."""
+        if self._held:  # type: ignore[has-type]
+            self._take_held()  # type: ignore[attr-defined]
+        self._buf += text  # type: ignore[has-type]
+
+
+_TOKEN_CLASSES: "weakref.WeakKeyDictionary[type, type]" = weakref.WeakKeyDictionary()
+_MARKED_CLASSES: "weakref.WeakKeyDictionary[type, type]" = weakref.WeakKeyDictionary()
+
+
+def token_parser_class(cls: type) -> type:
+    """The token-id subclass of a generated parser class (made once per class)."""
+    if issubclass(cls, TokenIds):
+        return cls
+    made = _TOKEN_CLASSES.get(cls)
+    if made is None:
+        made = type(cls.__name__, (TokenIds, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+        made = _TOKEN_CLASSES.setdefault(cls, made)
+    return made
+
+
+def _marked_class(cls: type) -> type:
+    """The text parser class, with markers stripped from values (for one-shot parses of text a
+    decoder marked)."""
+    made = _MARKED_CLASSES.get(cls)
+    if made is None:
+        made = type(cls.__name__, (cls,), {"__module__": cls.__module__, "_markers": True})
+        made = _MARKED_CLASSES.setdefault(cls, made)
+    return made
+
+
+def parse_token_ids(
+    machine_class: type, ids: Any, prefix: Any, tools: list | None, tokenizer: Any, **options: Any
+) -> dict:
+    """One-shot parse of generated token ids, exactly as the interpreter's
+    `parse_response(ids, template, prefix=..., tools=..., tokenizer=...)`: its parser decodes the
+    prompt, then the output (one feed), then flushes the decoder at finalize.
+
+    When the flush adds nothing (the output ends with a control token, or with text that cannot
+    start one), that is text-mode parse_response on the decoded text, so parse_whole reads it in
+    one pass; otherwise the decoded text is fed and the flushed tail read at the end of the stream,
+    as the interpreter does. Errors come in the interpreter's order: a missing prompt, the tools,
+    the tokenizer, the prompt's ids, a region of the prompt, then the output's ids."""
+    # The options, the missing prompt and the tools are checked as a parser's constructor checks them
+    machine_class(None if prefix is None else "", tools=tools, **options)
+    decoder = TokenIdDecoder(profile_for(tokenizer))
+    prompt = _decode_prefix(decoder, tokenizer, prefix)
+    try:
+        if isinstance(ids, str):
+            raise TypeError(TEXT_FED_TO_TOKEN_PARSER)
+        text = decoder.feed(ids)
+    except Exception:
+        machine_class(prompt, tools=tools, **options)  # the prompt's own errors come first
+        raise
+    tail = decoder.flush()
+    parser_class = _marked_class(machine_class) if decoder.marked else machine_class
+    if not tail:
+        return parse_whole(parser_class, text, prompt, tools, **options)
+    parser = parser_class(prompt, tools=tools, **options)
+    parser.feed(text)
+    if parser._held:
+        parser._take_held()
+    parser._buf += tail
+    return parser.finalize()[0]

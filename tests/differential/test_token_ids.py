@@ -1,0 +1,255 @@
+"""Differential property tests of token-id parsing against transformers 5.25.0's interpreter.
+
+Each case draws a template, a tokenizer built locally whose added tokens (special and not, control
+tokens or not) include the template's delimiters, and generations as token ids that write those
+tokens both as their ids and spelled out with ordinary tokens (tests/token_strategies.py). Both
+sides parse the same ids: transformers' `ResponseParser(template, prefix, tools=, tokenizer=tok)`
+(instrumented against its zero-width loop, as in test_differential.py) and rtcompile's, compared
+step by step: initial events, every feed's events (chunk boundaries included), finalize's message
+and events, exception classes, and `parse_response(ids, ..., tokenizer=tok)` one-shot.
+
+rtcompile's own options are checked in token mode too: errors="keep" never lets a marker reach
+any event or record, and eager=True gives the interpreter's events never later.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
+from test_differential import (
+    INTERPRETER,
+    Implementation,
+    InterpreterLoop,
+    LoopGuardedInterpreter,
+    _covers,
+    _fail,
+    _stream_after_each_step,
+    canonical,
+    compare,
+    guarded_run,
+    run_one_shot,
+    run_streaming,
+)
+from token_strategies import TokenCase, token_cases
+from transformers.utils.chat_parsing import response_parser as interpreter_module
+
+import rtcompile
+from rtcompile.runtime.token_ids import MARKER, TokenIdDecoder, profile_for
+from rtcompile.runtime.token_parser import token_parser_class
+
+ENTRY_POINTS = ("api", "module", "feed_text")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def private_compile_cache(tmp_path_factory):
+    import os
+
+    previous = os.environ.get("RTCOMPILE_CACHE_DIR")
+    os.environ["RTCOMPILE_CACHE_DIR"] = str(tmp_path_factory.mktemp("rtcompile-cache"))
+    yield
+    if previous is None:
+        del os.environ["RTCOMPILE_CACHE_DIR"]
+    else:
+        os.environ["RTCOMPILE_CACHE_DIR"] = previous
+
+
+def interpreter_for(tokenizer) -> Implementation:
+    def one_shot(ids, template, prefix, tools):
+        probe = LoopGuardedInterpreter(template, prefix, tools=tools, tokenizer=tokenizer)
+        probe.feed(ids)
+        probe.finalize()
+        return interpreter_module.parse_response(ids, template, prefix=prefix, tools=tools, tokenizer=tokenizer)
+
+    return Implementation(
+        "interpreter",
+        lambda template, prefix, tools: LoopGuardedInterpreter(template, prefix, tools=tools, tokenizer=tokenizer),
+        one_shot,
+    )
+
+
+def candidate_for(tokenizer, entry_point: str, **options) -> Implementation:
+    if entry_point == "api":
+        return Implementation(
+            f"rtcompile.ResponseParser(tokenizer=){options or ''}",
+            lambda template, prefix, tools: rtcompile.ResponseParser(
+                template, prefix, tools=tools, tokenizer=tokenizer, **options
+            ),
+            lambda ids, template, prefix, tools: rtcompile.parse_response(
+                ids, template, prefix=prefix, tools=tools, tokenizer=tokenizer
+            ),
+        )
+    if entry_point == "feed_text":
+        return Implementation(
+            f"rtcompile.load(template), feed_text first{options or ''}",
+            lambda template, prefix, tools: token_feed_text_first(rtcompile.load(template))(
+                prefix, tools=tools, tokenizer=tokenizer, **options
+            ),
+            lambda ids, template, prefix, tools: rtcompile.load(template).parse_response(
+                ids, prefix=prefix, tools=tools, tokenizer=tokenizer
+            ),
+        )
+    return Implementation(
+        f"rtcompile.load(template).ResponseParser(tokenizer=){options or ''}",
+        lambda template, prefix, tools: rtcompile.load(template).ResponseParser(
+            prefix, tools=tools, tokenizer=tokenizer, **options
+        ),
+        lambda ids, template, prefix, tools: rtcompile.load(template).parse_response(
+            ids, prefix=prefix, tools=tools, tokenizer=tokenizer
+        ),
+    )
+
+
+def token_feed_text_first(module) -> type:
+    """The module's token-id parser class, with feed() trying feed_text() first, as the servers'
+    hot paths do: a chunk it takes stands for the one region_chunk event feed would have given
+    (none if it read no text); a chunk it declines goes to feed_declined."""
+
+    class FeedTextFirst(token_parser_class(module.ResponseParser)):
+        def feed(self, ids):
+            taken = self.feed_text(ids)
+            if taken is None:
+                return self.feed_declined(ids)
+            field, read = taken
+            if not read:
+                return []
+            event = self.chunk_event(read)
+            assert event["field"] == field, (event, field)
+            return [event]
+
+    return FeedTextFirst
+
+
+def record_statistics(case: TokenCase, tokenizer) -> None:
+    """What the case exercises (pytest --hypothesis-show-statistics): the decoding path, whether a
+    spelled-out control token was defused, and whether control tokens came as ids."""
+    profile = profile_for(tokenizer)
+    event(f"decoder: {'byte level table' if profile.byte_level else 'DecodeStream'}")
+    event(f"control tokens: {min(len(profile.control_tokens), 3)}{'+' if len(profile.control_tokens) > 3 else ''}")
+    for run in case.runs:
+        ids = [i for chunk in run.id_chunks for i in chunk]
+        decoder = TokenIdDecoder(profile)
+        try:
+            decoder.feed(ids)
+            decoder.flush()
+        except TypeError:
+            event("run: bad id")
+            continue
+        event(f"run: {'defused a spelling' if decoder.defused else 'nothing defused'}")
+        event(f"run: {'control ids' if any(i in profile.control_ids for i in ids) else 'no control id'}")
+
+
+def check_token_streaming(case: TokenCase, entry_point: str) -> None:
+    tokenizer = case.tokenizer()
+    record_statistics(case, tokenizer)
+    interpreter = interpreter_for(tokenizer)
+    implementation = candidate_for(tokenizer, entry_point)
+    for run in case.runs:
+        expected = guarded_run("interpreter", lambda: run_streaming(interpreter, case.template, run))
+        actual = guarded_run(implementation.name, lambda: run_streaming(implementation, case.template, run))
+        compare(expected, actual, case.template, run, f"{implementation.name}; {case.recipe!r}")
+
+
+def check_token_one_shot(case: TokenCase, entry_point: str) -> None:
+    tokenizer = case.tokenizer()
+    interpreter = interpreter_for(tokenizer)
+    implementation = candidate_for(tokenizer, entry_point)
+    for run in case.runs:
+        expected = guarded_run("interpreter", lambda: run_one_shot(interpreter, case.template, run))
+        actual = guarded_run(implementation.name, lambda: run_one_shot(implementation, case.template, run))
+        compare(expected, actual, case.template, run, f"{implementation.name}; {case.recipe!r}")
+
+
+@given(case=token_cases(), entry_point=st.sampled_from(ENTRY_POINTS))
+def test_token_streaming_matches_interpreter(case: TokenCase, entry_point: str) -> None:
+    check_token_streaming(case, entry_point)
+
+
+@given(case=token_cases(), entry_point=st.sampled_from(("api", "module")))
+def test_token_one_shot_matches_interpreter(case: TokenCase, entry_point: str) -> None:
+    check_token_one_shot(case, entry_point)
+
+
+@given(case=token_cases(known_only=True), entry_point=st.sampled_from(ENTRY_POINTS))
+def test_token_streaming_of_known_formats_matches_interpreter(case: TokenCase, entry_point: str) -> None:
+    check_token_streaming(case, entry_point)
+
+
+# ---- rtcompile's own options in token mode ------------------------------------------------------
+
+
+def _markers_anywhere(value) -> bool:
+    if isinstance(value, str):
+        return MARKER in value
+    if isinstance(value, dict):
+        return any(_markers_anywhere(k) or _markers_anywhere(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_markers_anywhere(item) for item in value)
+    return False
+
+
+def _chunks(steps) -> list:
+    """Every region_chunk event of a run, in order (initial events, feeds, finalize)."""
+    found = []
+    for step in steps:
+        if step.error is not None:
+            break
+        events = step.result[1] if step.name.startswith("finalize") else step.result
+        found += [e for e in events if isinstance(e, dict) and e.get("type") == "region_chunk"]
+    return found
+
+
+@given(case=token_cases())
+def test_keep_mode_never_lets_a_marker_out(case: TokenCase) -> None:
+    """errors="keep": nothing reported (events, values, error records with their raw text and
+    captures, closers) carries a marker, and the text streamed is the interpreter's."""
+    tokenizer = case.tokenizer()
+    interpreter = interpreter_for(tokenizer)
+    keep = Implementation(
+        "keep",
+        lambda template, prefix, tools: rtcompile.ResponseParser(
+            template, prefix, tools=tools, tokenizer=tokenizer, errors="keep", report_closers=True
+        ),
+        lambda ids, template, prefix, tools: rtcompile.parse_response(
+            ids, template, prefix=prefix, tools=tools, tokenizer=tokenizer, errors="keep"
+        ),
+    )
+    for run in case.runs:
+        steps = guarded_run("keep", lambda: run_streaming(keep, case.template, run))
+        one_shot = guarded_run("keep", lambda: run_one_shot(keep, case.template, run))
+        for step in steps + one_shot:
+            if step.error is None:
+                assert not _markers_anywhere(step.result), (step.name, step.result, case)
+        expected = guarded_run("interpreter", lambda: run_streaming(interpreter, case.template, run))
+        if all(step.error is None for step in expected + steps):
+            assert _chunks(steps) == _chunks(expected), case
+
+
+@given(case=token_cases(), entry_point=st.sampled_from(ENTRY_POINTS))
+def test_eager_token_parsers_give_the_interpreters_events_never_later(case: TokenCase, entry_point: str) -> None:
+    tokenizer = case.tokenizer()
+    interpreter = interpreter_for(tokenizer)
+    implementation = candidate_for(tokenizer, entry_point, eager=True)
+    for run in case.runs:
+        expected = guarded_run("interpreter", lambda: run_streaming(interpreter, case.template, run))
+        if any(isinstance(step.error, InterpreterLoop) for step in expected):
+            continue
+        actual = guarded_run(implementation.name, lambda: run_streaming(implementation, case.template, run))
+        report = [f"template: {case.template!r}", f"run: {run!r}", f"recipe: {case.recipe!r}"]
+        want_error = next((s for s in expected if s.error is not None), None)
+        got_error = next((s for s in actual if s.error is not None), None)
+        if (want_error is None) != (got_error is None) or (
+            want_error is not None and not isinstance(got_error.error, type(want_error.error))
+        ):
+            report.append("the outcome (an exception and its class) differs")
+            _fail(report, expected, actual)
+        wanted, got = _stream_after_each_step(expected), _stream_after_each_step(actual)
+        for index, (interpreter_seen, eager_seen) in enumerate(zip(wanted, got)):
+            if not _covers(eager_seen, interpreter_seen):
+                report.append(f"after step {expected[index].name}, the eager parser was behind or different")
+                _fail(report, expected, actual)
+        if want_error is None and wanted[-1] != got[-1]:
+            report.append("the events differ once merged")
+            _fail(report, expected, actual)

@@ -1,0 +1,193 @@
+"""rtcompile's token-id decoding equals transformers 5.25.0's `TokenIdDecoder`, feed by feed.
+
+The parser is a text machine fed with the decoder's text, so equal text per feed (markers, held
+back text and all) is what makes token-id parsing equal the interpreter's by construction. The
+byte-level decoder does not use DecodeStream at all (a table of each id's bytes and an
+incremental UTF-8 decoder), so it is proven equal here:
+
+* every id of every pool tokenizer: the table's bytes decode (lossily) to what the tokenizer
+  decodes the id to, and the byte alphabet is `tokenizers`' own;
+* any byte string, one byte per token: the lossy UTF-8 decoding equals Rust's `from_utf8_lossy`
+  (the tokenizer's decode), invalid sequences, surrogates and truncations included;
+* random ids (ordinary, added, control, split multi-byte characters, the marker and U+FFFD
+  spelled in bytes) in random feeds (one id at a time, empty feeds, whole): the text of every
+  feed and of the flush, and the defusing, equal the interpreter's decoder.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tokenizers import pre_tokenizers
+from token_strategies import Recipe, token_cases, tokenizer_for
+from tokenizer_pool import BASE_NAMES, AddedSpec, base_tokenizer
+from transformers.utils.chat_parsing import token_ids as reference
+
+from rtcompile.runtime import token_ids
+from rtcompile.runtime.token_ids import TokenIdDecoder, TokenIdError, byte_level_token_bytes, profile_for
+
+
+def test_the_marker_is_the_interpreters():
+    assert token_ids.MARKER == reference.MARKER
+
+
+def test_the_byte_alphabet_is_the_tokenizers_own():
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    assert {chr(code) for code in token_ids._CHARACTER_BYTE} == set(alphabet)
+    assert sorted(token_ids._CHARACTER_BYTE.values()) == list(range(256))
+
+
+@pytest.mark.parametrize("base", [b for b in BASE_NAMES if b != "sentencepiece"])
+def test_every_id_of_the_pool_tokenizers_decodes_from_its_table_bytes(base):
+    recipe = Recipe(base, (AddedSpec("<|im_end|>", "special"), AddedSpec("<é x>", "plain"), AddedSpec("<Ġa>", "plain")))
+    tokenizer = tokenizer_for(recipe)
+    backend = tokenizer.backend_tokenizer
+    profile = profile_for(tokenizer)
+    assert profile.byte_level
+    for token_id in range(len(tokenizer)):
+        token = backend.id_to_token(token_id)
+        data = byte_level_token_bytes(token)
+        assert data.decode("utf-8", "replace") == backend.decode([token_id], skip_special_tokens=False), token
+
+
+def test_a_control_token_that_does_not_decode_to_its_spelling_takes_decode_stream():
+    """`<Ġa>` decodes as `< a>` under ByteLevel: the byte table could not hand out its spelling as
+    the interpreter does, so such a tokenizer decodes through DecodeStream."""
+    tokenizer = tokenizer_for(Recipe("bytes", (AddedSpec("<Ġa>", "special"),)))
+    assert not profile_for(tokenizer).byte_level
+    tokenizer = tokenizer_for(Recipe("bytes", (AddedSpec("<é x>", "special"),)))
+    assert profile_for(tokenizer).byte_level  # (a space: its UTF-8 bytes, its own spelling)
+
+
+@given(data=st.binary(max_size=40))
+def test_lossy_utf8_decoding_equals_the_tokenizers(data):
+    backend = base_tokenizer("bytes")
+    mapping = {byte: backend.token_to_id(ch) for ch, byte in _alphabet_bytes().items()}
+    ids = [mapping[byte] for byte in data]
+    assert data.decode("utf-8", "replace") == backend.decode(ids)
+
+
+def _alphabet_bytes() -> dict[str, int]:
+    return {chr(code): byte for code, byte in token_ids._CHARACTER_BYTE.items()}
+
+
+@st.composite
+def raw_byte_ids(draw, tokenizer):
+    """Ids of single bytes: invalid and truncated UTF-8, the marker and U+FFFD in bytes."""
+    backend = tokenizer.backend_tokenizer
+    pieces = draw(
+        st.lists(
+            st.one_of(
+                st.binary(max_size=3),
+                st.sampled_from(["\ufdd2", "\ufffd", "é", "中", "😀", "<", "|"]).map(lambda s: s.encode()),
+            ),
+            max_size=6,
+        )
+    )
+    ids = []
+    for piece in pieces:
+        for byte in piece:
+            token = {b: ch for ch, b in _alphabet_bytes().items()}[byte]
+            token_id = backend.token_to_id(token)
+            if token_id is not None:
+                ids.append(token_id)
+    return ids
+
+
+def _feeds(draw, ids):
+    mode = draw(st.sampled_from(["whole", "each", "cuts"]))
+    if mode == "whole":
+        feeds = [ids]
+    elif mode == "each":
+        feeds = [[i] for i in ids]
+    else:
+        cuts = sorted(draw(st.lists(st.integers(0, len(ids)), max_size=6)))
+        bounds = [0, *cuts, len(ids)]
+        feeds = [ids[a:b] for a, b in zip(bounds, bounds[1:])]
+    return feeds
+
+
+@given(case=token_cases(), data=st.data())
+def test_decoding_equals_the_interpreters_decoder_feed_by_feed(case, data):
+    tokenizer = case.tokenizer()
+    for run in case.runs:
+        ids = [i for chunk in run.id_chunks for i in chunk]
+        if data.draw(st.booleans()):
+            extra = data.draw(raw_byte_ids(tokenizer)) if profile_for(tokenizer).byte_level else []
+            at = data.draw(st.integers(0, len(ids)))
+            ids = ids[:at] + extra + ids[at:]
+        feeds = _feeds(data.draw, ids)
+        expected_decoder = reference.TokenIdDecoder(tokenizer)
+        actual_decoder = TokenIdDecoder(tokenizer)
+        for feed in feeds:
+            try:
+                expected = ("text", expected_decoder.feed(list(feed)))
+            except TypeError as error:
+                expected = ("raised", error)
+            try:
+                actual = ("text", actual_decoder.feed(feed))
+            except TypeError as error:
+                actual = ("raised", error)
+            if expected[0] == "raised":
+                assert actual[0] == "raised" and isinstance(actual[1], TypeError), (feeds, feed, actual)
+                break
+            assert actual == expected, (feeds, feed)
+        else:
+            assert actual_decoder.flush() == expected_decoder.flush(), feeds
+        assert actual_decoder.marked == (token_ids.MARKER in "".join(_all_text(tokenizer, feeds)))
+
+
+def _all_text(tokenizer, feeds):
+    decoder = reference.TokenIdDecoder(tokenizer)
+    out = []
+    for feed in feeds:
+        try:
+            out.append(decoder.feed(list(feed)))
+        except TypeError:
+            return out
+    out.append(decoder.flush())
+    return out
+
+
+def test_ids_outside_the_vocabulary_are_refused_clearly():
+    """The interpreter raises TypeError for ids DecodeStream cannot take, and skips ids beyond the
+    vocabulary without a word; rtcompile raises TokenIdError (a TypeError and a ValueError) for
+    both, naming the id and its position, and leaves the decoder as it was."""
+    tokenizer = tokenizer_for(Recipe("bpe", (AddedSpec("<|im_end|>", "special"),)))
+    size = len(tokenizer)
+    decoder = TokenIdDecoder(tokenizer)
+    interpreter = reference.TokenIdDecoder(tokenizer)
+    hello = tokenizer.encode("hello", add_special_tokens=False)
+    for bad in (-1, 2**32, 2**40, 1.0, 1.5, None, "7", [3]):
+        with pytest.raises(TypeError):
+            interpreter.feed([*hello, bad])
+        with pytest.raises(TokenIdError, match=f"at position {len(hello)}") as error:
+            TokenIdDecoder(tokenizer).feed([*hello, bad])
+        assert isinstance(error.value, TypeError)
+    assert interpreter.__class__(tokenizer).feed([size + 5]) == ""  # (silently skipped there)
+    with pytest.raises(TokenIdError, match=f"token id {size + 5} at position 1 is outside the tokenizer's vocabulary"):
+        decoder.feed([hello[0], size + 5])
+    assert issubclass(TokenIdError, ValueError)
+    assert decoder.feed(hello) + decoder.flush() == "hello"  # nothing of the refused feed was kept
+
+
+def test_numpy_and_odd_sequences_decode_as_the_interpreter():
+    import numpy as np
+
+    tokenizer = tokenizer_for(Recipe("bpe", (AddedSpec("<|im_end|>", "special"),)))
+    ids = tokenizer.encode("héllo <|im_end|> 中文", add_special_tokens=False)
+    for value in (np.array(ids), np.array(ids, dtype=np.int32), tuple(ids), [np.int64(i) for i in ids], range(3)):
+        expected = reference.TokenIdDecoder(tokenizer).feed(_to_py(value))
+        assert TokenIdDecoder(tokenizer).feed(value) == expected
+    for value in (5, None, np.array([ids, ids])):
+        with pytest.raises(TypeError):
+            reference.TokenIdDecoder(tokenizer).feed(_to_py(value))
+        with pytest.raises(TypeError):
+            TokenIdDecoder(tokenizer).feed(value)
+
+
+def _to_py(value):
+    from transformers.utils.generic import to_py_obj
+
+    return to_py_obj(value)
