@@ -37,6 +37,16 @@ PREFIX_REQUIRED = (
 # delimiter text starts (everything before it may be emitted), `best` is None or the delimiter to
 # commit now, as (start, end, field index, is_open, regex match or None).
 
+# The token-id subclass of a parser class (token_parser.token_parser_class, registered by that
+# module, which the runtime package imports): what Machine.__new__ builds when given a tokenizer.
+_token_parser_class: Callable[[type], type] | None = None
+
+
+def register_token_parsers(factory: Callable[[type], type]) -> None:
+    global _token_parser_class
+    _token_parser_class = factory
+
+
 # More commits than this in a row without consuming input can only be a cycle: the machine is
 # deterministic and its state after a zero-width commit is one of a handful (see _process).
 MAX_STALLED_COMMITS = 8
@@ -84,9 +94,7 @@ class Machine:
         subclass (token_parser.token_parser_class), whose __init__ then runs instead."""
         if tokenizer is None:
             return object.__new__(cls)
-        from .token_parser import token_parser_class
-
-        return object.__new__(token_parser_class(cls))
+        return object.__new__(_token_parser_class(cls))
 
     def __init__(
         self,

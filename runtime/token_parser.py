@@ -23,7 +23,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from .machine import Machine, parse_whole
+from .machine import Machine, parse_whole, register_token_parsers
 from .token_ids import MARKER, TEXT_FED_TO_TOKEN_PARSER, TokenIdDecoder, profile_for, strip_markers
 
 __all__ = ["TokenIds", "parse_token_ids", "token_parser_class"]
@@ -182,6 +182,9 @@ def token_parser_class(cls: type) -> type:
         made = type(cls.__name__, (TokenIds, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
         made = _TOKEN_CLASSES.setdefault(cls, made)
     return made
+
+
+register_token_parsers(token_parser_class)
 
 
 def _marked_class(cls: type) -> type:
