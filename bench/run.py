@@ -1027,6 +1027,10 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         "--no-batch-throughput", action="store_true", help="skip the batch throughput"
     )
     parser.add_argument(
+        "--token-ids", action="store_true", help="only the token-id section (bench/token_ids.py)"
+    )
+    parser.add_argument("--no-token-ids", action="store_true", help="skip the token-id section")
+    parser.add_argument(
         "--batch-template", choices=workloads.TEMPLATE_NAMES, default="qwen3_5",
         help="the template of the batch throughput rows (default qwen3_5)",
     )
@@ -1042,6 +1046,11 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
+    if arguments.token_ids:
+        from . import token_ids
+
+        rows, report = token_ids.main(arguments.quick, _table)
+        return {"token_ids": rows, "environment": _environment(), "targets": []}, report, 0
     config = QUICK if arguments.quick else FULL
     if arguments.sizes:
         ordered = [size for size in workloads.SIZES if size in arguments.sizes]
@@ -1159,6 +1168,12 @@ def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
             arguments.batch_template, arguments.batch_rows or config.throughput_rows, config.throughput_reps
         )
         print(f"  measured batch throughput ({time.perf_counter() - phase_started:.1f} s)", file=sys.stderr, flush=True)
+    if not arguments.no_token_ids and not arguments.batch_only:
+        from . import token_ids
+
+        phase_started = time.perf_counter()
+        results["token_ids"], token_report = token_ids.main(arguments.quick, _table)
+        print(f"  measured token ids ({time.perf_counter() - phase_started:.1f} s)", file=sys.stderr, flush=True)
     results["environment"]["load_after"] = " ".join(f"{value:.2f}" for value in os.getloadavg())
     results["verification"] = verification.counts
     book = TargetBook()
@@ -1167,6 +1182,8 @@ def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
         results["targets"] = []
         return results, report, 0
     report = render_report(results, config, book)
+    if results.get("token_ids"):
+        report += "\n\n" + token_report
     if results.get("batch_throughput"):
         report += "\n\n" + batch_throughput.render(results["batch_throughput"], _table)
     for key, profiles in results["profiles"].items():

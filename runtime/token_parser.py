@@ -132,11 +132,17 @@ class TokenIds:
         if self._halted:  # type: ignore[attr-defined]
             return None  # (feed_declined refuses)
         text = self._decode(ids)
-        taken = super().feed_text(text)  # type: ignore[misc]
+        # Text with a marker (in the chunk, or held from before) is declined: stripped, the text
+        # read could be "" where feed gives a region_chunk event of a text that was only markers,
+        # which (field, "") cannot tell.
+        if self._markers and (MARKER in text or MARKER in self._buf):  # type: ignore[has-type]
+            taken = None
+        else:
+            taken = super().feed_text(text)  # type: ignore[misc]
         if taken is None:
             self._declined = text
             return None
-        return (taken[0], taken[1].replace(MARKER, "")) if self._markers else taken
+        return taken
 
     def feed_declined(self, ids: Any) -> list[dict]:  # type: ignore[override]
         """feed() for the ids feed_text has just declined: their text, already decoded, is read."""

@@ -141,9 +141,10 @@ def record_statistics(case: TokenCase, tokenizer) -> None:
         event(f"run: {'control ids' if any(i in profile.control_ids for i in ids) else 'no control id'}")
 
 
-def check_token_streaming(case: TokenCase, entry_point: str) -> None:
+def check_token_streaming(case: TokenCase, entry_point: str, *, statistics: bool = True) -> None:
     tokenizer = case.tokenizer()
-    record_statistics(case, tokenizer)
+    if statistics:
+        record_statistics(case, tokenizer)
     interpreter = interpreter_for(tokenizer)
     implementation = candidate_for(tokenizer, entry_point)
     for run in case.runs:
@@ -253,3 +254,87 @@ def test_eager_token_parsers_give_the_interpreters_events_never_later(case: Toke
         if want_error is None and wanted[-1] != got[-1]:
             report.append("the events differ once merged")
             _fail(report, expected, actual)
+
+
+# ---- hand-picked cases: the easy-to-get-wrong corners of decoding -------------------------------
+
+from token_strategies import Recipe, TokenRun  # noqa: E402
+from tokenizer_pool import AddedSpec, ordinary_ids  # noqa: E402
+
+TAGS = {
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "reasoning_content": {"open": "<think>", "close": "</think>"},
+        "tool_calls": {"open": "<tool_call>", "close": "</tool_call>", "content": "json", "repeats": True},
+        "content": {"close": "<|im_end|>"},
+    },
+}
+TAG_TOKENS = Recipe(
+    "bpe",
+    (
+        AddedSpec("<|im_start|>", "special"),
+        AddedSpec("<|im_end|>", "special"),
+        AddedSpec("<think>", "template"),
+        AddedSpec("</think>", "template"),
+        AddedSpec("<tool_call>", "template"),
+        AddedSpec("</tool_call>", "template"),
+    ),
+)
+
+
+def _ids(text: str) -> list[int]:
+    from token_strategies import tokenizer_for
+
+    return tokenizer_for(TAG_TOKENS).encode(text, add_special_tokens=False)
+
+
+def _spelled(text: str, byte_wise: bool = False) -> list[int]:
+    return ordinary_ids("bpe", text, [1, 3], byte_wise=byte_wise)
+
+
+def _both_ways(ids: list[int]) -> list[TokenRun]:
+    """The same ids whole, one at a time, and with an empty feed, streamed and as numpy."""
+    return [
+        TokenRun(prefix=[], id_chunks=[ids]),
+        TokenRun(prefix=_ids("<|im_start|>assistant\n"), id_chunks=[[i] for i in ids] + [[]]),
+        TokenRun(prefix="<|im_start|>assistant\n<think>", id_chunks=[ids[:2], [], ids[2:]], as_numpy=True),
+    ]
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        # a spelled-out closer inside reasoning stays text; the id closes
+        _ids("<think>a") + _spelled("</think>") + _ids("b</think>c<|im_end|>"),
+        # a spelling whose first characters end one feed and whose rest starts the next
+        _spelled("x</thi") + _spelled("nk>y"),
+        # U+FDD2 written by the model is stripped (the interpreter strips every marker)
+        _ids("<think>") + _spelled("a\ufdd2b", byte_wise=True) + _ids("</think>\ufdd2<|im_end|>"),
+        # an incomplete multi-byte character before a control token, and at the very end
+        _spelled("é中", byte_wise=True)[:-1] + _ids("<|im_end|>") + _spelled("😀", byte_wise=True)[:2],
+        # the output ends with what could still become a control token: flushed at finalize
+        _ids("<tool_call>") + _spelled('{"name": "f", "arguments": {"x": "</tool_call>"}}') + _ids("</tool_call>") + _spelled("<|im_e"),
+        # U+FFFD generated as a character (DecodeStream holds text that ends with it)
+        _spelled("a\ufffd", byte_wise=True) + _ids("<think>") + _spelled("\ufffd", byte_wise=True),
+    ],
+    ids=["spelled-closer", "spelling-across-feeds", "model-writes-marker", "split-characters", "ends-in-a-prefix", "replacement-character"],
+)
+def test_decoding_corners_match_the_interpreter(ids):
+    case = TokenCase(TAGS, TAG_TOKENS, _both_ways(ids))
+    for entry_point in ENTRY_POINTS:
+        check_token_streaming(case, entry_point, statistics=False)
+    for entry_point in ("api", "module"):
+        check_token_one_shot(case, entry_point)
+
+
+def test_defused_reports_a_spelled_out_control_token():
+    from token_strategies import tokenizer_for
+
+    tokenizer = tokenizer_for(TAG_TOKENS)
+    parser = rtcompile.ResponseParser(TAGS, [], tokenizer=tokenizer)
+    parser.feed(_ids("<think>plan</think>ok"))
+    assert not parser.defused
+    parser.feed(_spelled("<|im_end|>"))
+    assert parser.defused and parser.current_field == "content"
+    message, _ = parser.finalize()
+    assert message == {"reasoning_content": "plan", "content": "ok<|im_end|>"}
