@@ -105,6 +105,32 @@ def test_quick_benchmark_measured_batch_throughput(quick_run):
     assert "Batch throughput:" in completed.stdout
 
 
+def test_quick_benchmark_measured_token_ids_after_checking_them(quick_run):
+    """The token-id section ran (its equality checks raise before anything is timed: a mismatch
+    would have failed the run) and reports both implementations for every row."""
+    completed, results = quick_run
+    rows = results["token_ids"]
+    assert {(row["template"], row["size"]) for row in rows} == {("qwen3", "1K"), ("gemma4", "1K")}
+    for row in rows:
+        assert row["ids"] > 100
+        for key in ("stream", "whole", "text stream", "text whole"):
+            assert row["us"][f"interpreter {key}"] > 0 and row["us"][f"rtcompile {key}"] > 0
+    assert "Token ids (one id per feed" in completed.stdout
+
+
+def test_token_id_workloads_carry_their_delimiters_as_control_token_ids():
+    from bench import token_ids
+
+    for name in workloads.TEMPLATE_NAMES:
+        workload = token_ids.TokenWorkload(name, "1K")
+        tokenizer = workload.tokenizer
+        special, control = token_ids.CONTROL_TOKENS[name]
+        present = [t for t in special + control if t in workload.text_workload.text]
+        assert present, name
+        for token in present:
+            assert tokenizer.convert_tokens_to_ids(token) in workload.ids, (name, token)
+
+
 def test_quick_benchmark_measured_start_up_without_asserting_speed(quick_run):
     _, results = quick_run
     first = workloads.TEMPLATE_NAMES[0]

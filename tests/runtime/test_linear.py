@@ -470,3 +470,51 @@ def test_dropped_parsers_and_streams_free_their_text_without_the_collector(name)
             tracemalloc.stop()
     finally:
         gc.enable()
+
+
+# ---- token ids: the same flat cost per id ---------------------------------------------------------
+
+
+def _token_stream_costs(blocks_before: int) -> tuple[int, int]:
+    """(calls, bytes copied beyond the stream's own growth) for feeding one block's ids one at a
+    time after `blocks_before` blocks of the same ids, into a qwen3 token parser."""
+    from token_strategies import Recipe, tokenizer_for
+    from tokenizer_pool import AddedSpec
+
+    tokenizer = tokenizer_for(
+        Recipe("bpe", (AddedSpec("<|im_end|>", "special"), AddedSpec("<think>", "template"), AddedSpec("</think>", "template")))
+    )
+    block = tokenizer.encode(BLOCK, add_special_tokens=False)
+    parser = rtcompile.ResponseParser(rtcompile.template_for("qwen3"), [], tokenizer=tokenizer)
+    parser.feed(tokenizer.encode("<think>\n", add_special_tokens=False))
+    for _ in range(blocks_before):
+        parser.feed(block)
+    feed = parser.feed
+    window = [[token_id] for token_id in block]
+    gc.collect()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for ids in window[: len(window) // 2]:
+        feed(ids)
+    profiler.disable()
+    calls = sum(stat[1] for stat in pstats.Stats(profiler).stats.values())
+    tracemalloc.start()
+    copied = []
+    for ids in window[len(window) // 2 :]:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        feed(ids)
+        copied.append(tracemalloc.get_traced_memory()[1] - before)
+    tracemalloc.stop()
+    # (the few ids that grow a list's over-allocation, amortized O(1), are left out, as above)
+    return calls, sorted(copied)[-4]
+
+
+def test_token_id_streaming_costs_the_same_per_id_early_and_late():
+    """Feeding a block's ids one at a time costs the same calls after 1 block as after 300 (about
+    2 MB of text), and no id copies anything the size of the stream."""
+    early_calls, early_copy = _token_stream_costs(1)
+    late_calls, late_copy = _token_stream_costs(300)
+    assert late_calls == early_calls
+    # Per id, a few small objects (events, text pieces); a copy of the stream would be megabytes.
+    assert late_copy <= early_copy * 1.25 and late_copy < 64 * 1024
