@@ -28,7 +28,7 @@ from .token_parser import parse_token_ids
 from .transforms import each_scope, resolve
 
 # Bump when anything in __all__ changes meaning or signature; generated modules pin it.
-RUNTIME_ABI = 7
+RUNTIME_ABI = 8
 
 
 class RuntimeMismatchError(ImportError):

@@ -24,7 +24,7 @@ from rtcompile.frontend.patterns import WHITESPACE
 from rtcompile.runtime.coerce import cast_mode
 from rtcompile.version import INTERPRETER_RELEASE, __version__
 
-RUNTIME_ABI = 7  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
+RUNTIME_ABI = 8  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
 # Sets of first characters up to this size are checked with chained str.find; larger ones with
 # one character-class search.
 MAX_FIND_CHAIN = 2

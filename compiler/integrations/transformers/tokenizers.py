@@ -117,6 +117,15 @@ def _compilable(template: Any) -> bool:
     return not isinstance(template, ResponseTemplate)
 
 
+def _as_given(template: Any) -> Any:
+    """The template to hand to the API, which reads a str or path as a bundled name or a file: the
+    interpreter takes only the template itself, so those raise its error (TemplateError, a
+    ValueError) instead."""
+    if isinstance(template, (str, os.PathLike)):
+        frontend.lower(template)  # raises: a template must be a dict
+    return template
+
+
 def _token_items(tokenizer: Any, ids: Any, parse_ids: bool) -> tuple[list[Any], bool]:
     """(items, batched) for token ids, as transformers reads them (`to_py_obj` first): a list of
     lists (or a 2D array / tensor) is a batch. Items stay ids where they are parsed as ids (fast
@@ -198,10 +207,9 @@ def _parse_response(tokenizer, response, schema=None, *, prefix=None, tools=None
     responses, prefixes, batched, id_parser = _responses_and_prefixes(tokenizer, response, prefix)
     # The template is compiled at the first item, not before: the interpreter validates it per
     # item, so an empty batch returns [] even for an invalid template.
-    # api.parse_response takes the template itself (never a name or path, unlike api.load), so a
-    # string schema is rejected as the interpreter rejects it.
+    # A string schema is rejected as the interpreter rejects it (_as_given), never read as a name.
     parsed = [
-        api.parse_response(item, schema, prefix=p, tools=tools, tokenizer=id_parser)
+        api.parse_response(item, _as_given(schema), prefix=p, tools=tools, tokenizer=id_parser)
         for item, p in zip(responses, prefixes)
     ]
     return parsed if batched else parsed[0]
@@ -222,13 +230,13 @@ def _get_response_parser(
             template, prefix=prefix, tools=tools, token_ids=token_ids
         )
     if token_ids:  # (a slow tokenizer fails there, as in transformers: it has no backend)
-        return api.ResponseParser(template, prefix, tools=tools, tokenizer=tokenizer)
+        return api.ResponseParser(_as_given(template), prefix, tools=tools, tokenizer=tokenizer)
     if prefix is not None and not isinstance(prefix, str):
         prefix = tokenizer.decode(prefix)
         if not isinstance(prefix, str):
             raise ValueError(_STREAM_PREFIX_NOT_SINGLE)
     # api.ResponseParser validates the template before checking the prefix, as the interpreter does.
-    return api.ResponseParser(template, prefix, tools=tools)
+    return api.ResponseParser(_as_given(template), prefix, tools=tools)
 
 
 # ---- patching one tokenizer ---------------------------------------------------------------------
