@@ -338,3 +338,33 @@ def test_defused_reports_a_spelled_out_control_token():
     assert parser.defused and parser.current_field == "content"
     message, _ = parser.finalize()
     assert message == {"reasoning_content": "plan", "content": "ok<|im_end|>"}
+
+
+def test_a_checked_in_parser_parses_token_ids_like_the_interpreter():
+    from token_strategies import tokenizer_for
+
+    from rtcompile.generated import qwen3
+
+    tokenizer = tokenizer_for(TAG_TOKENS)
+    prompt = _ids("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    output = _ids("<think>\nplan\n</think>\n\nSay ") + _spelled("</think>") + _ids("!<|im_end|>")
+    expected = interpreter_module.parse_response(output, qwen3.TEMPLATE, prefix=prompt, tokenizer=tokenizer)
+    assert qwen3.parse_response(output, prefix=prompt, tokenizer=tokenizer) == expected
+    assert expected["content"] == "Say </think>!"
+    parser = qwen3.ResponseParser(prompt, tokenizer=tokenizer)
+    assert isinstance(parser, qwen3.ResponseParser)
+    streamed = [parser.feed([token_id]) for token_id in output]
+    reference = interpreter_module.ResponseParser(qwen3.TEMPLATE, prompt, tokenizer=tokenizer)
+    assert streamed == [reference.feed([token_id]) for token_id in output]
+    assert parser.finalize() == reference.finalize()
+
+
+def test_timeout_bounds_a_slow_pattern_in_token_mode():
+    from token_strategies import tokenizer_for
+
+    from rtcompile.runtime import MatchTimeoutError
+
+    template = {"start_anchor": "@", "fields": {"x": {"open_pattern": r"(a|aa)+b", "close": "!"}}}
+    parser = rtcompile.ResponseParser(template, [], timeout=0.05, tokenizer=tokenizer_for(TAG_TOKENS))
+    with pytest.raises(MatchTimeoutError, match="timeout=0.05"):
+        parser.feed(_spelled("a" * 40 + "c"))
