@@ -33,6 +33,7 @@ tokenizer object is asked for what it knows: its chat templates, control tokens 
 from __future__ import annotations
 
 import codecs
+from array import array
 import operator
 from operator import itemgetter
 import re
@@ -199,10 +200,11 @@ class TokenizerProfile:
         """`ids` as a list of valid ids (Python ints), or TokenIdError naming the first bad one.
         Learns ids seen for the first time."""
         if type(ids) is list and ids:
-            try:  # (C loops: no id is negative, and every one was seen before; a float fails to index)
-                if min(ids) >= 0 and None not in _lookup(self.valid, ids):
+            try:  # (C loops: every id is a non-negative integer that was seen before)
+                array("L", ids)
+                if None not in _lookup(self.valid, ids):
                     return ids
-            except (TypeError, IndexError):
+            except (TypeError, OverflowError, IndexError):
                 pass
         checked = []
         for position, token_id in enumerate(ids):
@@ -226,10 +228,9 @@ class TokenizerProfile:
         a character split between ids, a run ending in U+FFFD, a control token without a
         sentinel). C loops only: a whole message costs a few tens of nanoseconds per id."""
         try:
-            if min(ids) < 0:
-                return None
+            array("L", ids)  # (integers, none negative: a negative index would read the table's end)
             text = "".join(_lookup(self.texts, ids))
-        except (TypeError, IndexError):
+        except (TypeError, OverflowError, IndexError):
             return None
         pieces = _split_at_sentinels(text)
         for run in pieces[::2]:
@@ -283,13 +284,15 @@ class TokenizerProfile:
             self.valid[token_id] = True
 
 
-# Control tokens stand for themselves in joined text as characters of the Supplementary Private
-# Use Area-A; ordinary tokens that contain such characters are never joined (they take the
-# general path), so a sentinel in joined text always is a control token.
-_SENTINEL_BASE = 0xF0000
-_SENTINEL_COUNT = 0xFFFFE - _SENTINEL_BASE
-_SENTINEL_RE = re.compile("[\U000F0000-\U000FFFFF]")
-_split_at_sentinels = re.compile("([\U000F0000-\U000FFFFF])").split
+# Control tokens stand for themselves in joined text as characters of the Private Use Area (of
+# the Basic Multilingual Plane, so that joined text stays two bytes a character where the model's
+# text is); ordinary tokens that contain such characters are never joined (they take the general
+# path), so a sentinel in joined text always is a control token. (Control tokens beyond the
+# area's 6,400 characters have none: a feed with one takes the general path.)
+_SENTINEL_BASE = 0xE000
+_SENTINEL_COUNT = 0xF8FF + 1 - _SENTINEL_BASE
+_SENTINEL_RE = re.compile("[\ue000-\uf8ff]")
+_split_at_sentinels = re.compile("([\ue000-\uf8ff])").split
 
 
 def _lookup(table: list, ids: list) -> tuple:
