@@ -43,6 +43,7 @@ _token_parser_class: Callable[[type], type] | None = None
 
 
 def register_token_parsers(factory: Callable[[type], type]) -> None:
+    """Called once by token_parser: this module cannot import it (it imports this one)."""
     global _token_parser_class
     _token_parser_class = factory
 
