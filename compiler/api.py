@@ -14,7 +14,7 @@ import types
 from typing import Any
 
 from .frontend import canonical
-from .library import read_template
+from .library import named_template, read_template  # noqa: F401 (read_template is part of this API)
 
 
 def compile_template(template: Any, *, origin: str | None = None) -> str:
@@ -55,7 +55,7 @@ class _Memo:
         """The module for a template dict, or for a path or bundled name (read on every call: the
         file may change)."""
         if isinstance(template, (str, os.PathLike)):
-            template = read_template(template)
+            template = named_template(template)
         last = self._last
         if last is not None and last[0] is template and last[1] == template:
             return last[2]

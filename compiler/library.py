@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; the annotation is all we 
 __all__ = [
     "UnknownTemplateError",
     "list_templates",
+    "named_template",
     "read_template",
     "template_for",
     "template_names",
@@ -123,6 +124,25 @@ def template_for(name_or_path: str | os.PathLike) -> dict[str, Any]:
     if isinstance(name_or_path, os.PathLike) or (isinstance(name_or_path, str) and _names_a_template_file(name_or_path)):
         return read_template(name_or_path)
     return _bundled(name_or_path)
+
+
+def named_template(spec: str | os.PathLike) -> dict:
+    """What the drop-ins (`parse_response`, `ResponseParser`, `load`) read for a template given as a
+    string: an existing template file or tokenizer directory, or a bundled template's name or
+    model_type. Any other string is rejected as the interpreter rejects a template that is not a
+    dict, with a TemplateError saying what was looked for."""
+    from .frontend.canonical import TemplateError
+
+    if isinstance(spec, os.PathLike) or _names_a_template_file(spec):
+        return read_template(spec)
+    by_name, by_model_type = _entries_by_key()
+    if spec in by_name or spec in by_model_type:
+        return _bundled(spec)
+    raise TemplateError(
+        "",
+        f"response_template must be a dict, got str ({spec!r} names no template file, tokenizer "
+        "directory or bundled template)",
+    )
 
 
 def _names_a_template_file(text: str) -> bool:
