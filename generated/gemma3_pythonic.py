@@ -208,16 +208,23 @@ SEARCH_READ_IN_0_TOOL_CALLS = PlainRegex(
     "<end_of_turn>|<eos>"
 )  # where the state's next delimiter may be
 SEARCH_READ_IN_0_TOOL_CALLS_KEYS = {"<end_of_turn>": 1, "<eos>": 1}  # which key a literal found is
-FULL_OPEN_0 = PlainRegex(
-    "^\\s*(?=\\[\\s*[A-Za-z_][A-Za-z0-9_.-]*\\s*\\(\\s*(?:\\)|[A-Za-z_][A-Za-z0-9_]*\\s*=))"
-)  # a delimiter, matched where its key is
 FULL_CLOSE_1 = PlainRegex("\\s*(?:<end_of_turn>|<eos>)")  # a delimiter, matched where its key is
 
 
 def _close_0_tool_calls(run, body, captures):
     "Field 0 ('tool_calls'): its region's value goes into the message."
-    try:
-        value = _finish_0_tool_calls(body, captures)
+    try:  # (the finish function _finish_0_tool_calls, inlined: one call less per region)
+        content = CONTENT_0(body)
+        value = [
+            {
+                "type": "function",
+                "function": {
+                    "name": resolve(scope, "name", "name"),
+                    "arguments": resolve(scope, "arguments", "arguments"),
+                },
+            }
+            for scope in each_scope("tool_calls", content, captures)
+        ]
         if run.tool_params:
             value = coerce_tool_calls(value, run.tool_params)
     except Exception as error:
@@ -233,8 +240,9 @@ def _close_0_tool_calls(run, body, captures):
 
 def _close_1_content(run, body, captures):
     "Field 1 ('content'): its region's value goes into the message."
-    try:
-        value = _finish_1_content(body, captures)
+    try:  # (the finish function _finish_1_content, inlined: one call less per region)
+        content = body.strip()
+        value = content
     except Exception as error:
         run.region_failed("content", body, captures, error)
         return
@@ -247,7 +255,7 @@ def _close_1_content(run, body, captures):
 
 
 def _read_outside(run, buf, pos, head):
-    "Outside explicit regions: the implicit field's text up to the next open (closing the implicit field at its own close on the way). Returns (field opened, where its text starts, the open's match or None), or None at the end of the text."
+    "Outside explicit regions: the implicit field's text up to the next open (closing the implicit field at its own close on the way). Returns (field opened, where its text starts, what its open captured), or None at the end of the text."
     q = pos  # where the search for the next key goes on
     while True:
         m = SEARCH_READ_OUTSIDE.search(buf, q)
@@ -257,11 +265,7 @@ def _read_outside(run, buf, pos, head):
         k = m.lastindex  # which key the search found first here
         if k == 1:
             # open of field 0
-            found = FULL_OPEN_0.match(buf, q)
-            if found is None:
-                s = -1
-            else:
-                s, e = q, found.end()
+            s, e, found = q, m.end(), m  # (the search's match is the pattern's own)
             index, rank = 0, 0
             # (the close of field 1 may start here too: the earliest, longest, first in order wins)
             t = -1
@@ -273,11 +277,7 @@ def _read_outside(run, buf, pos, head):
                 index, rank = 1, 1
         elif k == 2:
             # close of field 1
-            found = FULL_CLOSE_1.match(buf, q)
-            if found is None:
-                s = -1
-            else:
-                s, e = q, found.end()
+            s, e, found = q, m.end(), m  # (the search's match is the pattern's own)
             index, rank = 1, 1
         if s < 0:
             q += 1  # (no match where this key is: the search goes on after it)
@@ -294,7 +294,7 @@ def _read_outside(run, buf, pos, head):
             continue
         if s > pos or head:
             _close_1_content(run, head + buf[pos:s], {})
-        return index, e, found
+        return index, e, {}
     if head or pos < len(buf):
         _close_1_content(run, head + buf[pos:], {})  # (the text after the last delimiter)
     return None
@@ -331,13 +331,8 @@ def _read_message(run, buf, pos, current, head, captures):
             opened = _read_outside(run, buf, pos, head)
             if opened is None:
                 return
-            current, pos, found = opened
+            current, pos, captures = opened
             head = ""
-            captures = (
-                {}
-                if found is None
-                else {name: value for name, value in found.groupdict().items() if value is not None}
-            )
         if current == 0:
             pos = _read_in_0_tool_calls(run, buf, pos, head, captures)
         if pos < 0:

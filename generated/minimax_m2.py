@@ -108,10 +108,16 @@ CONTENT_1 = make_parser(
 def _finish_1_tool_calls(body, captures):
     "Field 1 ('tool_calls'): xml-inline content, transform."
     content = CONTENT_1(body)
-    scope = {**captures, "content": content}
     return {
         "type": "function",
-        "function": {"name": resolve(scope, "name", "name"), "arguments": content},
+        "function": {
+            "name": (
+                captures["name"]
+                if "name" in captures
+                else resolve({**captures, "content": content}, "name", "name")
+            ),
+            "arguments": content,
+        },
     }
 
 
@@ -403,12 +409,9 @@ class ResponseParser(Machine):
 ONE_SHOT = True
 ONE_SHOT_FALLBACK = None
 SEARCH_READ_OUTSIDE = PlainRegex(
-    '(<think>)|((?:\\s*(?:<minimax:tool_call>\\s*)?<invoke name=\\"([^\\"]+)\\">))|((?:\\s*(?:\\[e~\\[|</minimax:tool_call>)))',
+    '(<think>)|((?:\\s*(?:<minimax:tool_call>\\s*)?<invoke name=\\"(?P<name>[^\\"]+)\\">))|((?:\\s*(?:\\[e~\\[|</minimax:tool_call>)))',
     twin=False,
 )  # where the state's next delimiter may be
-FULL_OPEN_1 = PlainRegex(
-    '\\s*(?:<minimax:tool_call>\\s*)?<invoke name=\\"(?P<name>[^\\"]+)\\">'
-)  # a delimiter, matched where its key is
 FULL_CLOSE_2 = PlainRegex(
     "\\s*(?:\\[e~\\[|</minimax:tool_call>)"
 )  # a delimiter, matched where its key is
@@ -416,8 +419,9 @@ FULL_CLOSE_2 = PlainRegex(
 
 def _close_0_reasoning_content(run, body, captures):
     "Field 0 ('reasoning_content'): its region's value goes into the message."
-    try:
-        value = _finish_0_reasoning_content(body, captures)
+    try:  # (the finish function _finish_0_reasoning_content, inlined: one call less per region)
+        content = body.strip()
+        value = content
     except Exception as error:
         run.region_failed("reasoning_content", body, captures, error)
         return
@@ -431,8 +435,19 @@ def _close_0_reasoning_content(run, body, captures):
 
 def _close_1_tool_calls(run, body, captures):
     "Field 1 ('tool_calls'): its region's value goes into the message."
-    try:
-        value = _finish_1_tool_calls(body, captures)
+    try:  # (the finish function _finish_1_tool_calls, inlined: one call less per region)
+        content = CONTENT_1(body)
+        value = {
+            "type": "function",
+            "function": {
+                "name": (
+                    captures["name"]
+                    if "name" in captures
+                    else resolve({**captures, "content": content}, "name", "name")
+                ),
+                "arguments": content,
+            },
+        }
         if run.tool_params:
             value = coerce_tool_calls(value, run.tool_params)
     except Exception as error:
@@ -445,8 +460,9 @@ def _close_1_tool_calls(run, body, captures):
 
 def _close_2_content(run, body, captures):
     "Field 2 ('content'): its region's value goes into the message."
-    try:
-        value = _finish_2_content(body, captures)
+    try:  # (the finish function _finish_2_content, inlined: one call less per region)
+        content = body.strip()
+        value = content
     except Exception as error:
         run.region_failed("content", body, captures, error)
         return
@@ -459,7 +475,7 @@ def _close_2_content(run, body, captures):
 
 
 def _read_outside(run, buf, pos, head):
-    "Outside explicit regions: the implicit field's text up to the next open (closing the implicit field at its own close on the way). Returns (field opened, where its text starts, the open's match or None), or None at the end of the text."
+    "Outside explicit regions: the implicit field's text up to the next open (closing the implicit field at its own close on the way). Returns (field opened, where its text starts, what its open captured), or None at the end of the text."
     q = pos  # where the search for the next key goes on
     while True:
         m = SEARCH_READ_OUTSIDE.search(buf, q)
@@ -471,29 +487,9 @@ def _read_outside(run, buf, pos, head):
             # open of field 0
             s, e, found = q, m.end(), None
             index, rank = 0, 0
-            # (the open of field 1 may start here too: the earliest, longest, first in order wins)
-            t = -1
-            other = FULL_OPEN_1.match(buf, q)
-            if other is not None:
-                t, u = q, other.end()
-            if t >= 0 and (s < 0 or (t, t - u, 1) < (s, s - e, rank)):
-                s, e, found = t, u, other
-                index, rank = 1, 1
-            # (the close of field 2 may start here too: the earliest, longest, first in order wins)
-            t = -1
-            other = FULL_CLOSE_2.match(buf, q)
-            if other is not None:
-                t, u = q, other.end()
-            if t >= 0 and (s < 0 or (t, t - u, 2) < (s, s - e, rank)):
-                s, e, found = t, u, other
-                index, rank = 2, 2
         elif k == 2:
             # open of field 1
-            found = FULL_OPEN_1.match(buf, q)
-            if found is None:
-                s = -1
-            else:
-                s, e = q, found.end()
+            s, e, found = q, m.end(), m  # (the search's match is the pattern's own)
             index, rank = 1, 1
             # (the close of field 2 may start here too: the earliest, longest, first in order wins)
             t = -1
@@ -505,11 +501,7 @@ def _read_outside(run, buf, pos, head):
                 index, rank = 2, 2
         elif k == 4:
             # close of field 2
-            found = FULL_CLOSE_2.match(buf, q)
-            if found is None:
-                s = -1
-            else:
-                s, e = q, found.end()
+            s, e, found = q, m.end(), m  # (the search's match is the pattern's own)
             index, rank = 2, 2
         if s < 0:
             q += 1  # (no match where this key is: the search goes on after it)
@@ -522,7 +514,13 @@ def _read_outside(run, buf, pos, head):
             continue
         if s > pos or head:
             _close_2_content(run, head + buf[pos:s], {})
-        return index, e, found
+        if index == 1:
+            return (
+                index,
+                e,
+                {name: value for name, value in found.groupdict().items() if value is not None},
+            )
+        return index, e, {}
     if head or pos < len(buf):
         _close_2_content(run, head + buf[pos:], {})  # (the text after the last delimiter)
     return None
@@ -561,13 +559,8 @@ def _read_message(run, buf, pos, current, head, captures):
             opened = _read_outside(run, buf, pos, head)
             if opened is None:
                 return
-            current, pos, found = opened
+            current, pos, captures = opened
             head = ""
-            captures = (
-                {}
-                if found is None
-                else {name: value for name, value in found.groupdict().items() if value is not None}
-            )
         if current == 0:
             pos = _read_in_0_reasoning_content(run, buf, pos, head, captures)
         elif current == 1:

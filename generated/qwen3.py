@@ -412,8 +412,9 @@ SEARCH_READ_OUTSIDE_KEYS = {
 
 def _close_0_reasoning_content(run, body, captures):
     "Field 0 ('reasoning_content'): its region's value goes into the message."
-    try:
-        value = _finish_0_reasoning_content(body, captures)
+    try:  # (the finish function _finish_0_reasoning_content, inlined: one call less per region)
+        content = body.strip()
+        value = content
     except Exception as error:
         run.region_failed("reasoning_content", body, captures, error)
         return
@@ -427,8 +428,9 @@ def _close_0_reasoning_content(run, body, captures):
 
 def _close_1_tool_calls(run, body, captures):
     "Field 1 ('tool_calls'): its region's value goes into the message."
-    try:
-        value = _finish_1_tool_calls(body, captures)
+    try:  # (the finish function _finish_1_tool_calls, inlined: one call less per region)
+        content = CONTENT_1(body)
+        value = {"type": "function", "function": content}
         if run.tool_params:
             value = coerce_tool_calls(value, run.tool_params)
     except Exception as error:
@@ -441,8 +443,9 @@ def _close_1_tool_calls(run, body, captures):
 
 def _close_2_content(run, body, captures):
     "Field 2 ('content'): its region's value goes into the message."
-    try:
-        value = _finish_2_content(body, captures)
+    try:  # (the finish function _finish_2_content, inlined: one call less per region)
+        content = body.strip()
+        value = content
     except Exception as error:
         run.region_failed("content", body, captures, error)
         return
@@ -455,7 +458,7 @@ def _close_2_content(run, body, captures):
 
 
 def _read_outside(run, buf, pos, head):
-    "Outside explicit regions: the implicit field's text up to the next open (closing the implicit field at its own close on the way). Returns (field opened, where its text starts, the open's match or None), or None at the end of the text."
+    "Outside explicit regions: the implicit field's text up to the next open (closing the implicit field at its own close on the way). Returns (field opened, where its text starts, what its open captured), or None at the end of the text."
     q = pos  # where the search for the next key goes on
     while True:
         m = SEARCH_READ_OUTSIDE.search(buf, q)
@@ -490,7 +493,7 @@ def _read_outside(run, buf, pos, head):
             continue
         if s > pos or head:
             _close_2_content(run, head + buf[pos:s], {})
-        return index, e, found
+        return index, e, {}
     if head or pos < len(buf):
         _close_2_content(run, head + buf[pos:], {})  # (the text after the last delimiter)
     return None
@@ -529,13 +532,8 @@ def _read_message(run, buf, pos, current, head, captures):
             opened = _read_outside(run, buf, pos, head)
             if opened is None:
                 return
-            current, pos, found = opened
+            current, pos, captures = opened
             head = ""
-            captures = (
-                {}
-                if found is None
-                else {name: value for name, value in found.groupdict().items() if value is not None}
-            )
         if current == 0:
             pos = _read_in_0_reasoning_content(run, buf, pos, head, captures)
         elif current == 1:

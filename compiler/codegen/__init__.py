@@ -296,12 +296,19 @@ def _transform_expr(node: ir.TransformNode, each: bool) -> Code:
     if not each and node.root == "content" and not node.keys:
         return Code("content")  # always defined: the parsed value itself
     keys = f", {py_literal(node.keys)}" if node.keys else ""
+    if not each and node.root != "content" and not node.keys:
+        # A capture, read where it is; resolve (and its scope) only for the error when it is missing.
+        root = py_literal(node.root)
+        return Code(
+            f"(captures[{root}] if {root} in captures else "
+            f'resolve({{**captures, "content": content}}, {py_literal(node.path)}, {root}))'
+        )
     return Code(f"resolve(scope, {py_literal(node.path)}, {py_literal(node.root)}{keys})")
 
 
 def _needs_scope(node: ir.TransformNode) -> bool:
     if isinstance(node, ir.Placeholder):
-        return node.root != "content" or bool(node.keys)
+        return bool(node.keys)  # (a bare capture is read from the captures themselves)
     if isinstance(node, ir.DictNode):
         return any(_needs_scope(v) for _, v in node.items)
     if isinstance(node, ir.ListNode):
@@ -419,6 +426,7 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
                 "name": f"_close_{f.index}" + (f"_{slug(f.name)}" if slug(f.name) else ""),
                 "doc": f"Field {f.index} ({f.name!r}): its region's value goes into the message.",
                 "finish": fin["name"],
+                "finisher": fin,
                 "casts": not scalar,
             }
         )
@@ -473,6 +481,8 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         required=tuple(f.name for f in fields if not f.optional),
         context=template.context,
         one_shot=reader,
+        pads=(Code(""), Code("    "), Code("        ")),
+        assigns={"returned": Code("return "), "assigned": Code("value = ")},
         stores=stores,
         store_names={store["field"].index: store["name"] for store in stores},
         implicit=template.implicit,

@@ -46,8 +46,10 @@ from rtcompile.frontend.patterns import _parse, _unname_groups, min_width
 
 try:  # Python 3.11+
     from re import _constants as sre
+    from re import _parser as sre_parse
 except ImportError:  # Python 3.10
     import sre_constants as sre  # type: ignore[no-redef]
+    import sre_parse  # type: ignore[no-redef]
 
 LITERAL, RUN, PREFIX, PATTERN = "literal", "run", "prefix", "pattern"
 # Inline flags a key pattern may carry and still be one alternative among others: the search is
@@ -69,6 +71,16 @@ class Key:
     group: int = 0  # the index of the key's group in the state's search
     firsts: frozenset | None = None  # characters a key occurrence may start with (None: any)
     ties: list["Key"] = field(default_factory=list)  # later keys that may occur at the same place
+    # A PATTERN key whose match is the state search's own (its named groups are no other key's):
+    # no second match at its place is needed.
+    direct: bool = False
+
+    @property
+    def groups_always_match(self) -> bool:
+        """Whether every named group takes part in every match of the delimiter, so that its match's
+        groupdict() holds no None to drop (not for a direct key: the search's match has the other
+        keys' groups too)."""
+        return self.captures and not self.direct and _named_groups_always_match(self.watch.delimiter.pattern)
 
     @property
     def literal(self) -> str:
@@ -146,7 +158,7 @@ def plan(template: ir.Template, states: list[Any], field_methods: tuple[str, ...
             doc = (
                 "Outside explicit regions: the implicit field's text up to the next open (closing the "
                 "implicit field at its own close on the way). Returns (field opened, where its text "
-                "starts, the open's match or None), or None at the end of the text."
+                "starts, what its open captured), or None at the end of the text."
             )
         else:
             name = "_read" + field_methods[f.index][len("_scan") :]
@@ -171,16 +183,22 @@ def plan(template: ir.Template, states: list[Any], field_methods: tuple[str, ...
             # its skip to first characters through groups (`re` tries every place then).
             group = 1
             pieces = []
+            names = [name for key in keys for name in key.watch.delimiter.group_names]
             for key in keys:
                 key.group = group
                 group += 1 + key.groups
                 pieces.append(f"({key.source})")
+                if key.form == PATTERN:
+                    own = key.watch.delimiter.group_names
+                    key.direct = not any(names.count(name) > own.count(name) for name in own)
             read.source = "|".join(pieces)
             searches[read.const] = (read.source, False)
         for index, key in enumerate(keys):
             key.ties = [other for other in keys[index + 1 :] if _may_tie(key, other)] if read.search in ("literals", "alternatives") else []
             if key.form in (PREFIX, PATTERN):
                 key.full = f"FULL_{key.watch.const}"
+        for key in keys:  # (the delimiters matched where their keys are: not a direct key's, but as a tie)
+            if key.form == PREFIX or (key.form == PATTERN and (not key.direct or any(key in k.ties for k in keys))):
                 fulls[key.full] = key.watch.delimiter.pattern
         read_states.append(read)
     zero_width = any(
@@ -223,7 +241,27 @@ def _pattern_key(watch: Any) -> Key:
     parsed = _parse(unnamed)
     if parsed is None or parsed.state.flags & ~_HARMLESS_FLAGS or _refers_back(parsed):
         return Key(watch, PATTERN, source=None, firsts=firsts)
-    return Key(watch, PATTERN, source=f"(?:{unnamed})", groups=parsed.state.groups - 1, firsts=firsts)
+    # (its own names kept: the `regex` engine searches alternations, and reads duplicate names)
+    return Key(watch, PATTERN, source=f"(?:{d.pattern})", groups=parsed.state.groups - 1, firsts=firsts)
+
+
+def _named_groups_always_match(source: str) -> bool:
+    """Whether each named group of the pattern sits on its main path (only groups around it), so
+    that every match sets it. False when unsure (duplicate names, regex-only syntax)."""
+    try:
+        parsed = sre_parse.parse(source, sre.SRE_FLAG_DOTALL)
+    except Exception:
+        return False
+    named = set(parsed.state.groupdict.values())
+    found: set = set()
+    items = list(parsed)
+    while items:
+        op, av = items.pop()
+        if op is sre.SUBPATTERN:
+            if av[0] is not None:
+                found.add(av[0])
+            items.extend(av[-1])
+    return named <= found
 
 
 def _alternation(literals: tuple[str, ...]) -> str:
@@ -283,6 +321,21 @@ def _may_tie(key: Key, other: Key) -> bool:
     """Whether `other` may occur at a place where `key` is the first key the search reports."""
     if key.form != PATTERN and other.form != PATTERN:
         return any(a.startswith(b) or b.startswith(a) for a in key.literals for b in other.literals)
+    if key.form != PATTERN or other.form != PATTERN:
+        literal, pattern = (key, other) if key.form != PATTERN else (other, key)
+        return any(_may_match_at(pattern.watch.delimiter, text) for text in literal.literals)
     if key.firsts is None or other.firsts is None:
         return True
     return bool(key.firsts & other.firsts)
+
+
+def _may_match_at(delimiter: ir.Delimiter, literal: str) -> bool:
+    """Whether the pattern may match at a place where `literal` starts: unless the engine, given
+    `literal` alone, finds neither a match within it nor a start of one it runs out in (a partial
+    match). What the text holds before that place is not seen: a pattern that reads it
+    (lookbehind, \\b, ^ in multiline mode) may always match there."""
+    if delimiter.context != 0:
+        return True
+    import regex
+
+    return regex.compile(delimiter.pattern, regex.DOTALL).match(literal, partial=True) is not None
