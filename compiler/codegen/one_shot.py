@@ -16,23 +16,30 @@ a known place:
 * `prefix`: a pattern whose matches start (after an optional run of lead characters) with a
   literal prefix (`\\s*<tool_call>\\s*<function=...>`): the key is the prefix; where it occurs, the
   pattern is matched from the start of the run before it (and the search goes on if it fails).
-* `pattern`: any other pattern: the key is the pattern itself (its groups unnamed).
+* `pattern`: any other pattern: the key is the pattern itself, found where its matches start.
 
-A state with one literal key is searched with `str.find`; otherwise the keys are alternatives of
-one compiled pattern, each in a group, so `lastindex` says which key a hit is. The search finds
-the first place any key occurs, which is where the first match of the state starts or where its
-key sits after a run of lead characters. That is exact when no key can start with a character a
-run may hold (else a run could reach back over an earlier key's place); and a key that is not
-reported at a place may occur there too only where one literal is a prefix of another, or a
-pattern may start with the same character: those are tried at that place as well, and the best
-is taken by the interpreter's order.
+A state with one literal key is searched with `str.find`; with literal keys only, by one
+ungrouped alternation of their literals (the literal found names its key: groups would cost `re`
+its skip to first characters); with a pattern key among them, by one `regex` alternation with a
+group per key (`lastindex` names it). The search finds the first place any key occurs, which is
+where the state's first match starts, or where its key sits after a run of lead characters. That
+is exact when no key can start with a character such a run may hold (else the run could reach back
+over an earlier key's place): where one may, the state's patterns are all searched whole instead
+(no key is walked back from). A key that is not the one reported at a place may occur there too
+only where one literal is a prefix of another, or a pattern may match where a literal starts
+(decided here by a partial match of the literal); those are tried at that place as well, and the
+interpreter's order picks among them.
 
-A template is read this way only when that is provably the machine's answer. It is not, and
-`parse_response` stays on the machine's pass, when: a delimiter uses `\\G` (where a search
-starts); a delimiter pattern may match the empty string, or cannot be analysed (regex-only syntax,
-case folding...), since the machine then stops or restarts at zero-width matches; a state's key
-pattern uses back references or global flags (it cannot be one alternative of a larger pattern);
-or a run of lead characters may hold a character another key starts with.
+Delimiters that match the empty string are read as the machine reads them, but where the machine
+stops (an empty region closed by an empty match, after which its finalize reads again) or could
+go round in circles (two empty matches in a row at one place): there the reader hands the message
+to parse_whole (ReadAgain), which settles it. The interpreter never commits a match that starts at
+the very end of the text (only an empty one can), and neither does the reader.
+
+A template keeps the machine's pass (ONE_SHOT = False, and the reason by JSON path) when a
+delimiter uses `\\G` (it matches where a search starts, and the reader searches from elsewhere), or
+when a state with several delimiters has a pattern that cannot be one alternative of its search
+(inline global flags, back references, syntax only `regex` reads).
 """
 
 from __future__ import annotations
