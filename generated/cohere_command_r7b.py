@@ -440,8 +440,8 @@ def _close_1_tool_calls(run, body, captures):
             }
             for scope in each_scope("tool_calls", content, captures)
         ]
-        if run.tool_params:
-            value = coerce_tool_calls(value, run.tool_params)
+        if run.tool_params and not isinstance(value, str):  # (text is never a tool call)
+            value = coerce_tool_calls(value, run.tool_params, True)
     except Exception as error:
         run.region_failed("tool_calls", body, captures, error)
         return

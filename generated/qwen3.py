@@ -431,8 +431,8 @@ def _close_1_tool_calls(run, body, captures):
     try:  # (the finish function _finish_1_tool_calls, inlined: one call less per region)
         content = CONTENT_1(body)
         value = {"type": "function", "function": content}
-        if run.tool_params:
-            value = coerce_tool_calls(value, run.tool_params)
+        if run.tool_params and not isinstance(value, str):  # (text is never a tool call)
+            value = coerce_tool_calls(value, run.tool_params, True)
     except Exception as error:
         run.region_failed("tool_calls", body, captures, error)
         return

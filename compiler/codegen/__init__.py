@@ -21,7 +21,7 @@ import jinja2
 
 from rtcompile.frontend import canonical, ir
 from rtcompile.frontend.patterns import WHITESPACE
-from rtcompile.runtime.coerce import cast_mode
+from rtcompile.runtime.coerce import TYPED, cast_mode
 from rtcompile.version import INTERPRETER_RELEASE, __version__
 
 from . import one_shot
@@ -420,6 +420,7 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
     stores = []
     for f, fin in zip(fields, finishers):
         scalar = fin["inline"] is not None and f.transform is None  # (a cast never changes it)
+        cast = cast_mode(f.content.parser, f.content.args)  # (as Machine.CASTS)
         stores.append(
             {
                 "field": f,
@@ -427,7 +428,8 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
                 "doc": f"Field {f.index} ({f.name!r}): its region's value goes into the message.",
                 "finish": fin["name"],
                 "finisher": fin,
-                "casts": not scalar,
+                "casts": not scalar and cast is not None,
+                "typed": cast == TYPED,
             }
         )
     reader = one_shot.plan(template, states, tuple(field_methods))
