@@ -76,8 +76,9 @@ class HandwrittenQwen3Adapter:
 
 
 class HandwrittenWholeMessageAdapter:
-    """bench/handwritten_qwen3_5.py, bench/handwritten_gemma4.py: hand-written whole-message
-    parsers (the limit for parse_response and batches; they do not stream)."""
+    """bench/handwritten_qwen3_5.py, bench/handwritten_gemma4.py, bench/handwritten_gpt_oss.py:
+    hand-written whole-message parsers (the limit for parse_response and batches; they do not
+    stream)."""
 
     name = "handwritten"
     streams = False
@@ -101,6 +102,10 @@ def handwritten_adapter(template_name: str, template: dict) -> Any | None:
         from . import handwritten_gemma4
 
         return HandwrittenWholeMessageAdapter(handwritten_gemma4)
+    if template_name == "gpt_oss":
+        from . import handwritten_gpt_oss
+
+        return HandwrittenWholeMessageAdapter(handwritten_gpt_oss)
     return None
 
 
@@ -139,5 +144,5 @@ def adapters_for(template_name: str, template: dict, wanted: tuple[str, ...]) ->
         if adapter is not None:
             adapters["handwritten"] = adapter
         else:
-            missing["handwritten"] = "hand-written parsers exist for qwen3, qwen3_5 and gemma4 only"
+            missing["handwritten"] = "hand-written parsers exist for qwen3, qwen3_5, gemma4 and gpt_oss only"
     return adapters, missing

@@ -93,7 +93,14 @@ def _compile(argv: list[str]) -> int:
         print(f"rtcompile: error: {label}: {len(warnings)} warning(s) under --strict", file=sys.stderr)
         return EXIT_USAGE
     if args.check:
+        from . import codegen
+
         print(f"{label}: ok ({len(lowered.fields)} fields, {len(warnings)} warning(s))")
+        fallback = codegen.one_shot_fallback(lowered)
+        if fallback is None:
+            print(f"{label}: parse_response reads whole messages with the one-shot reader")
+        else:
+            print(f"{label}: parse_response reads whole messages with the streaming machine ({fallback})")
         return 0
     from . import codegen
 

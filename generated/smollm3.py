@@ -15,18 +15,24 @@ from rtcompile.runtime import (
     LiteralSearch,
     Machine,
     PatternWindow,
+    PlainRegex,
+    ReadAgain,
     check_abi,
+    coerce_tool_calls,
     each_scope,
+    finished_message,
+    join_error,
     make_parser,
     moved_by_more,
     parse_token_ids,
     parse_whole,
     resolve,
+    start_whole,
     trailing_run,
     truncate_after_last,
 )
 
-check_abi(8)
+check_abi(9)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -387,12 +393,171 @@ class ResponseParser(Machine):
         return hold, best
 
 
+# ---- the one-shot reader: a finished message, each next delimiter found by one search ---------
+# parse_response reads a finished message here, with no events and nothing held back: per state,
+# one search finds where the next delimiter is (compiler/codegen/one_shot.py says why that is the
+# match the machine would commit), and each closed region goes straight to its finish function.
+ONE_SHOT = True
+ONE_SHOT_FALLBACK = None
+SEARCH_READ_OUTSIDE = PlainRegex(
+    "<think>|<tool_call>|<\\|im_end\\|>|<\\|endoftext\\|>"
+)  # where the state's next delimiter may be
+SEARCH_READ_OUTSIDE_KEYS = {
+    "<think>": 1,
+    "<tool_call>": 2,
+    "<|im_end|>": 3,
+    "<|endoftext|>": 3,
+}  # which key a literal found is
+
+
+def _close_0_reasoning_content(run, body, captures):
+    "Field 0 ('reasoning_content'): its region's value goes into the message."
+    try:  # (the finish function _finish_0_reasoning_content, inlined: one call less per region)
+        content = body.strip()
+        value = content
+    except Exception as error:
+        run.region_failed("reasoning_content", body, captures, error)
+        return
+    if run.keep and "reasoning_content" in run.closed:
+        run.keep_both("reasoning_content", value)
+    else:
+        run.output["reasoning_content"] = value
+    if run.keep:
+        run.closed.add("reasoning_content")
+
+
+def _close_1_tool_calls(run, body, captures):
+    "Field 1 ('tool_calls'): its region's value goes into the message."
+    try:  # (the finish function _finish_1_tool_calls, inlined: one call less per region)
+        content = CONTENT_1(body)
+        value = {"type": "function", "function": content}
+        if run.tool_params and not isinstance(value, str):  # (text is never a tool call)
+            value = coerce_tool_calls(value, run.tool_params, True)
+    except Exception as error:
+        run.region_failed("tool_calls", body, captures, error)
+        return
+    run.output.setdefault("tool_calls", []).append(value)
+    if run.keep:
+        run.closed.add("tool_calls")
+
+
+def _close_2_content(run, body, captures):
+    "Field 2 ('content'): its region's value goes into the message."
+    try:  # (the finish function _finish_2_content, inlined: one call less per region)
+        content = body.strip()
+        value = content
+    except Exception as error:
+        run.region_failed("content", body, captures, error)
+        return
+    if run.keep and "content" in run.closed:
+        run.keep_both("content", value)
+    else:
+        run.output["content"] = value
+    if run.keep:
+        run.closed.add("content")
+
+
+def _read_outside(run, buf, pos, head):
+    "Outside explicit regions: the implicit field's text up to the next open (closing the implicit field at its own close on the way). Returns (field opened, where its text starts, what its open captured), or None at the end of the text."
+    q = pos  # where the search for the next key goes on
+    while True:
+        m = SEARCH_READ_OUTSIDE.search(buf, q)
+        if m is None:
+            break
+        q = m.start()
+        k = SEARCH_READ_OUTSIDE_KEYS[m.group()]  # which key the search found first here
+        if k == 1:
+            # open of field 0
+            s, e, found = q, m.end(), None
+            index, rank = 0, 0
+        elif k == 2:
+            # open of field 1
+            s, e, found = q, m.end(), None
+            while s > pos and buf[s - 1] in WHITESPACE:
+                s -= 1  # (the match starts with the run of lead characters before its key)
+            index, rank = 1, 1
+        elif k == 3:
+            # close of field 2
+            s, e, found = q, m.end(), None
+            while s > pos and buf[s - 1] in WHITESPACE:
+                s -= 1  # (the match starts with the run of lead characters before its key)
+            index, rank = 2, 2
+        if s < 0:
+            q += 1  # (no match where this key is: the search goes on after it)
+            continue
+        if index == 2:  # the implicit field's close
+            if s > pos or head:
+                _close_2_content(run, head + buf[pos:s], {})
+                head = ""
+            pos = q = e
+            continue
+        if s > pos or head:
+            _close_2_content(run, head + buf[pos:s], {})
+        return index, e, {}
+    if head or pos < len(buf):
+        _close_2_content(run, head + buf[pos:], {})  # (the text after the last delimiter)
+    return None
+
+
+def _read_in_0_reasoning_content(run, buf, pos, head, captures):
+    "Inside field 0 ('reasoning_content'): its text up to its close, or to the end. Returns where the text goes on (-1: the end)."
+    # close of field 0
+    s = buf.find("</think>", pos)
+    if s >= 0:
+        e = s + 8
+        _close_0_reasoning_content(run, head + buf[pos:s], captures)
+        return e
+    _close_0_reasoning_content(run, head + buf[pos:], captures)  # (no close: it runs to the end)
+    return -1
+
+
+def _read_in_1_tool_calls(run, buf, pos, head, captures):
+    "Inside field 1 ('tool_calls'): its text up to its close, or to the end. Returns where the text goes on (-1: the end)."
+    # close of field 1
+    s = buf.find("</tool_call>", pos)
+    if s >= 0:
+        e = s + 12
+        _close_1_tool_calls(run, head + buf[pos:s], captures)
+        return e
+    _close_1_tool_calls(run, head + buf[pos:], captures)  # (no close: it runs to the end)
+    return -1
+
+
+def _read_message(run, buf, pos, current, head, captures):
+    """The states' readers in turn, from the state `current` (a field's index; None or the implicit
+    field: outside explicit regions) at `pos`, to the end of `buf`. `head` is text its region
+    already holds (read with the prompt), `captures` what its open delimiter captured."""
+    while True:
+        if current is None or current == 2:
+            opened = _read_outside(run, buf, pos, head)
+            if opened is None:
+                return
+            current, pos, captures = opened
+            head = ""
+        if current == 0:
+            pos = _read_in_0_reasoning_content(run, buf, pos, head, captures)
+        elif current == 1:
+            pos = _read_in_1_tool_calls(run, buf, pos, head, captures)
+        if pos < 0:
+            return
+        current, head = None, ""
+
+
 def parse_response(text, *, prefix=None, tools=None, errors="strict", timeout=None, tokenizer=None):
-    """Parse a complete generation (one feed, then finalize) and return the message. With a fast
+    """Parse a complete generation and return the message: what one feed, then finalize, give.
+
+    Read by the one-shot reader above; with `timeout=`, by the streaming machine's one pass, whose
+    regex searches (the engine that takes a time bound) are the ones bounded. With a fast
     transformers `tokenizer`, `text` and `prefix` are token ids (see rtcompile.runtime.token_parser).
     """
     if tokenizer is not None:
         return parse_token_ids(
             ResponseParser, text, prefix, tools, tokenizer, errors=errors, timeout=timeout
         )
-    return parse_whole(ResponseParser, text, prefix, tools, errors=errors, timeout=timeout)
+    if timeout is not None:
+        return parse_whole(ResponseParser, text, prefix, tools, errors=errors, timeout=timeout)
+    run, buf, pos, current, head, captures = start_whole(
+        ResponseParser, text, prefix, tools, errors, ResponseParser.PREFIX_IN_ONE_PASS
+    )
+    _read_message(run, buf, pos, current, head, captures)
+    return finished_message(run.output, ResponseParser.REQUIRED, ResponseParser.DEFAULT_KEYS)

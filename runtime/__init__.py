@@ -25,10 +25,12 @@ from .scanning import (
 from .machine import ERRORS_KEY, Machine, parse_whole
 from .token_ids import MARKER, TokenIdError
 from .token_parser import parse_token_ids
+from .coerce import coerce_tool_calls
 from .transforms import each_scope, resolve
+from .whole import PlainRegex, ReadAgain, WholeMessage, finished_message, join_error, start_whole
 
 # Bump when anything in __all__ changes meaning or signature; generated modules pin it.
-RUNTIME_ABI = 8
+RUNTIME_ABI = 9
 
 
 class RuntimeMismatchError(ImportError):
@@ -56,18 +58,25 @@ __all__ = [
     "ParserFailedError",
     "ParserLoopError",
     "PatternWindow",
+    "PlainRegex",
+    "ReadAgain",
     "RegionError",
     "RegionKeyError",
     "RegionParseError",
     "TokenIdError",
+    "WholeMessage",
     "check_abi",
+    "coerce_tool_calls",
     "each_scope",
+    "finished_message",
+    "join_error",
     "make_parser",
     "moved_by_more",
     "parse_token_ids",
     "parse_whole",
     "regex",
     "resolve",
+    "start_whole",
     "trailing_run",
     "truncate_after_last",
 ]

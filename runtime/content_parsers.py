@@ -23,6 +23,7 @@ from typing import Any, Callable
 import regex
 
 from .scanning import LazyRegex
+from .tags import tag_reader
 
 # The calling parser's `timeout` for tag_pattern matching (set only while a region is finished).
 MATCH_TIMEOUT: contextvars.ContextVar[float | None] = contextvars.ContextVar("rtcompile_match_timeout", default=None)
@@ -303,12 +304,68 @@ def _xml_inline_factory(args: dict) -> Callable[[str], dict]:
     merge = args.get("merge_duplicates", False)
 
     def xml_inline(text: str) -> dict:
+        # Literal-delimited tags are read by str.find (tags.py: the same pairs, far faster than
+        # the engine's lazy value), in linear time, so a time bound has nothing to bound there.
+        reader = tag_reader(tag_pattern) if by_capture is None else None  # (analysed once, then cached)
+        if reader is not None:
+            pairs = reader(text)
+            if value_parser is None and not merge:
+                return dict(pairs)  # (later keys overwrite earlier ones, in first-seen order)
+            return _merge_pairs(pairs, value_parser, merge)
         timeout = MATCH_TIMEOUT.get()
-        # (without a time bound, the plain engine: the stdlib twin where one exists, see twin.py)
-        matches = compiled.plain().finditer(text) if timeout is None else compiled.finditer(text, timeout=timeout)
+        if timeout is None:
+            # (without a time bound, the plain engine: the stdlib twin where one exists, see twin.py)
+            pattern = compiled.plain()
+            # (a stdlib pattern: one group per name, so group(name) is what groupdict() holds)
+            if (
+                value_parser is None
+                and not merge
+                and by_capture is None
+                and "key" in pattern.groupindex
+                and isinstance(pattern, re.Pattern)
+            ):
+                return _plain_xml_inline(text, pattern, tag_pattern)
+            matches = pattern.finditer(text)
+        else:
+            matches = compiled.finditer(text, timeout=timeout)
         return _run_xml_inline(text, matches, tag_pattern, value_parser, merge, by_capture)
 
     return xml_inline
+
+
+def _merge_pairs(pairs: list[tuple[str, str]], value_parser: Any, merge: Any) -> dict:
+    """_run_xml_inline over (key, value) pairs that a tag reader found (keys are never None)."""
+    out: dict[str, Any] = {}
+    merged: set = set()
+    for key, raw in pairs:
+        value = _sub_parse(raw, value_parser)
+        if key in out and merge:
+            if key not in merged:
+                out[key] = [out[key]]
+                merged.add(key)
+            out[key].append(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _plain_xml_inline(text: str, pattern: Any, tag_pattern: str) -> dict:
+    """_run_xml_inline without a value parser or merging, for a pattern with a `key` group: each
+    tag's value as captured ("" when the pattern has no `value` group), later keys overwriting."""
+    out: dict[str, Any] = {}
+    if "value" in pattern.groupindex:
+        for match in pattern.finditer(text):
+            key, value = match.group("key", "value")
+            if key is None:
+                raise ValueError(f"xml-inline: tag_pattern must have a named group 'key'. Pattern: {tag_pattern}")
+            out[key] = value
+    else:
+        for match in pattern.finditer(text):
+            key = match.group("key")
+            if key is None:
+                raise ValueError(f"xml-inline: tag_pattern must have a named group 'key'. Pattern: {tag_pattern}")
+            out[key] = ""
+    return out
 
 
 def _kv_lines(text: str, args: Any) -> dict:

@@ -294,16 +294,7 @@ class Machine:
 
     def _finished_output(self) -> dict:
         """The message: required fields checked, empty values dropped (defaults always kept)."""
-        output = self._output
-        if self.REQUIRED:
-            missing = [name for name in self.REQUIRED if name not in output]
-            if missing:
-                raise ValueError(f"Required response_template fields missing from parsed output: {missing}")
-        defaults = self.DEFAULT_KEYS
-        message = {}
-        for key, value in output.items():  # (a plain loop: this runs once per message, keep it cheap)
-            if key in defaults or not (value is None or (isinstance(value, (list, dict, str)) and not value)):
-                message[key] = value
+        message = finished_message(self._output, self.REQUIRED, self.DEFAULT_KEYS)
         self._output = message
         self._finalized = self._halted = True
         return message
@@ -524,18 +515,12 @@ class Machine:
         """errors="keep": a field without `repeats` closed again. The interpreter keeps only the
         last value (text before a tool call is lost when more text follows it); here two texts are
         joined by a blank line, and any other earlier value is recorded under ERRORS_KEY."""
-        if isinstance(previous, str) and isinstance(value, str):
-            return previous + "\n\n" + value if previous and value else previous or value
-        record = {"field": name, "value": previous, "error": "overwritten by a later region of the same field"}
-        self._output.setdefault(ERRORS_KEY, []).append(record)
-        return value
+        return kept_both(self._output, name, previous, value)
 
     def _keep_failed_region(self, events: list[dict] | None, name: str, body: str, error: Exception) -> None:
         """errors="keep": record the region's raw text and error instead of a value (with what its
         open delimiter captured, if anything: a tool call's name, say)."""
-        record = {"field": name, "raw": body, "error": f"{type(error).__name__}: {error}"}
-        if self._captures:
-            record["captures"] = dict(self._captures)
+        record = failed_region_record(name, body, self._captures, error)
         if self._markers:
             record = strip_markers(record)
         self._output.setdefault(ERRORS_KEY, []).append(record)
@@ -545,6 +530,38 @@ class Machine:
                 event["closer"] = strip_markers(self._closer) if self._markers else self._closer
             events.append(event)
         self._reset_to_implicit()
+
+
+def finished_message(output: dict, required: tuple, default_keys: frozenset) -> dict:
+    """The message: required fields checked, empty values dropped (defaults always kept)."""
+    if required:
+        missing = [name for name in required if name not in output]
+        if missing:
+            raise ValueError(f"Required response_template fields missing from parsed output: {missing}")
+    message = {}
+    for key, value in output.items():  # (a plain loop: this runs once per message, keep it cheap)
+        if key in default_keys or not (value is None or (isinstance(value, (list, dict, str)) and not value)):
+            message[key] = value
+    return message
+
+
+def kept_both(output: dict, name: str, previous: Any, value: Any) -> Any:
+    """errors="keep": what a field without `repeats` holds once closed again: two texts joined by a
+    blank line; otherwise the new value, the earlier one recorded under ERRORS_KEY in `output`."""
+    if isinstance(previous, str) and isinstance(value, str):
+        return previous + "\n\n" + value if previous and value else previous or value
+    record = {"field": name, "value": previous, "error": "overwritten by a later region of the same field"}
+    output.setdefault(ERRORS_KEY, []).append(record)
+    return value
+
+
+def failed_region_record(name: str, body: str, captures: dict, error: Exception) -> dict:
+    """errors="keep": the record of a region that failed to parse (with its open delimiter's
+    captures, when it captured anything)."""
+    record = {"field": name, "raw": body, "error": f"{type(error).__name__}: {error}"}
+    if captures:
+        record["captures"] = dict(captures)
+    return record
 
 
 def parse_whole(machine_class: type, text: str, prefix: str | None, tools: list | None, **options: Any) -> dict:

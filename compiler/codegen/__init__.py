@@ -21,10 +21,12 @@ import jinja2
 
 from rtcompile.frontend import canonical, ir
 from rtcompile.frontend.patterns import WHITESPACE
-from rtcompile.runtime.coerce import cast_mode
+from rtcompile.runtime.coerce import TYPED, cast_mode
 from rtcompile.version import INTERPRETER_RELEASE, __version__
 
-RUNTIME_ABI = 8  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
+from . import one_shot
+
+RUNTIME_ABI = 9  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
 # Sets of first characters up to this size are checked with chained str.find; larger ones with
 # one character-class search.
 MAX_FIND_CHAIN = 2
@@ -294,12 +296,19 @@ def _transform_expr(node: ir.TransformNode, each: bool) -> Code:
     if not each and node.root == "content" and not node.keys:
         return Code("content")  # always defined: the parsed value itself
     keys = f", {py_literal(node.keys)}" if node.keys else ""
+    if not each and node.root != "content" and not node.keys:
+        # A capture, read where it is; resolve (and its scope) only for the error when it is missing.
+        root = py_literal(node.root)
+        return Code(
+            f"(captures[{root}] if {root} in captures else "
+            f'resolve({{**captures, "content": content}}, {py_literal(node.path)}, {root}))'
+        )
     return Code(f"resolve(scope, {py_literal(node.path)}, {py_literal(node.root)}{keys})")
 
 
 def _needs_scope(node: ir.TransformNode) -> bool:
     if isinstance(node, ir.Placeholder):
-        return node.root != "content" or bool(node.keys)
+        return bool(node.keys)  # (a bare capture is read from the captures themselves)
     if isinstance(node, ir.DictNode):
         return any(_needs_scope(v) for _, v in node.items)
     if isinstance(node, ir.ListNode):
@@ -325,10 +334,10 @@ def _border_free(literal: str) -> bool:
     return not any(literal[:k] == literal[-k:] for k in range(1, len(literal)))
 
 
-def render(template: ir.Template, *, origin: str = "a response template") -> str:
-    """The generated module's source, before formatting."""
+def _scan_states(template: ir.Template, triggers: dict, leads: Leads) -> tuple[list[State], list[str]]:
+    """The parser states (outside explicit regions, then one per explicit field) and the name of
+    each field's scan method."""
     fields = template.fields
-    consts: dict[str, Any] = {}
     watches_in_sink: list[Watch] = []
     for f in fields:
         if f.open is not None:
@@ -336,8 +345,6 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
     if template.implicit is not None and fields[template.implicit].close is not None:
         f = fields[template.implicit]
         watches_in_sink.append(Watch(ir.CLOSE, f, f.close, 0, f"CLOSE_{f.index}"))
-    triggers: dict[str, str] = {}  # constant name -> character class (stdlib re) of first characters
-    leads = Leads()  # characters a match may start with before those
     states = [
         _state(
             "_scan_sink",
@@ -357,6 +364,23 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         watches = [Watch(ir.CLOSE, f, f.close, 0, f"CLOSE_{f.index}")] if f.close is not None else []
         doc = f"Inside field {f.index} ({f.name!r}): " + ("watch its close." if watches else "no close; runs to the end.")
         states.append(_state(method, doc, watches, triggers, leads))
+    return states, field_methods
+
+
+def one_shot_fallback(template: ir.Template) -> str | None:
+    """Why `parse_response` of the template's module stays on the streaming machine's pass (a
+    JSON path by field index and a reason), or None when it has the one-shot reader."""
+    states, field_methods = _scan_states(template, {}, Leads())
+    return one_shot.plan(template, states, tuple(field_methods)).reason
+
+
+def render(template: ir.Template, *, origin: str = "a response template") -> str:
+    """The generated module's source, before formatting."""
+    fields = template.fields
+    consts: dict[str, Any] = {}
+    triggers: dict[str, str] = {}  # constant name -> character class (stdlib re) of first characters
+    leads = Leads()  # characters a match may start with before those
+    states, field_methods = _scan_states(template, triggers, leads)
     for state in states:
         for w in state.watches:
             consts[w.const] = w.delimiter
@@ -393,6 +417,22 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
                 "scope": f.transform is not None and not f.transform_each and _needs_scope(f.transform),
             }
         )
+    stores = []
+    for f, fin in zip(fields, finishers):
+        scalar = fin["inline"] is not None and f.transform is None  # (a cast never changes it)
+        cast = cast_mode(f.content.parser, f.content.args)  # (as Machine.CASTS)
+        stores.append(
+            {
+                "field": f,
+                "name": f"_close_{f.index}" + (f"_{slug(f.name)}" if slug(f.name) else ""),
+                "doc": f"Field {f.index} ({f.name!r}): its region's value goes into the message.",
+                "finish": fin["name"],
+                "finisher": fin,
+                "casts": not scalar and cast is not None,
+                "typed": cast == TYPED,
+            }
+        )
+    reader = one_shot.plan(template, states, tuple(field_methods))
     lead_names = {}  # delimiter constant -> the constant holding its lead characters
     for name, d in consts.items():
         if d.literal_run is not None:
@@ -442,6 +482,16 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         ),
         required=tuple(f.name for f in fields if not f.optional),
         context=template.context,
+        one_shot=reader,
+        pads=(Code(""), Code("    "), Code("        ")),
+        assigns={"returned": Code("return "), "assigned": Code("value = ")},
+        stores=stores,
+        store_names={store["field"].index: store["name"] for store in stores},
+        implicit=template.implicit,
+        implicit_close=template.implicit is not None and fields[template.implicit].close is not None,
+        implicit_close_captures=template.implicit is not None
+        and fields[template.implicit].close is not None
+        and bool(fields[template.implicit].close.group_names),
     )
 
 

@@ -204,7 +204,10 @@ def test_check_on_a_clean_template(cli, tmp_path):
     for args in ((path, "--check"), (path, "--check", "--strict")):
         result = cli(*args)
         assert result.returncode == 0, result.stderr
-        assert result.stdout.strip() == f"{path}: ok (3 fields, 0 warning(s))"
+        assert result.stdout.splitlines() == [
+            f"{path}: ok (3 fields, 0 warning(s))",
+            f"{path}: parse_response reads whole messages with the one-shot reader",
+        ]
         assert result.stderr == ""
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
 
@@ -213,7 +216,7 @@ def test_check_prints_warnings_and_succeeds(cli, tmp_path):
     path = write_json(tmp_path / "linted.json", LINTED)
     result = cli(path, "--check")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"{path}: ok (2 fields, 3 warning(s))"
+    assert result.stdout.splitlines()[0] == f"{path}: ok (2 fields, 3 warning(s))"
     warnings = result.stderr.strip().splitlines()
     assert len(warnings) == 3
     assert all(line.startswith(f"rtcompile: warning: {path}: ") for line in warnings)
@@ -285,7 +288,22 @@ def test_check_writes_nothing(cli, tmp_path):
 def test_bundled_templates_pass_the_check(cli):
     result = cli("qwen3", "--check", "--strict")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "qwen3: ok (3 fields, 0 warning(s))"
+    assert result.stdout.splitlines() == [
+        "qwen3: ok (3 fields, 0 warning(s))",
+        "qwen3: parse_response reads whole messages with the one-shot reader",
+    ]
+
+
+def test_check_says_when_parse_response_stays_on_the_streaming_machine(cli, tmp_path):
+    # \G matches where a search starts: the one-shot reader searches from other places
+    template = {"start_anchor": "S", "fields": {"a": {"open_pattern": r"\G<a>", "close": "</a>"}, "b": {}}}
+    path = write_json(tmp_path / "anchored.json", template)
+    result = cli(path, "--check")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1] == (
+        f"{path}: parse_response reads whole messages with the streaming machine "
+        "(fields[0].open_pattern: \\G matches where a search starts, and the one-shot reader searches elsewhere)"
+    )
 
 
 # ---- errors -------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from bench import handwritten_qwen3, run, workloads  # noqa: E402
 from bench.impls import HandwrittenQwen3Adapter, InterpreterAdapter  # noqa: E402
 
 QWEN3 = workloads.load_template("qwen3")[0]
-HANDWRITTEN_WHOLE = ("qwen3", "qwen3_5", "gemma4")  # templates with a hand-written parse_response
+HANDWRITTEN_WHOLE = ("qwen3", "qwen3_5", "gemma4", "gpt_oss")  # templates with a hand-written parse_response
 
 
 # ---- the quick benchmark -------------------------------------------------------------------------
@@ -62,7 +62,7 @@ def test_quick_benchmark_reports_every_template_size_and_implementation(quick_ru
                 {"handwritten"} if name == "qwen3" else set()
             )
             assert set(results["streaming"][name][size]) == expected
-            # qwen3_5 and gemma4 have hand-written whole-message parsers (they do not stream).
+            # qwen3_5, gemma4 and gpt_oss have hand-written whole-message parsers (they do not stream).
             expected_whole = {"interpreter", "rtcompile"} | (
                 {"handwritten"} if name in HANDWRITTEN_WHOLE else set()
             )
@@ -340,11 +340,15 @@ def test_the_harness_refuses_to_time_a_differing_implementation(broken):
         run.verify_workload(adapters, workload, run.QUICK, run.Verification())
 
 
-# ---- the hand-written whole-message parsers for qwen3_5 and gemma4 -------------------------------
+# ---- the hand-written whole-message parsers for qwen3_5, gemma4 and gpt_oss ----------------------
 
-from bench import handwritten_gemma4, handwritten_qwen3_5  # noqa: E402
+from bench import handwritten_gemma4, handwritten_gpt_oss, handwritten_qwen3_5  # noqa: E402
 
-_HANDWRITTEN_WHOLE_MODULES = {"qwen3_5": handwritten_qwen3_5, "gemma4": handwritten_gemma4}
+_HANDWRITTEN_WHOLE_MODULES = {
+    "qwen3_5": handwritten_qwen3_5,
+    "gemma4": handwritten_gemma4,
+    "gpt_oss": handwritten_gpt_oss,
+}
 _EDGE_CASES = {
     "qwen3_5": [
         "plain answer<|im_end|>",
@@ -366,6 +370,17 @@ _EDGE_CASES = {
         "<|tool_call>call:get_weather{location:<|\"|>cut",
         "<|channel>thought\nnever closed",
         "<|tool_call>call:f{\"q\":\"a,b:c\",k:1}<tool_call|>",
+    ],
+    "gpt_oss": [
+        "<|channel|>final<|message|>plain answer<|return|>",
+        "<|channel|>analysis<|message|>r<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"location\": \"Bern\"}<|call|>",
+        "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>analysis<|message|>b<|end|><|start|>assistant<|channel|>final<|message|> x <|end|>",
+        "<|start|>assistant<|channel|>commentary to=functions.search_web <|constrain|>json<|message|>{\"query\": \"q\", \"max_results\": 2}<|call|>",
+        "<|start|>assistant\n to=functions.run_python  <|channel|>commentary<|message|>{\"code\": \"a < b\"}<|call|><|start|>assistant to=functions.bad name<|channel|>commentary<|message|>{}<|call|>",
+        "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"location\": ",
+        "<|channel|>analysis<|message|>never closed",
+        "<|channel|>analysis<|message|>cut by a call<|call|>free text <| <|start|>assistant<|channel|>final<|message|><|return|>",
+        "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>not json<|call|>",
     ],
 }
 

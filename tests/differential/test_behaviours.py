@@ -179,9 +179,11 @@ def test_zero_width_close_and_end_of_text_close():
 
 
 def test_a_whole_message_is_one_pass_except_where_feed_then_finalize_would_differ(monkeypatch):
-    """parse_response reads the text once, at the end of the stream. Where an empty region closes
-    on a zero-width match, the interpreter's feed stops and its finalize reads again: there the
-    parse is redone as feed then finalize (parse_whole). Either way, the interpreter's result."""
+    """parse_response reads the text once, at the end of the stream: by the one-shot reader, and
+    by the machine's one pass (parse_whole) where a template keeps it. Where an empty region
+    closes on a zero-width match, the interpreter's feed stops and its finalize reads again: there
+    the one-shot reader hands the message to parse_whole, which redoes it as feed then finalize.
+    Either way, the interpreter's result."""
     from rtcompile.runtime import machine
 
     passes = []
@@ -192,6 +194,11 @@ def test_a_whole_message_is_one_pass_except_where_feed_then_finalize_would_diffe
         lambda self, text, head="": passes.append(one_pass(self, text, head)) or passes[-1],
     )
     template = {"start_anchor": "@", "fields": {"text": {"close_pattern": "(?=<)"}, "tag": {"open": "<t>", "close": "</t>"}}}
+    module = rtcompile.load(template)
+    assert module.ONE_SHOT is True
+    handed_back = []
+    whole = module.parse_whole
+    monkeypatch.setattr(module, "parse_whole", lambda *args, **kwargs: handed_back.append(True) or whole(*args, **kwargs))
     cases = [
         ("before<t>x</t>after", "", True),
         ("ab<u>cd<t>x</t>", "", False),
@@ -202,9 +209,12 @@ def test_a_whole_message_is_one_pass_except_where_feed_then_finalize_would_diffe
         ("t>x</t>after", "sys@before<", True),
     ]
     for text, prefix, in_one_pass in cases:
-        passes.clear()
         expected = interpreter.parse_response(text, template, prefix=prefix)
-        assert rtcompile.parse_response(text, template, prefix=prefix) == expected
+        handed_back.clear()
+        assert module.parse_response(text, prefix=prefix) == expected
+        assert (not handed_back) == in_one_pass, text
+        passes.clear()
+        assert machine.parse_whole(module.ResponseParser, text, prefix, None) == expected
         assert (passes[0] is not None) == in_one_pass, text
     assert rtcompile.parse_response("ab<u>cd<t>x</t>", template, prefix="") == {"text": "ab"}
 

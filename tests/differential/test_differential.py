@@ -40,7 +40,15 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 from transformers.utils.chat_parsing import response_parser as interpreter_module
 
-from strategies import Case, Run, cases, get_weather, known_format_cases, tool_call_cases
+from strategies import (
+    Case,
+    Run,
+    cases,
+    get_weather,
+    known_format_cases,
+    template_plans,
+    tool_call_cases,
+)
 
 SELF_MODE = os.environ.get("RTCOMPILE_DIFF_SELF") == "1"
 # Generous: a healthy run of one case takes milliseconds; compiling a template well under a second.
@@ -519,8 +527,51 @@ def test_known_formats_match_interpreter(case: Case, entry_point: str) -> None:
     check_streaming(case, entry_point)
 
 
+def one_shot_path(template: Any, action: Callable[[], list[Step]]) -> tuple[list[Step], str]:
+    """Run `action` (a parse_response through rtcompile) and say which way the generated module
+    read the message: its one-shot reader, the reader handing the message back to the machine's
+    pass (an empty delimiter match where the machine stops), or the machine's pass alone (a
+    template the one-shot reader cannot take; the reason's kind is given)."""
+    if SELF_MODE:
+        return action(), "the interpreter itself"
+    import rtcompile
+
+    try:
+        module = rtcompile.load(template)
+    except Exception:  # noqa: BLE001 - an invalid template: both sides raise, no path to tell
+        return action(), "no module (invalid template)"
+    if not module.ONE_SHOT:
+        return action(), "the machine's pass: " + module.ONE_SHOT_FALLBACK.split(": ", 1)[1]
+    handed_back: list[bool] = []
+    original = module.parse_whole
+
+    def machine_pass(*args: Any, **kwargs: Any) -> dict:
+        handed_back.append(True)
+        return original(*args, **kwargs)
+
+    module.parse_whole = machine_pass
+    try:
+        steps = action()
+    finally:
+        module.parse_whole = original
+    return steps, "the one-shot reader" + (", handed back to the machine's pass" if handed_back else "")
+
+
 @example(
     case=Case(QWEN3, [Run(prefix="", chunks=["<think>a</think>b<|im_end|>"])]), entry_point="api"
+)
+@example(  # an empty match at the very end of the text: the interpreter never commits one there
+    case=Case(
+        {
+            "fields": {
+                "content": {"close": "<a>"},
+                "reasoning_content": {"open_pattern": "(?<=<a>)", "close": "<a>", "repeats": True},
+            },
+            "start_anchor": "S",
+        },
+        [Run(prefix="", chunks=["<a>"])],
+    ),
+    entry_point="module",
 )
 @given(case=cases(), entry_point=st.sampled_from(ENTRY_POINTS))
 def test_one_shot_matches_interpreter(case: Case, entry_point: str) -> None:
@@ -533,9 +584,13 @@ def test_one_shot_matches_interpreter(case: Case, entry_point: str) -> None:
             else f"raised {type(expected[0].error).__name__}"
         )
         event(f"interpreter: {outcome}")
-        actual = guarded_run(
-            implementation.name, lambda: run_one_shot(implementation, case.template, run)
+        actual, path = guarded_run(
+            implementation.name,
+            lambda: one_shot_path(
+                case.template, lambda: run_one_shot(implementation, case.template, run)
+            ),
         )
+        event(f"parse_response read by {path}")
         compare(expected, actual, case.template, run, implementation.name)
 
 
@@ -556,6 +611,97 @@ def test_python_only_template_values_match_interpreter(template) -> None:
     """The interpreter takes any Python dict, not only JSON data; a drop-in must too (or this test
     records the deliberate exception)."""
     check_streaming(Case(template, [Run(prefix="", chunks=["a<b", ">c"])]), "api", statistics=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# The one-shot reader against the streaming machine's pass, rtcompile's own options included
+# --------------------------------------------------------------------------------------------------
+
+
+def _whole_outcome(action: Callable[[], dict]) -> tuple:
+    """A parse's result in comparable form: the message, or the exception's class and text."""
+    try:
+        message = action()
+    except Exception as error:  # noqa: BLE001 - every exception class is part of the behaviour
+        return ("raised", type(error), str(error))
+    return ("message", canonical(message))
+
+
+@example(  # a failed region is recorded, the text around it kept
+    case=Case(
+        QWEN3,
+        [
+            Run(
+                prefix="<|im_start|>assistant\n<think>",
+                chunks=["r</think>a\n<tool_call>{bad</tool_call>b<|im_end|>"],
+                tools=[get_weather],
+            )
+        ],
+    )
+)
+@given(case=cases())
+def test_one_shot_reader_gives_the_machines_message_with_every_option(case: Case) -> None:
+    """errors="keep" and timeout= are rtcompile's own options: the reference is the streaming
+    machine's pass (parse_whole, which the streaming properties tie to the interpreter). The one-shot
+    reader must give its message, or raise its exception with the same text, in both error modes;
+    with timeout= parse_response is that pass."""
+    if SELF_MODE:
+        return
+    import rtcompile
+    from rtcompile.runtime import parse_whole
+
+    try:
+        module = rtcompile.load(case.template)
+    except Exception:  # noqa: BLE001 - invalid templates are test_differential_rejects' business
+        return
+    for run in case.runs:
+        for options in ({"errors": "strict"}, {"errors": "keep"}, {"errors": "keep", "timeout": 30.0}):
+            expected = guarded_run(
+                "rtcompile's machine",
+                lambda: _whole_outcome(
+                    lambda: parse_whole(module.ResponseParser, run.text, run.prefix, run.tools, **options)
+                ),
+            )
+            actual, path = guarded_run(
+                "rtcompile's parse_response",
+                lambda: one_shot_path(
+                    case.template,
+                    lambda: _whole_outcome(
+                        lambda: module.parse_response(run.text, prefix=run.prefix, tools=run.tools, **options)
+                    ),
+                ),
+            )
+            event(f"errors={options['errors']!r}: " + ("the machine's pass" if "timeout" in options else path))
+            assert actual == expected, (
+                f"template: {case.template!r}\nrun: {run!r}\noptions: {options}\n"
+                f"machine's pass: {expected}\nparse_response: {actual}"
+            )
+
+
+# What makes a generated template keep the machine's pass: `\G` (it matches where a search starts),
+# and inline flags a pattern cannot keep as one alternative of its state's search.
+_ONE_SHOT_REFUSES = ("\\G", "(?i)", "(?m)")
+
+
+@given(plan=template_plans(valid_only=True))
+def test_generated_templates_take_the_one_shot_reader(plan) -> None:
+    """Every generated template gets the one-shot reader, but for the forms it refuses by design
+    (`\\G`, inline flags among several delimiters of a state), whatever the collisions, prefixes,
+    lead runs, literal lists and captures the strategies build; the statistics say how often."""
+    from rtcompile import codegen, frontend
+
+    try:
+        lowered = frontend.lower(plan.template)
+    except frontend.TemplateError:  # (the strategies' rare invalid one: no module, so no reader)
+        event("refused by the front end")
+        return
+    reason = codegen.one_shot_fallback(lowered)
+    event("one-shot reader" if reason is None else "machine's pass: " + reason.split(": ", 1)[1])
+    patterns = [
+        d.value for f in plan.fields for d in (f.open, f.close) if d is not None and d.is_pattern
+    ]
+    if not any(form in pattern for pattern in patterns for form in _ONE_SHOT_REFUSES):
+        assert reason is None, (plan.template, reason)
 
 
 # --------------------------------------------------------------------------------------------------

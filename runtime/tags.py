@@ -1,0 +1,176 @@
+"""xml-inline tags read by `str.find`, for tag patterns of one common shape.
+
+Most xml-inline tag patterns are literals around a key and a lazily matched value:
+
+    <parameter=(?P<key>[^>\\n]+)>\\n?(?P<value>.*?)\\n?</parameter>      (Qwen3.5, Qwen3-Coder)
+    <parameter name="(?P<key>[^"]+)">(?P<value>.*?)</parameter>          (MiniMax-M2)
+
+The regex engine reads the lazy value one character at a time, trying the closing literal at each
+(about 10 ns a character in `re`); `str.find` finds that literal at memchr speed. `tag_reader`
+recognises the shape from the parsed pattern and returns a reader that gives exactly what
+`finditer` gives for the (key, value) groups, else None:
+
+    OPEN  KEY  MID  [A]?  (?P<value>.*?)  [B]?  CLOSE
+
+OPEN, MID and CLOSE are non-empty literals; [A]? and [B]? optional single characters (greedy);
+KEY is `(?P<key>[^S]+)` with MID's first character in S (the run stops exactly where MID must
+start, so it never gives back a character), or `(?P<key>.*?)` (it ends at the first MID).
+tests/runtime/test_tags.py checks the reader against the regex engine on generated patterns and
+texts.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+try:  # Python 3.11+
+    from re import _constants as sre
+    from re import _parser as sre_parse
+except ImportError:  # Python 3.10
+    import sre_constants as sre  # type: ignore[no-redef]
+    import sre_parse  # type: ignore[no-redef]
+
+__all__ = ["tag_reader"]
+
+
+@functools.lru_cache(maxsize=None)
+def tag_reader(source: str) -> Callable[[str], list[tuple[str, str]]] | None:
+    """A reader of the (key, value) pairs `finditer` finds with `source`, or None (another shape)."""
+    try:
+        parsed = sre_parse.parse(source, sre.SRE_FLAG_DOTALL)
+    except Exception:  # regex-only syntax: not this shape
+        return None
+    if parsed.state.flags & ~(sre.SRE_FLAG_DOTALL | sre.SRE_FLAG_UNICODE):
+        return None
+    names = {gid: name for name, gid in parsed.state.groupdict.items()}
+    if set(names.values()) != {"key", "value"} or parsed.state.groups != 3:
+        return None
+    items = list(parsed)
+    opening, items = _literal(items)
+    key, items = _group(items, names, "key")
+    middle, items = _literal(items)
+    before, items = _optional_char(items)
+    value, items = _group(items, names, "value")
+    after, items = _optional_char(items)
+    closing, items = _literal(items)
+    if items or not opening or not middle or not closing or key is None or value is None:
+        return None
+    if not _is_lazy_any(value):
+        return None
+    stops = _negated_run(key)
+    if stops is not None:
+        if middle[0] not in stops:
+            return None
+    elif not _is_lazy_any(key):
+        return None
+    return _make_reader(opening, stops, middle, before, after, closing)
+
+
+def _literal(items: list) -> tuple[str, list]:
+    chars = []
+    while items and items[0][0] is sre.LITERAL:
+        chars.append(chr(items[0][1]))
+        items = items[1:]
+    return "".join(chars), items
+
+
+def _group(items: list, names: dict, name: str) -> tuple[Any, list]:
+    if not items or items[0][0] is not sre.SUBPATTERN:
+        return None, items
+    gid, add_flags, del_flags, sub = items[0][1]
+    if names.get(gid) != name or add_flags or del_flags or len(sub) != 1:
+        return None, items
+    return sub[0], items[1:]
+
+
+def _optional_char(items: list) -> tuple[str, list]:
+    """A greedy `c?` of one literal character ("" when there is none)."""
+    if items and items[0][0] is sre.MAX_REPEAT:
+        low, high, sub = items[0][1]
+        if low == 0 and high == 1 and len(sub) == 1 and sub[0][0] is sre.LITERAL:
+            return chr(sub[0][1]), items[1:]
+    return "", items
+
+
+def _is_lazy_any(item: tuple) -> bool:
+    op, av = item
+    return op is sre.MIN_REPEAT and av[0] == 0 and av[1] == sre.MAXREPEAT and list(av[2]) == [(sre.ANY, None)]
+
+
+def _negated_run(item: tuple) -> frozenset | None:
+    """S for `[^S]+` (greedy, literal characters only), else None."""
+    op, av = item
+    if op is not sre.MAX_REPEAT or av[0] != 1 or av[1] != sre.MAXREPEAT or len(av[2]) != 1:
+        return None
+    set_op, members = av[2][0]
+    if set_op is sre.NOT_LITERAL:
+        return frozenset(chr(members))
+    if set_op is not sre.IN or not members or members[0][0] is not sre.NEGATE:
+        return None
+    if not all(member_op is sre.LITERAL for member_op, _ in members[1:]):
+        return None
+    return frozenset(chr(member) for _, member in members[1:])
+
+
+def _make_reader(opening: str, stops: frozenset | None, middle: str, before: str, after: str, closing: str):
+    # [^S]+ ends at the first character of S, where MIDDLE must start: at MIDDLE's first character
+    # (which is in S), and only if no other character of S comes before it.
+    others = tuple(sorted(stops - {middle[0]})) if stops is not None else ()
+    other = others[0] if len(others) == 1 else None  # (the common case, tested without a loop)
+    lazy_key = stops is None
+    first = middle if lazy_key else middle[0]
+    open_len, middle_len, close_len = len(opening), len(middle), len(closing)
+
+    def read(text: str) -> list[tuple[str, str]]:
+        pairs = []
+        n = len(text)
+        find, startswith = text.find, text.startswith
+        pos = 0
+        # Where MIDDLE (or its first character, for [^S]+) next occurs from where it was last looked
+        # for: the tags' starts only move on, so the text is searched for it once.
+        next_middle = -1
+        while True:
+            start = find(opening, pos)
+            if start < 0:
+                return pairs
+            key_start = start + open_len
+            if next_middle < key_start:
+                next_middle = find(first, key_start)
+                if next_middle < 0:
+                    return pairs  # no MIDDLE after this tag's start: none after a later one either
+            key_end = next_middle
+            if not lazy_key:
+                if key_end == key_start or not startswith(middle, key_end):
+                    pos = start + 1  # (an empty key, or not MIDDLE where the key's run stops)
+                    continue
+                if other is not None:
+                    if find(other, key_start, key_end) >= 0:
+                        pos = start + 1  # (the key's run stops before MIDDLE)
+                        continue
+                elif others and any(find(char, key_start, key_end) >= 0 for char in others):
+                    pos = start + 1
+                    continue
+            value_start = key_end + middle_len
+            # ([A] is taken first; given back only if CLOSE follows at once and nowhere after)
+            taken = before and value_start < n and text[value_start] == before
+            c = find(closing, value_start + 1 if taken else value_start)
+            if c < 0:
+                if not (taken and startswith(closing, value_start)):
+                    return pairs  # no CLOSE after this tag: none after any later one either
+                c = value_start
+            elif taken:
+                value_start += 1
+            # The lazy value stops at the first place [B]?CLOSE fits: one sooner if [B] is before CLOSE.
+            if not after:
+                value_end, end = c, c + close_len
+            elif c > value_start and text[c - 1] == after:
+                value_end, end = c - 1, c + close_len
+            elif text[c] == after and startswith(closing, c + 1):
+                value_end, end = c, c + 1 + close_len
+            else:
+                value_end, end = c, c + close_len
+            pairs.append((text[key_start:key_end], text[value_start:value_end]))
+            pos = end
+
+    return read
