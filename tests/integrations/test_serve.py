@@ -30,6 +30,7 @@ import asyncio
 import json
 import multiprocessing
 import os
+import pickle
 import re
 import signal
 import socket
@@ -43,7 +44,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 import transformers
-from hypothesis import given, note, settings
+from hypothesis import given, note
 from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -98,7 +99,12 @@ def is_special(token: str) -> bool:
     return not TAG_SHAPE.fullmatch(token) or token in ("</s>", "<eos>")
 
 
-def build_tokenizer(directory: Path, template: Any, tokens: list[str]) -> Any:
+GENERIC_CHAT_TEMPLATE = "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+
+
+def build_tokenizer(
+    directory: Path, template: Any, tokens: list[str], chat_template: str = GENERIC_CHAT_TEMPLATE
+) -> Any:
     """A byte-level BPE without merges (every byte one token, so decoding gives back the text) plus
     `tokens`: special ones, and tags that the chat template writes (control tokens both), saved to
     `directory` with `template` as its response_template and reloaded with AutoTokenizer."""
@@ -109,14 +115,14 @@ def build_tokenizer(directory: Path, template: Any, tokens: list[str]) -> Any:
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in tokens if is_special(t)])
     backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in tokens if not is_special(t)])
     written = "".join(t for t in tokens if not is_special(t))
-    chat_template = (
-        "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
-        + written  # (literal text: what makes the tags control tokens)
-    )
+    # (the tags as literal text of the template, in a branch never rendered: what makes them control tokens)
+    chat_template += "{% if false %}" + written + "{% endif %}"
     extra = {} if template is None else {"response_template": template}
     wrapped = PreTrainedTokenizerFast(tokenizer_object=backend, chat_template=chat_template, **extra)
     wrapped.save_pretrained(directory)
-    return AutoTokenizer.from_pretrained(directory)
+    reloaded = AutoTokenizer.from_pretrained(directory)
+    assert sorted(reloaded._get_control_tokens(reloaded.chat_template)) == sorted(tokens)
+    return reloaded
 
 
 _TOKENIZER_DIRECTORIES: dict[str, Path] = {}
@@ -137,6 +143,31 @@ def tokenizer_directory(tmp_path_factory) -> Callable[[str], Path]:
     return directory
 
 
+@pytest.fixture(scope="module")
+def fallback_tokenizer_directory(tmp_path_factory) -> Callable[[str], Path]:
+    """The saved tokenizer of a model type that transformers serve has a fallback template for: no
+    response_template, the fallback's control tokens (built once per module)."""
+
+    def directory(model_type: str) -> Path:
+        key = f"fallback-{model_type}"
+        if key not in _TOKENIZER_DIRECTORIES:
+            fallback = serving.get_response_template(SimpleNamespace(), SimpleNamespace(model_type=model_type))
+            path = tmp_path_factory.mktemp(key)
+            build_tokenizer(path, None, control_tokens(fallback))
+            _TOKENIZER_DIRECTORIES[key] = path
+        return _TOKENIZER_DIRECTORIES[key]
+
+    return directory
+
+
+def spell_out(tokenizer: Any, token: str) -> list[int]:
+    """`token` written with ordinary tokens, as a model may write it: transformers' own encoding
+    without added tokens (`split_special_tokens` would still match the non-special ones)."""
+    ids = tokenizer._encode_without_added_tokens(token)
+    assert tokenizer.convert_tokens_to_ids(token) not in ids and tokenizer.decode(ids) == token
+    return ids
+
+
 def token_ids(tokenizer: Any, text: str, spelled_out: list[bool]) -> list[int]:
     """`text` as generated ids: each control token as its id, or spelled out with ordinary tokens
     where `spelled_out` (one flag per occurrence, in order) says so."""
@@ -146,7 +177,7 @@ def token_ids(tokenizer: Any, text: str, spelled_out: list[bool]) -> list[int]:
     for (start, end, token), spell in zip(occurrences(text, tokens), spelled_out + [False] * len(text)):
         ids += tokenizer.encode(text[position:start], add_special_tokens=False)
         if spell:
-            ids += tokenizer.encode(token, add_special_tokens=False, split_special_tokens=True)
+            ids += spell_out(tokenizer, token)
         else:
             ids.append(tokenizer.convert_tokens_to_ids(token))
         position = end
@@ -245,7 +276,7 @@ async def _event_stream(response: Any) -> list[str]:
 
 def handler_responses(tokenizer: Any, model_config: Any, prompt: Any, generated: list[int], tools: Any) -> dict:
     """The chat-completions and Responses handlers' answers to one request, streaming (the SSE chunks)
-    and whole (the JSON body)."""
+    and whole (the JSON body): outcomes by path."""
     engine = Engine(tokenizer, model_config, generated)
     inputs = {"input_ids": prompt}
     generation_kwargs = {"max_new_tokens": 1024}
@@ -253,29 +284,31 @@ def handler_responses(tokenizer: Any, model_config: Any, prompt: Any, generated:
     chat = chat_completion.ChatCompletionHandler(model_manager=None, generation_state=state)
     responses = response.ResponseHandler(model_manager=None, generation_state=state)
     body = {"tools": tools} if tools else {}
+    requests = {
+        "chat stream": lambda: _event_stream(
+            chat._streaming(REQUEST_ID, engine, inputs, generation_kwargs, tools, {"include_usage": True})
+        ),
+        "chat whole": lambda: chat._non_streaming(REQUEST_ID, engine, inputs, generation_kwargs, tools=tools),
+        "responses stream": lambda: _event_stream(
+            responses._streaming(REQUEST_ID, engine, body, inputs, generation_kwargs)
+        ),
+        "responses whole": lambda: responses._non_streaming(REQUEST_ID, engine, body, inputs, generation_kwargs),
+    }
 
-    async def run() -> dict:
-        return {
-            "chat stream": await _event_stream(
-                chat._streaming(REQUEST_ID, engine, inputs, generation_kwargs, tools, {"include_usage": True})
-            ),
-            "chat whole": (await chat._non_streaming(REQUEST_ID, engine, inputs, generation_kwargs, tools=tools)).body,
-            "responses stream": await _event_stream(
-                responses._streaming(REQUEST_ID, engine, body, inputs, generation_kwargs)
-            ),
-            "responses whole": (await responses._non_streaming(REQUEST_ID, engine, body, inputs, generation_kwargs)).body,
-        }
+    async def answer(request: Callable) -> Any:  # (in a running event loop, as the server calls them)
+        found = await request()
+        return found if isinstance(found, list) else found.body
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(chat_completion, "time", FIXED_CLOCK)
         patch.setattr(response, "time", FIXED_CLOCK)
-        return asyncio.run(run())
+        return {path: outcome(lambda: asyncio.run(answer(request))) for path, request in requests.items()}
 
 
 def serving_results(tokenizer: Any, model_config: Any, prompt: Any, generated: list[int], tools: Any) -> dict:
     """One request through every path of transformers serve that parses: outcomes by path."""
     cleaned = tokenizer.decode(generated, skip_special_tokens=True)
-    results = {
+    return {
         "detokenizer": outcome(
             lambda: detokenizer_items(
                 tokenizer, serving.build_response_parser(tokenizer, model_config, prompt, tools), generated
@@ -284,13 +317,8 @@ def serving_results(tokenizer: Any, model_config: Any, prompt: Any, generated: l
         "message": outcome(
             lambda: plain(serving.parse_assistant_message(tokenizer, model_config, generated, prompt, cleaned, tools))
         ),
+        **handler_responses(tokenizer, model_config, prompt, generated, tools),
     }
-    handlers = outcome(lambda: handler_responses(tokenizer, model_config, prompt, generated, tools))
-    if handlers[0] == "ok":
-        results.update({path: ("ok", answer) for path, answer in handlers[1].items()})
-    else:
-        results["handlers"] = handlers
-    return results
 
 
 def assert_same_results(expected: dict, actual: dict) -> None:
@@ -336,10 +364,10 @@ def test_serving_paths_equal_the_interpreters(name, data, tokenizer_directory, i
     directory = tokenizer_directory(name)
     tokenizer = AutoTokenizer.from_pretrained(directory)
     tokens = [str(t) for t in tokenizer.added_tokens_decoder.values()]
-    spelled_out = data.draw(
-        st.lists(st.sampled_from([False, False, False, True]), max_size=len(occurrences(text, tokens))),
-        label="spelled out",
-    )
+    count = len(occurrences(text, tokens))
+    spelled_out = []  # every control token generated as its id, as models do; or some spelled out
+    if data.draw(st.booleans(), label="some control tokens spelled out"):
+        spelled_out = data.draw(st.lists(st.booleans(), min_size=count, max_size=count), label="spelled out")
     generated = token_ids(tokenizer, text, spelled_out)
     prompt_ids = tokenizer.encode(history + prefix, add_special_tokens=False)
     # The prompt as continuous batching passes it (a list) or as a [1, N] tensor (numpy stands in).
@@ -373,17 +401,11 @@ FALLBACK_FAMILIES = [
 @pytest.mark.parametrize("model_type, outputs_of", FALLBACK_FAMILIES)
 @given(data=st.data())
 def test_fallback_templates_by_model_type_are_compiled(
-    model_type, outputs_of, data, tmp_path_factory, interpreter_and_compiled
+    model_type, outputs_of, data, fallback_tokenizer_directory, interpreter_and_compiled
 ):
     """A tokenizer without a response_template: transformers' fallback for the model type, compiled."""
     model_config = SimpleNamespace(model_type=model_type)
-    fallback = serving.get_response_template(SimpleNamespace(), model_config)
-    key = f"fallback-{model_type}"
-    if key not in _TOKENIZER_DIRECTORIES:
-        path = tmp_path_factory.mktemp(key)
-        build_tokenizer(path, None, control_tokens(fallback))
-        _TOKENIZER_DIRECTORIES[key] = path
-    directory = _TOKENIZER_DIRECTORIES[key]
+    directory = fallback_tokenizer_directory(model_type)
     turn = data.draw(turns(outputs_of), label="turn")
     prefix, text = FORMATS[outputs_of].render(turn)
     tools = (tools_for(turn.calls) or None) if data.draw(st.booleans(), label="tools") else None
@@ -529,6 +551,23 @@ def spawn_case_results(directory: Path) -> list[dict]:
     return cases
 
 
+def test_the_spawn_target_pickles_by_name_and_accelerates_before_running_transformers_own():
+    """What `Serve.run_api_servers` hands to `spawn` once accelerated: rtcompile's module-level
+    target, which a new process unpickles by name; run, it accelerates transformers serve, then runs
+    transformers' own `run_until_parent_exits` (which refuses to run outside a spawned process)."""
+    integration.accelerate_transformers_serve()
+    target = serving.run_until_parent_exits  # as run_api_servers imports it, at call time
+    assert target is integration.run_until_parent_exits_accelerated
+    assert pickle.loads(pickle.dumps(target)) is target
+    integration.deaccelerate_transformers_serve()
+    try:
+        with pytest.raises(RuntimeError, match="for the target of a process the server spawns"):
+            target(print)
+        assert integration.is_transformers_serve_accelerated()
+    finally:
+        integration.deaccelerate_transformers_serve()
+
+
 class ProbeServe(serve_command.Serve):
     """transformers' Serve, whose `run` (what each API server process runs) is a probe: it reports,
     from the spawned process, whether transformers serve builds compiled parsers there and what the
@@ -605,6 +644,7 @@ def run_api_servers(directory: Path, count: int) -> list[dict]:
     return sorted(found, key=lambda report: report["index"])
 
 
+@pytest.mark.full  # (two new interpreters importing transformers: seconds)
 def test_api_servers_started_with_spawn_run_compiled_parsers(tokenizer_directory, interpreter_and_compiled):
     directory = tokenizer_directory("qwen3")
     expected, _ = interpreter_and_compiled(lambda: spawn_case_results(directory))
@@ -675,13 +715,210 @@ def test_the_supported_release_is_the_installed_one():
 # ---- the command ----------------------------------------------------------------------------------
 
 
-def test_the_serve_command_is_transformers_serve():
-    run = subprocess.run(
-        [sys.executable, "-m", "rtcompile", "serve", "--help"], capture_output=True, text=True, timeout=300
+def test_the_serve_command_is_transformers_serve(capsys):
+    """`python -m rtcompile serve ARGS` is transformers' own `serve` command, accelerated (run in this
+    process here; the end-to-end test below starts it for real)."""
+    integration.deaccelerate_transformers_serve()
+    try:
+        assert rtcompile_main(["serve", "--help"]) == 0
+        assert integration.is_transformers_serve_accelerated()
+        out, _ = capsys.readouterr()
+        assert "--api-server-count" in out and "--continuous-batching" in out
+        assert rtcompile_main(["serve", "--no-such-option"]) == 2  # typer's usage error, passed on
+        out, err = capsys.readouterr()
+        assert "no-such-option" in out + err
+    finally:
+        integration.deaccelerate_transformers_serve()
+
+
+# ---- end to end: a tiny model behind `python -m rtcompile serve` and `transformers serve` ----------
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}},
+    },
+}
+QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+# What the model is made to answer, in qwen3's format; the `</think>` inside the reasoning is spelled
+# out with ordinary tokens, so it stays reasoning text (transformers 5.25.0's token-id parsing).
+ANSWER = [
+    "<think>\nThe user wants the weather. I could write ",
+    ("</think>", "spelled out"),
+    " here.\n</think>\n\nLet me check. 😀\n<tool_call>\n"
+    '{"name": "get_weather", "arguments": {"city": "Paris", "days": "2"}}\n</tool_call><|im_end|>',
+]
+
+
+def build_tiny_model(directory: Path) -> tuple[Any, list[int]]:
+    """A 2-layer Llama, randomly initialised, with the qwen3 tokenizer built here, saved to
+    `directory`; returns the tokenizer and the ids of ANSWER."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_tokenizer(directory, template_for("qwen3"), control_tokens(template_for("qwen3")), CHATML_TEMPLATE)
+    answer: list[int] = []
+    for piece in ANSWER:
+        if isinstance(piece, tuple):
+            answer += spell_out(tokenizer, piece[0])
+        else:
+            answer += tokenizer.encode(piece, add_special_tokens=False)
+    end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        eos_token_id=end_of_turn,
+        pad_token_id=end_of_turn,
+        bos_token_id=None,
     )
-    assert run.returncode == 0, run.stderr
-    assert "--api-server-count" in run.stdout and "--continuous-batching" in run.stdout
-    bad = subprocess.run(
-        [sys.executable, "-m", "rtcompile", "serve", "--no-such-option"], capture_output=True, text=True, timeout=300
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = end_of_turn
+    model.save_pretrained(directory)
+    return tokenizer, answer
+
+
+def scripted_generation(prompt: list[int], answer: list[int]) -> str:
+    """A request's `generation_config` that makes greedy decoding write `answer` after `prompt`: a
+    sequence bias of +100 for each answer token after the prompt and the answer so far (keyed on the
+    whole prompt, so that each bias applies at its one step)."""
+    bias = [[prompt + answer[: index + 1], 100.0] for index in range(len(answer))]
+    return json.dumps({"sequence_bias": bias})
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Server:
+    """A server process started here (in a session of its own, so that stopping it stops the
+    processes it spawned), its output in a log file."""
+
+    def __init__(self, command: list[str], log: Path, environment: dict[str, str]):
+        self.port = free_port()
+        self.log = log
+        with open(log, "wb") as output:
+            self.process = subprocess.Popen(
+                [*command, "--host", "127.0.0.1", "--port", str(self.port)],
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                env=environment,
+                start_new_session=True,
+            )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def wait_until_ready(self, limit: float = 900) -> None:
+        """Poll /health until it answers (the limit only ends a server that never comes up)."""
+        import urllib.error
+        import urllib.request
+
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"the server exited:\n{self.output()}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as answer:
+                    if answer.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(1)
+        pytest.fail(f"the server did not come up:\n{self.output()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # what the server spawned, should any be left
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+
+def ask(server: Server, model: str, prompt: list[int], answer: list[int]) -> dict:
+    """One streaming and one whole chat request, with the official client; their answers as data
+    (the timestamps left out). Consecutive streamed text chunks of one kind are joined: how many
+    texts one chunk carries depends on how fast the server reads its queue, not on the parser."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused", max_retries=0, timeout=600)
+    request = dict(
+        model=model,
+        messages=QUESTION,
+        tools=[WEATHER_TOOL],
+        temperature=0,
+        extra_body={"generation_config": scripted_generation(prompt, answer)},
     )
-    assert bad.returncode == 2 and "no-such-option" in bad.stderr + bad.stdout
+    chunks = []
+    for chunk in client.chat.completions.create(stream=True, extra_headers={"x-request-id": "stream-1"}, **request):
+        data = chunk.model_dump(exclude={"created"}, exclude_none=True)
+        delta = data["choices"][0]["delta"] if data.get("choices") else {}
+        text_kind = [key for key in delta if key != "role"]
+        previous = chunks[-1]["choices"][0]["delta"] if chunks and chunks[-1].get("choices") else {}
+        if len(text_kind) == 1 and text_kind[0] in ("content", "reasoning_content") and list(previous) == text_kind:
+            previous[text_kind[0]] += delta[text_kind[0]]
+        else:
+            chunks.append(data)
+    whole = client.chat.completions.create(extra_headers={"x-request-id": "whole-1"}, **request)
+    return {"stream": chunks, "whole": whole.model_dump(exclude={"created"}, exclude_none=True)}
+
+
+@pytest.mark.full  # (starts two servers, each with a model's process)
+def test_end_to_end_a_tiny_model_answers_the_same_through_rtcompile_serve(tmp_path):
+    """`python -m rtcompile serve MODEL --api-server-count 2` and plain `transformers serve MODEL`
+    answer the official openai client the same, streaming and whole; the rtcompile server's API
+    servers (spawned) compiled the template, the parent process never parses."""
+    model_directory = tmp_path / "tiny-model"
+    tokenizer, answer = build_tiny_model(model_directory)
+    prompt = tokenizer.apply_chat_template(QUESTION, tools=[WEATHER_TOOL], add_generation_prompt=True, return_dict=True)
+    prompt = list(prompt["input_ids"])
+    cache = tmp_path / "rtcompile-cache"
+    environment = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",  # (a local model: never the hub)
+        "USE_HUB_KERNELS": "0",  # (models load with hub kernels by default; `kernels` is not a test requirement)
+        "OMP_NUM_THREADS": "1",
+        "RTCOMPILE_CACHE_DIR": str(cache),
+    }
+    serve_arguments = ["serve", str(model_directory), "--device", "cpu", "--log-level", "warning"]
+    transformers_serve = [sys.executable, "-c", "from transformers.cli.transformers import app; app()"]
+
+    answers = {}
+    for name, command in {
+        "rtcompile": [sys.executable, "-m", "rtcompile", *serve_arguments, "--api-server-count", "2"],
+        "transformers": [*transformers_serve, *serve_arguments],
+    }.items():
+        server = Server(command, tmp_path / f"{name}.log", environment)
+        try:
+            server.wait_until_ready()
+            if name == "rtcompile":
+                assert not list(cache.glob("tmpl_*.py"))  # nothing compiled while starting
+            answers[name] = ask(server, str(model_directory), prompt, answer)
+        finally:
+            server.stop()
+    assert len(list(cache.glob("tmpl_*.py"))) == 1, "the API servers did not compile the template"
+
+    assert answers["rtcompile"] == answers["transformers"]
+    message = answers["rtcompile"]["whole"]["choices"][0]["message"]
+    assert message["reasoning_content"] == "The user wants the weather. I could write </think> here."
+    assert message["content"] == "Let me check. 😀"
+    assert [call["function"] for call in message["tool_calls"]] == [
+        {"name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'}
+    ]
