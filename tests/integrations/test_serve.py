@@ -1,8 +1,8 @@
 """transformers serve 5.25.0 on compiled parsers (rtcompile.integrations.transformers.serve), driven
 through transformers.cli.serving itself.
 
-Every request runs twice, through transformers' own serving code as it is (the interpreter) and after
-`accelerate_transformers_serve()` (compiled parsers), and the two must agree exactly:
+Every request runs twice, through transformers' own serving code as it is (the interpreter) and
+after `accelerate_transformers_serve()` (compiled parsers), and the two must agree exactly:
 
 - streaming: `build_response_parser` builds the parser from the prompt's token ids, a real
   `Detokenizer` feeds it the generated ids one at a time (as the API server does with each id from
@@ -68,7 +68,8 @@ from tokenizer_pool import occurrences
 # such as `<think>`, `</tool_call>`, `<eos>`, `</s>`, `[TOOL_CALLS]` / `[/INST]` (Mistral), `]~b]` /
 # `[e~[` (MiniMax).
 CONTROL_TOKEN_SHAPE = re.compile(
-    r"<\|[^<>|\s]*\|>|<｜[^｜]*｜>|<\|[a-z_]+>|<[a-z_]+\|>|</?[a-z_:]+>|\[/?[A-Z_]+\]|\]~b\]|\[e~\["
+    r"<\|[^<>|\s]*\|>|<｜[^｜]*｜>|<\|[a-z_]+>|<[a-z_]+\|>"
+    r"|</?[a-z_:]+>|\[/?[A-Z_]+\]|\]~b\]|\[e~\["
 )
 # Tags like `<think>` are ordinary added tokens that the chat template writes (Qwen's, DeepSeek's);
 # the rest are special tokens. Both are control tokens in transformers 5.25.0.
@@ -78,12 +79,15 @@ _NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 
 def control_tokens(template: dict) -> list[str]:
     """The control tokens a template's family has, read off the template: every string of a control
-    token's shape in its delimiters, anchors and patterns (regex escapes and group names removed)."""
+    token's shape in its delimiters, anchors and patterns (regex escapes and group names removed).
+    """
     found: set[str] = set()
 
     def visit(value: Any) -> None:
         if isinstance(value, str):
-            found.update(CONTROL_TOKEN_SHAPE.findall(_NAMED_GROUP.sub("(", value).replace("\\", "")))
+            found.update(
+                CONTROL_TOKEN_SHAPE.findall(_NAMED_GROUP.sub("(", value).replace("\\", ""))
+            )
         elif isinstance(value, dict):
             for item in value.values():
                 visit(item)
@@ -99,7 +103,9 @@ def is_special(token: str) -> bool:
     return not TAG_SHAPE.fullmatch(token) or token in ("</s>", "<eos>")
 
 
-GENERIC_CHAT_TEMPLATE = "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+GENERIC_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+)
 
 
 def build_tokenizer(
@@ -112,13 +118,20 @@ def build_tokenizer(
     backend = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(alphabet)}, merges=[]))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     backend.decoder = decoders.ByteLevel()
-    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in tokens if is_special(t)])
-    backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in tokens if not is_special(t)])
+    backend.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in tokens if is_special(t)]
+    )
+    backend.add_tokens(
+        [AddedToken(t, special=False, normalized=False) for t in tokens if not is_special(t)]
+    )
     written = "".join(t for t in tokens if not is_special(t))
-    # (the tags as literal text of the template, in a branch never rendered: what makes them control tokens)
+    # (the tags as literal text of the template, in a branch never rendered: what makes them
+    # control tokens)
     chat_template += "{% if false %}" + written + "{% endif %}"
     extra = {} if template is None else {"response_template": template}
-    wrapped = PreTrainedTokenizerFast(tokenizer_object=backend, chat_template=chat_template, **extra)
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=backend, chat_template=chat_template, **extra
+    )
     wrapped.save_pretrained(directory)
     reloaded = AutoTokenizer.from_pretrained(directory)
     assert sorted(reloaded._get_control_tokens(reloaded.chat_template)) == sorted(tokens)
@@ -151,7 +164,9 @@ def fallback_tokenizer_directory(tmp_path_factory) -> Callable[[str], Path]:
     def directory(model_type: str) -> Path:
         key = f"fallback-{model_type}"
         if key not in _TOKENIZER_DIRECTORIES:
-            fallback = serving.get_response_template(SimpleNamespace(), SimpleNamespace(model_type=model_type))
+            fallback = serving.get_response_template(
+                SimpleNamespace(), SimpleNamespace(model_type=model_type)
+            )
             path = tmp_path_factory.mktemp(key)
             build_tokenizer(path, None, control_tokens(fallback))
             _TOKENIZER_DIRECTORIES[key] = path
@@ -174,7 +189,9 @@ def token_ids(tokenizer: Any, text: str, spelled_out: list[bool]) -> list[int]:
     tokens = [str(t) for t in tokenizer.added_tokens_decoder.values()]
     ids: list[int] = []
     position = 0
-    for (start, end, token), spell in zip(occurrences(text, tokens), spelled_out + [False] * len(text)):
+    for (start, end, token), spell in zip(
+        occurrences(text, tokens), spelled_out + [False] * len(text)
+    ):
         ids += tokenizer.encode(text[position:start], add_special_tokens=False)
         if spell:
             ids += spell_out(tokenizer, token)
@@ -200,9 +217,11 @@ def outcome(call: Callable[[], Any]) -> tuple:
 
 
 def assert_same_outcome(expected: tuple, actual: tuple, path: str = "") -> None:
-    """The same result, or an exception of the interpreter's class (rtcompile's are subclasses)."""
+    """The same result, or the same exception: its class and its message, which transformers serve
+    sends to the client."""
     if expected[0] == "raised":
-        assert actual[0] == "raised" and isinstance(actual[1], type(expected[1])), (path, expected, actual)
+        assert actual[0] == "raised", (path, expected, actual)
+        assert (type(actual[1]), str(actual[1])) == (type(expected[1]), str(expected[1])), path
     else:
         assert actual == expected, path
 
@@ -221,8 +240,8 @@ def plain(item: Any) -> Any:
 
 
 def detokenizer_items(tokenizer: Any, parser: Any, generated: list[int]) -> list:
-    """What the API server's Detokenizer queues for these generated ids (one `put_token` each, as they
-    come from the model's process), then `end()`."""
+    """What the API server's Detokenizer queues for these generated ids (one `put_token` each, as
+    they come from the model's process), then `end()`."""
     queue: asyncio.Queue = asyncio.Queue()
     streamer = serving.Detokenizer(tokenizer._tokenizer, queue, response_parser=parser)
     for token_id in generated:
@@ -235,10 +254,10 @@ def detokenizer_items(tokenizer: Any, parser: Any, generated: list[int]) -> list
 
 
 class Engine:
-    """What the handlers use of transformers' EngineClient, generating `generated`: a streaming request
-    gets a real Detokenizer, handed one id per event-loop turn (as the results thread hands it each
-    message of the model's process), and a failing `put_token` fails the request with a
-    `_StreamError`, as EngineClient does."""
+    """What the handlers use of transformers' EngineClient, generating `generated`: a streaming
+    request gets a real Detokenizer, handed one id per event-loop turn (as the results thread
+    hands it each message of the model's process), and a failing `put_token` fails the request
+    with a `_StreamError`, as EngineClient does."""
 
     model_id = "local-model"
     use_cb = False
@@ -246,9 +265,13 @@ class Engine:
     def __init__(self, tokenizer: Any, model_config: Any, generated: list[int]):
         self.processor, self.model_config, self.generated = tokenizer, model_config, generated
 
-    def generate_streaming(self, inputs: dict, generation_kwargs: dict, response_parser: Any = None):
+    def generate_streaming(
+        self, inputs: dict, generation_kwargs: dict, response_parser: Any = None
+    ):
         queue: asyncio.Queue = asyncio.Queue()
-        streamer = serving.Detokenizer(self.processor._tokenizer, queue, response_parser=response_parser)
+        streamer = serving.Detokenizer(
+            self.processor._tokenizer, queue, response_parser=response_parser
+        )
         loop = asyncio.get_running_loop()
 
         def deliver(index: int) -> None:
@@ -274,9 +297,11 @@ async def _event_stream(response: Any) -> list[str]:
     return [chunk async for chunk in response.body_iterator]
 
 
-def handler_responses(tokenizer: Any, model_config: Any, prompt: Any, generated: list[int], tools: Any) -> dict:
-    """The chat-completions and Responses handlers' answers to one request, streaming (the SSE chunks)
-    and whole (the JSON body): outcomes by path."""
+def handler_responses(
+    tokenizer: Any, model_config: Any, prompt: Any, generated: list[int], tools: Any
+) -> dict:
+    """The chat-completions and Responses handlers' answers to one request, streaming (the SSE
+    chunks) and whole (the JSON body): outcomes by path."""
     engine = Engine(tokenizer, model_config, generated)
     inputs = {"input_ids": prompt}
     generation_kwargs = {"max_new_tokens": 1024}
@@ -286,36 +311,55 @@ def handler_responses(tokenizer: Any, model_config: Any, prompt: Any, generated:
     body = {"tools": tools} if tools else {}
     requests = {
         "chat stream": lambda: _event_stream(
-            chat._streaming(REQUEST_ID, engine, inputs, generation_kwargs, tools, {"include_usage": True})
+            chat._streaming(
+                REQUEST_ID, engine, inputs, generation_kwargs, tools, {"include_usage": True}
+            )
         ),
-        "chat whole": lambda: chat._non_streaming(REQUEST_ID, engine, inputs, generation_kwargs, tools=tools),
+        "chat whole": lambda: chat._non_streaming(
+            REQUEST_ID, engine, inputs, generation_kwargs, tools=tools
+        ),
         "responses stream": lambda: _event_stream(
             responses._streaming(REQUEST_ID, engine, body, inputs, generation_kwargs)
         ),
-        "responses whole": lambda: responses._non_streaming(REQUEST_ID, engine, body, inputs, generation_kwargs),
+        "responses whole": lambda: responses._non_streaming(
+            REQUEST_ID, engine, body, inputs, generation_kwargs
+        ),
     }
 
-    async def answer(request: Callable) -> Any:  # (in a running event loop, as the server calls them)
+    async def answer(
+        request: Callable,
+    ) -> Any:  # (in a running event loop, as the server calls them)
         found = await request()
         return found if isinstance(found, list) else found.body
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(chat_completion, "time", FIXED_CLOCK)
         patch.setattr(response, "time", FIXED_CLOCK)
-        return {path: outcome(lambda: asyncio.run(answer(request))) for path, request in requests.items()}
+        return {
+            path: outcome(lambda: asyncio.run(answer(request)))
+            for path, request in requests.items()
+        }
 
 
-def serving_results(tokenizer: Any, model_config: Any, prompt: Any, generated: list[int], tools: Any) -> dict:
+def serving_results(
+    tokenizer: Any, model_config: Any, prompt: Any, generated: list[int], tools: Any
+) -> dict:
     """One request through every path of transformers serve that parses: outcomes by path."""
     cleaned = tokenizer.decode(generated, skip_special_tokens=True)
     return {
         "detokenizer": outcome(
             lambda: detokenizer_items(
-                tokenizer, serving.build_response_parser(tokenizer, model_config, prompt, tools), generated
+                tokenizer,
+                serving.build_response_parser(tokenizer, model_config, prompt, tools),
+                generated,
             )
         ),
         "message": outcome(
-            lambda: plain(serving.parse_assistant_message(tokenizer, model_config, generated, prompt, cleaned, tools))
+            lambda: plain(
+                serving.parse_assistant_message(
+                    tokenizer, model_config, generated, prompt, cleaned, tools
+                )
+            )
         ),
         **handler_responses(tokenizer, model_config, prompt, generated, tools),
     }
@@ -350,13 +394,16 @@ def interpreter_and_compiled():
 # headers, a pattern opener) and gemma4 (asymmetric tokens, its JSON dialect) run in the quick tier.
 QUICK_TEMPLATES = ("qwen3", "gpt_oss", "gemma4")
 ALL_TEMPLATES = [
-    name if name in QUICK_TEMPLATES else pytest.param(name, marks=pytest.mark.full) for name in sorted(FORMATS)
+    name if name in QUICK_TEMPLATES else pytest.param(name, marks=pytest.mark.full)
+    for name in sorted(FORMATS)
 ]
 
 
 @pytest.mark.parametrize("name", ALL_TEMPLATES)
 @given(data=st.data())
-def test_serving_paths_equal_the_interpreters(name, data, tokenizer_directory, interpreter_and_compiled):
+def test_serving_paths_equal_the_interpreters(
+    name, data, tokenizer_directory, interpreter_and_compiled
+):
     turn = data.draw(turns(name), label="turn")
     prefix, text = FORMATS[name].render(turn)
     history = data.draw(st.sampled_from(["", "Earlier turns.\n", "user: hi\n"]), label="history")
@@ -367,11 +414,15 @@ def test_serving_paths_equal_the_interpreters(name, data, tokenizer_directory, i
     count = len(occurrences(text, tokens))
     spelled_out = []  # every control token generated as its id, as models do; or some spelled out
     if data.draw(st.booleans(), label="some control tokens spelled out"):
-        spelled_out = data.draw(st.lists(st.booleans(), min_size=count, max_size=count), label="spelled out")
+        spelled_out = data.draw(
+            st.lists(st.booleans(), min_size=count, max_size=count), label="spelled out"
+        )
     generated = token_ids(tokenizer, text, spelled_out)
     prompt_ids = tokenizer.encode(history + prefix, add_special_tokens=False)
     # The prompt as continuous batching passes it (a list) or as a [1, N] tensor (numpy stands in).
-    prompt = np.array([prompt_ids]) if data.draw(st.booleans(), label="prompt as array") else prompt_ids
+    prompt = (
+        np.array([prompt_ids]) if data.draw(st.booleans(), label="prompt as array") else prompt_ids
+    )
     note(f"prefix={history + prefix!r}\ntext={text!r}\nspelled_out={spelled_out}")
     assert tokenizer.decode(generated) == text  # the ids carry exactly the rendered text
 
@@ -379,10 +430,16 @@ def test_serving_paths_equal_the_interpreters(name, data, tokenizer_directory, i
         served = AutoTokenizer.from_pretrained(directory)  # a fresh tokenizer, as a server loads it
         found = serving_results(served, MODEL_CONFIG, prompt, generated, tools)
         parser = serving.build_response_parser(served, MODEL_CONFIG, prompt, tools)
-        return {"results": found, "compiled": not isinstance(parser, InterpreterParser), "tokenizer": served}
+        return {
+            "results": found,
+            "compiled": not isinstance(parser, InterpreterParser),
+            "tokenizer": served,
+        }
 
     expected, actual = interpreter_and_compiled(results)
-    assert not expected["compiled"] and actual["compiled"]  # compiled parsers, through transformers' builder
+    assert (
+        not expected["compiled"] and actual["compiled"]
+    )  # compiled parsers, through transformers' builder
     assert rtcompile.is_accelerated(actual["tokenizer"])  # by parse_assistant_message
     assert_same_results(expected["results"], actual["results"])
 
@@ -403,7 +460,8 @@ FALLBACK_FAMILIES = [
 def test_fallback_templates_by_model_type_are_compiled(
     model_type, outputs_of, data, fallback_tokenizer_directory, interpreter_and_compiled
 ):
-    """A tokenizer without a response_template: transformers' fallback for the model type, compiled."""
+    """A tokenizer without a response_template: transformers' fallback for the model type,
+    compiled."""
     model_config = SimpleNamespace(model_type=model_type)
     directory = fallback_tokenizer_directory(model_type)
     turn = data.draw(turns(outputs_of), label="turn")
@@ -418,7 +476,9 @@ def test_fallback_templates_by_model_type_are_compiled(
     def results() -> tuple[dict, bool]:
         served = AutoTokenizer.from_pretrained(directory)
         parser = serving.build_response_parser(served, model_config, prompt, tools)
-        return serving_results(served, model_config, prompt, generated, tools), isinstance(parser, InterpreterParser)
+        return serving_results(served, model_config, prompt, generated, tools), isinstance(
+            parser, InterpreterParser
+        )
 
     (expected, interpreted), (actual, still_interpreted) = interpreter_and_compiled(results)
     assert interpreted and not still_interpreted
@@ -443,11 +503,15 @@ def test_no_template_and_no_fallback_streams_the_text(tmp_path, interpreter_and_
     assert_same_results(expected, actual)
 
 
-def test_a_template_the_compiler_does_not_take_goes_to_the_interpreter(tokenizer_directory, interpreter_and_compiled):
+def test_a_template_the_compiler_does_not_take_goes_to_the_interpreter(
+    tokenizer_directory, interpreter_and_compiled
+):
     """transformers' already-loaded ResponseTemplate object (not JSON): the interpreter's own parser
     and parse_response run it, with the same results."""
     directory = tokenizer_directory("qwen3")
-    turn = Turn("plan", "Let me check.", [("f", {"x": 1})], prefill=False, ensure_ascii=False, call_ids=[""])
+    turn = Turn(
+        "plan", "Let me check.", [("f", {"x": 1})], prefill=False, ensure_ascii=False, call_ids=[""]
+    )
     prompt_text, text = FORMATS["qwen3"].render(turn)
 
     def results() -> tuple[dict, Any]:
@@ -464,11 +528,36 @@ def test_a_template_the_compiler_does_not_take_goes_to_the_interpreter(tokenizer
     assert_same_results(expected, actual)
 
 
+def test_a_region_that_fails_to_parse_fails_with_the_interpreters_exception(
+    tokenizer_directory, interpreter_and_compiled
+):
+    """A call that is not JSON: the stream's error chunk and the whole request's exception carry the
+    interpreter's message (rtcompile's own adds the field's name and the region's text)."""
+    directory = tokenizer_directory("qwen3")
+    prompt_text = "<|im_start|>assistant\n"
+    text = (
+        '<think>a</think>b<tool_call>\n{"name": "f", "arguments": {"x": 1,}\n</tool_call><|im_end|>'
+    )
+
+    def results() -> dict:
+        served = AutoTokenizer.from_pretrained(directory)
+        prompt = served.encode(prompt_text, add_special_tokens=False)
+        generated = served.encode(text, add_special_tokens=False)
+        return serving_results(served, MODEL_CONFIG, prompt, generated, None)
+
+    expected, actual = interpreter_and_compiled(results)
+    assert expected["message"][0] == "raised" and type(expected["message"][1]) is ValueError
+    assert '"error": "json parser could not parse region as JSON.' in expected["chat stream"][1][-1]
+    assert_same_results(expected, actual)
+
+
 def test_a_processor_carries_its_tokenizer(tokenizer_directory, interpreter_and_compiled):
     """A multimodal processor: transformers reads its `.tokenizer`, and so does the acceleration."""
     directory = tokenizer_directory("qwen3")
     prompt_text = "<|im_start|>assistant\n"
-    text = '<think>a</think>b<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call><|im_end|>'
+    text = (
+        '<think>a</think>b<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call><|im_end|>'
+    )
 
     def results() -> tuple[Any, Any]:
         tokenizer = AutoTokenizer.from_pretrained(directory)
@@ -491,7 +580,7 @@ PATCHED = ("ResponseParser", "parse_assistant_message", "run_until_parent_exits"
 
 
 def serving_names() -> dict[str, Any]:
-    """What transformers serve's modules currently bind under the names the acceleration replaces."""
+    """What transformers serve's modules bind now under the names the acceleration replaces."""
     return {
         "utils": tuple(getattr(serving, name) for name in PATCHED),
         "chat_completion": chat_completion.parse_assistant_message,
@@ -503,7 +592,11 @@ def serving_names() -> dict[str, Any]:
 def test_accelerating_replaces_the_names_everywhere_idempotently_and_is_undone():
     integration.deaccelerate_transformers_serve()
     before = serving_names()
-    assert before["utils"] == (InterpreterParser, before["chat_completion"], before["model_manager"])
+    assert before["utils"] == (
+        InterpreterParser,
+        before["chat_completion"],
+        before["model_manager"],
+    )
     integration.accelerate_transformers_serve()
     patched = serving_names()
     integration.accelerate_transformers_serve()
@@ -516,7 +609,11 @@ def test_accelerating_replaces_the_names_everywhere_idempotently_and_is_undone()
             integration.run_until_parent_exits_accelerated,
         )
         # the handlers and the model manager imported before the call bound transformers' own
-        assert patched["chat_completion"] is patched["response"] is integration.parse_assistant_message_accelerated
+        assert (
+            patched["chat_completion"]
+            is patched["response"]
+            is integration.parse_assistant_message_accelerated
+        )
         assert patched["model_manager"] is integration.run_until_parent_exits_accelerated
     finally:
         integration.deaccelerate_transformers_serve()
@@ -531,7 +628,8 @@ def test_accelerating_replaces_the_names_everywhere_idempotently_and_is_undone()
 SPAWN_CASES = [
     (
         "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n",
-        '<think>\nNeed it.\n</think>\n\nChecking.\n<tool_call>\n{"name": "get_weather", "arguments": '
+        '<think>\nNeed it.\n</think>\n\nChecking.\n<tool_call>\n{"name": "get_weather", '
+        '"arguments": '
         '{"city": "Zürich"}}\n</tool_call><|im_end|>',
         [],
     ),
@@ -584,7 +682,8 @@ class ProbeServe(serve_command.Serve):
                 "pid": os.getpid(),
                 "accelerated": integration.is_transformers_serve_accelerated(),
                 "compiled": not isinstance(parser, InterpreterParser),
-                "handlers bind it": chat_completion.parse_assistant_message is serving.parse_assistant_message,
+                "handlers bind it": chat_completion.parse_assistant_message
+                is serving.parse_assistant_message,
                 "results": spawn_case_results(self.tokenizer_directory),
             }
         )
@@ -630,10 +729,14 @@ def run_api_servers(directory: Path, count: int) -> list[dict]:
             patch.setattr(
                 model_manager.EngineClient,
                 "start_process",
-                staticmethod(lambda *args, api_servers: (model_process, reports, [None] * api_servers)),
+                staticmethod(
+                    lambda *args, api_servers: (model_process, reports, [None] * api_servers)
+                ),
             )
             with pytest.raises(RuntimeError, match="stopped: stopping the server"):
-                probe.run_api_servers(count)  # (it ends once an API server stops, here after reporting)
+                probe.run_api_servers(
+                    count
+                )  # (it ends once an API server stops, here after reporting)
     finally:
         for number, handler in signals.items():  # run_api_servers installs its own
             signal.signal(number, handler)
@@ -645,7 +748,9 @@ def run_api_servers(directory: Path, count: int) -> list[dict]:
 
 
 @pytest.mark.full  # (two new interpreters importing transformers: seconds)
-def test_api_servers_started_with_spawn_run_compiled_parsers(tokenizer_directory, interpreter_and_compiled):
+def test_api_servers_started_with_spawn_run_compiled_parsers(
+    tokenizer_directory, interpreter_and_compiled
+):
     directory = tokenizer_directory("qwen3")
     expected, _ = interpreter_and_compiled(lambda: spawn_case_results(directory))
     integration.accelerate_transformers_serve()
@@ -684,7 +789,10 @@ def test_an_unsupported_release_is_refused_before_anything_is_patched(version, m
     with pytest.raises(integration.UnsupportedTransformersError) as refused:
         integration.accelerate_transformers_serve()
     message = str(refused.value)
-    assert f"transformers {version} is installed" in message and "supports transformers 5.25.0" in message
+    assert (
+        f"transformers {version} is installed" in message
+        and "supports transformers 5.25.0" in message
+    )
     assert "\n" not in message
     assert serving_names() == before and not integration.is_transformers_serve_accelerated()
 
@@ -701,8 +809,12 @@ def test_the_serve_command_refuses_an_unsupported_release_with_one_error_line(mo
 
 
 def test_without_transformers_the_refusal_says_so(monkeypatch):
-    monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` raises ImportError
-    with pytest.raises(integration.UnsupportedTransformersError, match="transformers is not installed"):
+    monkeypatch.setitem(
+        sys.modules, "transformers", None
+    )  # `import transformers` raises ImportError
+    with pytest.raises(
+        integration.UnsupportedTransformersError, match="transformers is not installed"
+    ):
         integration.accelerate_transformers_serve()
 
 
@@ -712,12 +824,12 @@ def test_the_supported_release_is_the_installed_one():
     assert integration.check_transformers_release() == transformers.__version__
 
 
-# ---- the command ----------------------------------------------------------------------------------
+# ---- the command --------------------------------------------------------------------------------
 
 
 def test_the_serve_command_is_transformers_serve(capsys):
-    """`python -m rtcompile serve ARGS` is transformers' own `serve` command, accelerated (run in this
-    process here; the end-to-end test below starts it for real)."""
+    """`python -m rtcompile serve ARGS` is transformers' own `serve` command, accelerated (run in
+    this process here; the end-to-end test below starts it for real)."""
     integration.deaccelerate_transformers_serve()
     try:
         assert rtcompile_main(["serve", "--help"]) == 0
@@ -731,22 +843,27 @@ def test_the_serve_command_is_transformers_serve(capsys):
         integration.deaccelerate_transformers_serve()
 
 
-# ---- end to end: a tiny model behind `python -m rtcompile serve` and `transformers serve` ----------
+# ---- end to end: a tiny model behind `python -m rtcompile serve` and `transformers serve` --------
 
 CHATML_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 WEATHER_TOOL = {
     "type": "function",
     "function": {
         "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}},
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        },
     },
 }
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
-# What the model is made to answer, in qwen3's format; the `</think>` inside the reasoning is spelled
-# out with ordinary tokens, so it stays reasoning text (transformers 5.25.0's token-id parsing).
+# What the model is made to answer, in qwen3's format; the `</think>` inside the reasoning is
+# spelled out with ordinary tokens, so it stays reasoning text (transformers 5.25.0's token-id
+# parsing).
 ANSWER = [
     "<think>\nThe user wants the weather. I could write ",
     ("</think>", "spelled out"),
@@ -761,7 +878,9 @@ def build_tiny_model(directory: Path) -> tuple[Any, list[int]]:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tokenizer = build_tokenizer(directory, template_for("qwen3"), control_tokens(template_for("qwen3")), CHATML_TEMPLATE)
+    tokenizer = build_tokenizer(
+        directory, template_for("qwen3"), control_tokens(template_for("qwen3")), CHATML_TEMPLATE
+    )
     answer: list[int] = []
     for piece in ANSWER:
         if isinstance(piece, tuple):
@@ -830,7 +949,9 @@ class Server:
         while time.monotonic() < deadline:
             assert self.process.poll() is None, f"the server exited:\n{self.output()}"
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as answer:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.port}/health", timeout=5
+                ) as answer:
                     if answer.status == 200:
                         return
             except (urllib.error.URLError, OSError):
@@ -846,7 +967,9 @@ class Server:
             except subprocess.TimeoutExpired:
                 pass
         try:
-            os.killpg(self.process.pid, signal.SIGKILL)  # what the server spawned, should any be left
+            os.killpg(
+                self.process.pid, signal.SIGKILL
+            )  # what the server spawned, should any be left
         except ProcessLookupError:
             pass
         self.process.wait()
@@ -858,7 +981,9 @@ def ask(server: Server, model: str, prompt: list[int], answer: list[int]) -> dic
     texts one chunk carries depends on how fast the server reads its queue, not on the parser."""
     from openai import OpenAI
 
-    client = OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused", max_retries=0, timeout=600)
+    client = OpenAI(
+        base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused", max_retries=0, timeout=600
+    )
     request = dict(
         model=model,
         messages=QUESTION,
@@ -867,12 +992,18 @@ def ask(server: Server, model: str, prompt: list[int], answer: list[int]) -> dic
         extra_body={"generation_config": scripted_generation(prompt, answer)},
     )
     chunks = []
-    for chunk in client.chat.completions.create(stream=True, extra_headers={"x-request-id": "stream-1"}, **request):
+    for chunk in client.chat.completions.create(
+        stream=True, extra_headers={"x-request-id": "stream-1"}, **request
+    ):
         data = chunk.model_dump(exclude={"created"}, exclude_none=True)
         delta = data["choices"][0]["delta"] if data.get("choices") else {}
         text_kind = [key for key in delta if key != "role"]
         previous = chunks[-1]["choices"][0]["delta"] if chunks and chunks[-1].get("choices") else {}
-        if len(text_kind) == 1 and text_kind[0] in ("content", "reasoning_content") and list(previous) == text_kind:
+        if (
+            len(text_kind) == 1
+            and text_kind[0] in ("content", "reasoning_content")
+            and list(previous) == text_kind
+        ):
             previous[text_kind[0]] += delta[text_kind[0]]
         else:
             chunks.append(data)
@@ -887,22 +1018,36 @@ def test_end_to_end_a_tiny_model_answers_the_same_through_rtcompile_serve(tmp_pa
     servers (spawned) compiled the template, the parent process never parses."""
     model_directory = tmp_path / "tiny-model"
     tokenizer, answer = build_tiny_model(model_directory)
-    prompt = tokenizer.apply_chat_template(QUESTION, tools=[WEATHER_TOOL], add_generation_prompt=True, return_dict=True)
+    prompt = tokenizer.apply_chat_template(
+        QUESTION, tools=[WEATHER_TOOL], add_generation_prompt=True, return_dict=True
+    )
     prompt = list(prompt["input_ids"])
     cache = tmp_path / "rtcompile-cache"
     environment = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",  # (a local model: never the hub)
-        "USE_HUB_KERNELS": "0",  # (models load with hub kernels by default; `kernels` is not a test requirement)
+        # (models load with hub kernels by default; `kernels` is not a test requirement)
+        "USE_HUB_KERNELS": "0",
         "OMP_NUM_THREADS": "1",
         "RTCOMPILE_CACHE_DIR": str(cache),
     }
     serve_arguments = ["serve", str(model_directory), "--device", "cpu", "--log-level", "warning"]
-    transformers_serve = [sys.executable, "-c", "from transformers.cli.transformers import app; app()"]
+    transformers_serve = [
+        sys.executable,
+        "-c",
+        "from transformers.cli.transformers import app; app()",
+    ]
 
     answers = {}
     for name, command in {
-        "rtcompile": [sys.executable, "-m", "rtcompile", *serve_arguments, "--api-server-count", "2"],
+        "rtcompile": [
+            sys.executable,
+            "-m",
+            "rtcompile",
+            *serve_arguments,
+            "--api-server-count",
+            "2",
+        ],
         "transformers": [*transformers_serve, *serve_arguments],
     }.items():
         server = Server(command, tmp_path / f"{name}.log", environment)
@@ -917,7 +1062,9 @@ def test_end_to_end_a_tiny_model_answers_the_same_through_rtcompile_serve(tmp_pa
 
     assert answers["rtcompile"] == answers["transformers"]
     message = answers["rtcompile"]["whole"]["choices"][0]["message"]
-    assert message["reasoning_content"] == "The user wants the weather. I could write </think> here."
+    assert (
+        message["reasoning_content"] == "The user wants the weather. I could write </think> here."
+    )
     assert message["content"] == "Let me check. 😀"
     assert [call["function"] for call in message["tool_calls"]] == [
         {"name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'}

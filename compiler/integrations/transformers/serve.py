@@ -1,7 +1,8 @@
 """transformers serve on compiled parsers.
 
     import rtcompile.integrations.transformers.serve
-    rtcompile.integrations.transformers.serve.accelerate_transformers_serve()   # before (or after) the server starts
+    # before (or after) the server starts:
+    rtcompile.integrations.transformers.serve.accelerate_transformers_serve()
 
     python -m rtcompile serve [ARGS ...]                # `transformers serve ARGS`, accelerated
 
@@ -37,6 +38,9 @@ transformers' serving path as it is:
 - `parse_assistant_message` becomes `parse_assistant_message_accelerated`, which accelerates the
   processor's tokenizer (`rtcompile.accelerate`, whose `parse_response` mirrors transformers',
   token ids included), then runs transformers' own function;
+- both fail with the interpreter's own exception where a region fails to parse (the cause of
+  rtcompile's `RegionError`, whose message adds the field's name and the region's text): the
+  server sends that message to the client, in a stream's error chunk or a 400's detail;
 - `run_until_parent_exits` becomes `run_until_parent_exits_accelerated`, a module-level function
   (so `spawn` pickles it by name) that accelerates transformers serve in the new process, then
   runs transformers' own `run_until_parent_exits`. Every process the server spawns with it runs
@@ -54,6 +58,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from rtcompile.runtime import RegionError
+
 __all__ = [
     "SUPPORTED_TRANSFORMERS_RELEASES",
     "UnsupportedTransformersError",
@@ -67,8 +73,8 @@ __all__ = [
     "run_until_parent_exits_accelerated",
 ]
 
-# The transformers releases whose serving code (transformers/cli/serve.py, transformers/cli/serving/)
-# this module is written and tested against. Another release may build parsers, feed them or spawn
+# The transformers releases whose serving code (transformers/cli/serve.py and cli/serving/) this
+# module is written and tested against. Another release may build parsers, feed them or spawn
 # its API servers differently, so it is refused rather than patched.
 SUPPORTED_TRANSFORMERS_RELEASES = ("5.25.0",)
 
@@ -84,7 +90,7 @@ _BOUND_BY = {
     ),
     "run_until_parent_exits": ("transformers.cli.serving.model_manager",),
 }
-# transformers' own objects behind the replacements, by name; filled by accelerate_transformers_serve.
+# transformers' own objects behind the replacements, by name (filled when accelerating).
 _originals: dict[str, Any] = {}
 
 
@@ -109,7 +115,11 @@ def check_transformers_release() -> str:
     if installed in SUPPORTED_TRANSFORMERS_RELEASES:
         return installed
     supported = ", ".join(SUPPORTED_TRANSFORMERS_RELEASES)
-    found = "transformers is not installed" if installed is None else f"transformers {installed} is installed"
+    found = (
+        "transformers is not installed"
+        if installed is None
+        else f"transformers {installed} is installed"
+    )
     raise UnsupportedTransformersError(
         f"rtcompile's transformers serve integration supports transformers {supported} only, but "
         f"{found}: install transformers=={SUPPORTED_TRANSFORMERS_RELEASES[-1]}, or run "
@@ -118,6 +128,40 @@ def check_transformers_release() -> str:
 
 
 # ---- the replacements ---------------------------------------------------------------------------
+
+
+def _interpreter_exception(error: RegionError) -> BaseException:
+    """The interpreter's own exception behind a compiled parser's `RegionError` (its cause): the
+    same class and the same message. transformers serve sends the message to the client (a
+    stream's error chunk, a 400's detail), where rtcompile's own, which adds the field's name and
+    the region's text, would make the answer differ."""
+    return error.__cause__ if error.__cause__ is not None else error
+
+
+class _ServingParser:
+    """A compiled streaming parser as transformers serve uses it (`initial_events`, `feed`,
+    `finalize`), failing with the interpreter's own exceptions (see `_interpreter_exception`)."""
+
+    __slots__ = ("_parser", "_feed")
+
+    def __init__(self, parser: Any):
+        self._parser = parser
+        self._feed = parser.feed
+
+    def feed(self, chunk: Any) -> list:
+        try:
+            return self._feed(chunk)
+        except RegionError as error:
+            raise _interpreter_exception(error) from None
+
+    def finalize(self) -> tuple:
+        try:
+            return self._parser.finalize()
+        except RegionError as error:
+            raise _interpreter_exception(error) from None
+
+    def __getattr__(self, name: str) -> Any:  # initial_events, defused, ...
+        return getattr(self._parser, name)
 
 
 def compiled_response_parser(response_template, prefix=None, *, tools=None, tokenizer=None):
@@ -131,21 +175,27 @@ def compiled_response_parser(response_template, prefix=None, *, tools=None, toke
     if not _compilable(response_template):
         interpreter = _originals["ResponseParser"]
         return interpreter(response_template, prefix, tools=tools, tokenizer=tokenizer)
-    return api.ResponseParser(response_template, prefix, tools=tools, tokenizer=tokenizer)
+    return _ServingParser(
+        api.ResponseParser(response_template, prefix, tools=tools, tokenizer=tokenizer)
+    )
 
 
 def parse_assistant_message_accelerated(
     processor, config, generated_ids, input_ids, cleaned_content="", tools=None
 ):
     """transformers' `parse_assistant_message`, run after accelerating the processor's tokenizer, so
-    that its `tokenizer.parse_response(generated_ids, ...)` runs on the compiled parser."""
+    that its `tokenizer.parse_response(generated_ids, ...)` runs on the compiled parser (failing
+    with the interpreter's own exceptions, see `_interpreter_exception`)."""
     from .tokenizers import accelerate, is_accelerated
 
     tokenizer = getattr(processor, "tokenizer", processor)
     if not is_accelerated(tokenizer):
         accelerate(tokenizer)
     original = _originals["parse_assistant_message"]
-    return original(processor, config, generated_ids, input_ids, cleaned_content, tools)
+    try:
+        return original(processor, config, generated_ids, input_ids, cleaned_content, tools)
+    except RegionError as error:
+        raise _interpreter_exception(error) from None
 
 
 def run_until_parent_exits_accelerated(target, *args):
@@ -190,7 +240,8 @@ def accelerate_transformers_serve() -> None:
 
 def deaccelerate_transformers_serve() -> None:
     """Undo `accelerate_transformers_serve` in this process (tokenizers it accelerated stay
-    accelerated; their results are the interpreter's anyway: `rtcompile.deaccelerate` undoes one)."""
+    accelerated; their results are the interpreter's anyway: `rtcompile.deaccelerate` undoes one).
+    """
     utils = sys.modules.get(_SERVING_UTILS)
     if utils is None:
         return
