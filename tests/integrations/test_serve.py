@@ -503,6 +503,35 @@ def test_no_template_and_no_fallback_streams_the_text(tmp_path, interpreter_and_
     assert_same_results(expected, actual)
 
 
+@pytest.mark.parametrize(
+    "template",
+    [
+        "qwen3",  # (a string: rtcompile would read it as a bundled template's name)
+        {"fields": {"content": {"content": "text"}}},  # (no start anchor)
+        {"start_anchor": "<|im_start|>assistant\n", "fields": {"content": {"content": "nope"}}},
+    ],
+    ids=["a string", "no start anchor", "an unknown content parser"],
+)
+def test_a_template_the_compiler_rejects_fails_with_the_interpreters_error(
+    template, tokenizer_directory, interpreter_and_compiled
+):
+    """The interpreter gets the template, and fails with its own error and message (which the
+    server sends to the client), streaming and whole."""
+    directory = tokenizer_directory("qwen3")
+
+    def results() -> dict:
+        served = AutoTokenizer.from_pretrained(directory)
+        served.response_template = template
+        prompt = served.encode("<|im_start|>assistant\n", add_special_tokens=False)
+        generated = served.encode("<think>a</think>b<|im_end|>", add_special_tokens=False)
+        return serving_results(served, MODEL_CONFIG, prompt, generated, None), served
+
+    (expected, _), (actual, served) = interpreter_and_compiled(results)
+    assert expected["detokenizer"][0] == expected["message"][0] == "raised"
+    assert not rtcompile.is_accelerated(served)
+    assert_same_results(expected, actual)
+
+
 def test_a_template_the_compiler_does_not_take_goes_to_the_interpreter(
     tokenizer_directory, interpreter_and_compiled
 ):

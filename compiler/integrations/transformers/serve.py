@@ -30,14 +30,15 @@ How transformers serve 5.25.0 parses model output, all in `transformers/cli/serv
 transformers' serving path as it is:
 
 - `ResponseParser` becomes `compiled_response_parser`, a factory with the interpreter's signature
-  returning the compiled parser (`rtcompile.ResponseParser`, fed the same token ids; the
-  interpreter's own class for a template the compiler does not take as JSON, such as an
-  already-loaded `ResponseTemplate` object). transformers' own `build_response_parser`,
-  `Detokenizer` and `response_events_to_chunks` run around it, so the same queue items and SSE
-  chunks come out;
+  returning the compiled parser (`rtcompile.ResponseParser`, fed the same token ids). A template
+  the compiler does not take (an already-loaded `ResponseTemplate` object, a string, a dict it
+  rejects) gets the interpreter's own parser, which parses or fails exactly as transformers serve
+  does. transformers' own `build_response_parser`, `Detokenizer` and `response_events_to_chunks`
+  run around it, so the same queue items and SSE chunks come out;
 - `parse_assistant_message` becomes `parse_assistant_message_accelerated`, which accelerates the
   processor's tokenizer (`rtcompile.accelerate`, whose `parse_response` mirrors transformers',
-  token ids included), then runs transformers' own function;
+  token ids included; not for a template the compiler does not take), then runs transformers'
+  own function;
 - both fail with the interpreter's own exception where a region fails to parse (the cause of
   rtcompile's `RegionError`, whose message adds the field's name and the region's text): the
   server sends that message to the client, in a stream's error chunk or a 400's detail;
@@ -164,15 +165,29 @@ class _ServingParser:
         return getattr(self._parser, name)
 
 
+def _compiler_takes(template: Any) -> bool:
+    """Whether rtcompile parses with this template: a template dict the compiler validates (and
+    compiles, once: `rtcompile.load` keeps it). Anything else goes to the interpreter, which then
+    parses exactly as transformers serve does or fails with its own error: transformers' loaded
+    `ResponseTemplate` objects, a string, a template the compiler rejects."""
+    from rtcompile import TemplateError, api
+
+    if not isinstance(template, dict):
+        return False
+    try:
+        api.load(template)
+    except TemplateError:
+        return False
+    return True
+
+
 def compiled_response_parser(response_template, prefix=None, *, tools=None, tokenizer=None):
     """transformers' `ResponseParser(response_template, prefix, tools=, tokenizer=)`, compiled by
     rtcompile: with a `tokenizer`, `prefix` and `feed` take token ids, as in transformers 5.25.0. A
-    template the compiler does not take as JSON gets the interpreter's own parser."""
+    template the compiler does not take (`_compiler_takes`) gets the interpreter's own parser."""
     from rtcompile import api
 
-    from .tokenizers import _compilable
-
-    if not _compilable(response_template):
+    if not _compiler_takes(response_template):
         interpreter = _originals["ResponseParser"]
         return interpreter(response_template, prefix, tools=tools, tokenizer=tokenizer)
     return _ServingParser(
@@ -185,11 +200,15 @@ def parse_assistant_message_accelerated(
 ):
     """transformers' `parse_assistant_message`, run after accelerating the processor's tokenizer, so
     that its `tokenizer.parse_response(generated_ids, ...)` runs on the compiled parser (failing
-    with the interpreter's own exceptions, see `_interpreter_exception`)."""
+    with the interpreter's own exceptions, see `_interpreter_exception`). The tokenizer is left as
+    it is when the compiler does not take the template transformers resolves for it (its own, or
+    the fallback for the model type: `_compiler_takes`)."""
+    from transformers.cli.serving.utils import get_response_template
+
     from .tokenizers import accelerate, is_accelerated
 
     tokenizer = getattr(processor, "tokenizer", processor)
-    if not is_accelerated(tokenizer):
+    if not is_accelerated(tokenizer) and _compiler_takes(get_response_template(processor, config)):
         accelerate(tokenizer)
     original = _originals["parse_assistant_message"]
     try:
@@ -264,10 +283,15 @@ def is_transformers_serve_accelerated() -> bool:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m rtcompile serve ARGS`: `transformers serve ARGS` with compiled parsers. Raises
-    `UnsupportedTransformersError` (the CLI prints it as one error line) before starting anything
-    when the installed transformers is not supported."""
-    accelerate_transformers_serve()
+    """`python -m rtcompile serve ARGS`: `transformers serve ARGS` with compiled parsers. An
+    unsupported transformers release is refused before anything starts, with a `UsageError` (the
+    command line prints it as one `rtcompile: error: ...` line, exit status 2)."""
+    from rtcompile.arguments import UsageError
+
+    try:
+        accelerate_transformers_serve()
+    except UnsupportedTransformersError as error:
+        raise UsageError(str(error)) from None
     from transformers.cli.transformers import app
 
     try:
