@@ -657,9 +657,8 @@ def test_accelerating_replaces_the_names_everywhere_idempotently_and_is_undone()
 SPAWN_CASES = [
     (
         "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n",
-        '<think>\nNeed it.\n</think>\n\nChecking.\n<tool_call>\n{"name": "get_weather", '
-        '"arguments": '
-        '{"city": "Zürich"}}\n</tool_call><|im_end|>',
+        "<think>\nNeed it.\n</think>\n\nChecking.\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Zürich"}}\n</tool_call><|im_end|>',
         [],
     ),
     ("<|im_start|>assistant\n<think>\n", "plan\n</think>\n\nAnswer 😀<|im_end|>", []),
@@ -711,8 +710,9 @@ class ProbeServe(serve_command.Serve):
                 "pid": os.getpid(),
                 "accelerated": integration.is_transformers_serve_accelerated(),
                 "compiled": not isinstance(parser, InterpreterParser),
-                "handlers bind it": chat_completion.parse_assistant_message
-                is serving.parse_assistant_message,
+                "handlers bind it": (
+                    chat_completion.parse_assistant_message is serving.parse_assistant_message
+                ),
                 "results": spawn_case_results(self.tokenizer_directory),
             }
         )
@@ -762,10 +762,9 @@ def run_api_servers(directory: Path, count: int) -> list[dict]:
                     lambda *args, api_servers: (model_process, reports, [None] * api_servers)
                 ),
             )
+            # (it ends once an API server stops, here after reporting)
             with pytest.raises(RuntimeError, match="stopped: stopping the server"):
-                probe.run_api_servers(
-                    count
-                )  # (it ends once an API server stops, here after reporting)
+                probe.run_api_servers(count)
     finally:
         for number, handler in signals.items():  # run_api_servers installs its own
             signal.signal(number, handler)
@@ -780,6 +779,10 @@ def run_api_servers(directory: Path, count: int) -> list[dict]:
 def test_api_servers_started_with_spawn_run_compiled_parsers(
     tokenizer_directory, interpreter_and_compiled
 ):
+    """Two API servers started by transformers' own `Serve.run_api_servers` after
+    `accelerate_transformers_serve()`: in each spawned process transformers serve builds compiled
+    parsers (the handlers, imported there, bind the accelerated function too) and every serving
+    path answers as the interpreter does in this process."""
     directory = tokenizer_directory("qwen3")
     expected, _ = interpreter_and_compiled(lambda: spawn_case_results(directory))
     integration.accelerate_transformers_serve()
@@ -838,9 +841,7 @@ def test_the_serve_command_refuses_an_unsupported_release_with_one_error_line(mo
 
 
 def test_without_transformers_the_refusal_says_so(monkeypatch):
-    monkeypatch.setitem(
-        sys.modules, "transformers", None
-    )  # `import transformers` raises ImportError
+    monkeypatch.setitem(sys.modules, "transformers", None)  # (`import transformers` raises)
     with pytest.raises(
         integration.UnsupportedTransformersError, match="transformers is not installed"
     ):
@@ -995,10 +996,8 @@ class Server:
                 self.process.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 pass
-        try:
-            os.killpg(
-                self.process.pid, signal.SIGKILL
-            )  # what the server spawned, should any be left
+        try:  # what the server spawned, should any be left
+            os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         self.process.wait()

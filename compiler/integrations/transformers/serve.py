@@ -258,9 +258,8 @@ def accelerate_transformers_serve() -> None:
 
 
 def deaccelerate_transformers_serve() -> None:
-    """Undo `accelerate_transformers_serve` in this process (tokenizers it accelerated stay
-    accelerated; their results are the interpreter's anyway: `rtcompile.deaccelerate` undoes one).
-    """
+    """Undo `accelerate_transformers_serve` in this process. Tokenizers it accelerated stay
+    accelerated (with the interpreter's results anyway; `rtcompile.deaccelerate` undoes one)."""
     utils = sys.modules.get(_SERVING_UTILS)
     if utils is None:
         return
