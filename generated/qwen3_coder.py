@@ -504,14 +504,27 @@ def parse_response(text, *, prefix=None, tools=None, errors="strict", timeout=No
 
     Read by the one-shot reader above; with `timeout=`, by the streaming machine's one pass, whose
     regex searches (the engine that takes a time bound) are the ones bounded. With a fast
-    transformers `tokenizer`, `text` and `prefix` are token ids (see rtcompile.runtime.token_parser).
+    transformers `tokenizer`, `text` and `prefix` are token ids (see rtcompile.runtime.token_parser),
+    decoded, then read by the one-shot reader wherever the decoded text holds no defused control token.
     """
     if tokenizer is not None:
         return parse_token_ids(
-            ResponseParser, text, prefix, tools, tokenizer, errors=errors, timeout=timeout
+            ResponseParser,
+            text,
+            prefix,
+            tools,
+            tokenizer,
+            errors=errors,
+            timeout=timeout,
+            read_text=_read_text,
         )
     if timeout is not None:
         return parse_whole(ResponseParser, text, prefix, tools, errors=errors, timeout=timeout)
+    return _read_text(text, prefix, tools, errors)
+
+
+def _read_text(text, prefix, tools, errors):
+    """parse_response of a finished text by the one-shot reader (no time bound)."""
     run, buf, pos, current, head, captures = start_whole(
         ResponseParser, text, prefix, tools, errors, ResponseParser.PREFIX_IN_ONE_PASS
     )

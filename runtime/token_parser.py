@@ -21,7 +21,7 @@ all; before that there is nothing to strip and no work is done.
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from .machine import Machine, parse_whole, register_token_parsers
 from .token_ids import MARKER, TEXT_FED_TO_TOKEN_PARSER, TokenIdDecoder, profile_for, strip_markers
@@ -204,7 +204,13 @@ def _marked_class(cls: type) -> type:
 
 
 def parse_token_ids(
-    machine_class: type, ids: Any, prefix: Any, tools: list | None, tokenizer: Any, **options: Any
+    machine_class: type,
+    ids: Any,
+    prefix: Any,
+    tools: list | None,
+    tokenizer: Any,
+    read_text: Callable[..., dict] | None = None,
+    **options: Any,
 ) -> dict:
     """One-shot parse of generated token ids, exactly as the interpreter's
     `parse_response(ids, template, prefix=..., tools=..., tokenizer=...)`: its parser decodes the
@@ -212,7 +218,9 @@ def parse_token_ids(
 
     When the flush adds nothing (the output ends with a control token, or with text that cannot
     start one), that is text-mode parse_response on the decoded text, so parse_whole reads it in
-    one pass; otherwise the decoded text is fed and the flushed tail read at the end of the stream,
+    one pass, or by `read_text(text, prompt, tools, errors)` (the module's one-shot reader) where
+    no control token was defused (then no marker needs stripping) and no time bound is set;
+    otherwise the decoded text is fed and the flushed tail read at the end of the stream,
     as the interpreter does. Errors come in the interpreter's order: a missing prompt, the tools,
     the tokenizer, the prompt's ids, a region of the prompt, then the output's ids."""
     # The options, the missing prompt and the tools are checked as a parser's constructor checks them
@@ -229,6 +237,8 @@ def parse_token_ids(
     tail = decoder.flush()
     parser_class = _marked_class(machine_class) if decoder.marked else machine_class
     if not tail:
+        if read_text is not None and not decoder.marked and options.get("timeout") is None:
+            return read_text(text, prompt, tools, options.get("errors", "strict"))
         return parse_whole(parser_class, text, prompt, tools, **options)
     parser = parser_class(prompt, tools=tools, **options)
     parser.feed(text)
