@@ -47,6 +47,8 @@ from rtcompile.integrations.openai_stream import (
 )
 from strategies import chunkings, outputs, prefixes, template_plans, tools_lists
 
+import token_serving
+
 # --------------------------------------------------------------------------------------------------
 # Running a stream and looking at it through the official client
 
@@ -653,6 +655,111 @@ def test_text_the_parser_read_first_gives_the_deltas_feed_gives(name, data):
     event(f"chunks read first: {'some' if read else 'none'}")
     assert deltas == expected.deltas
     assert adapter.message == expected.message and adapter.errors == expected.adapter.errors
+
+
+# --------------------------------------------------------------------------------------------------
+# Token ids: OpenAIStream over a token parser, differential against transformers' interpreter
+
+
+def run_token_stream(name: str, prompt: list[int], chunks: list[list[int]], tools: Optional[list]) -> Run:
+    parser = rtcompile.ResponseParser(
+        template_for(name), prompt, tools=tools, tokenizer=token_serving.tokenizer_for(name), errors="keep"
+    )
+    adapter = OpenAIStream(parser, seed=0)
+    run = Run(adapter, list(adapter.initial_deltas))
+    for chunk in chunks:
+        run.deltas += adapter.feed(chunk)
+    run.deltas += adapter.finish()
+    return run
+
+
+def interpreter_token_run(name: str, prompt: list[int], chunks: list[list[int]], tools: Optional[list]) -> Any:
+    """(message, events) of transformers' interpreter fed the same ids, or the exception it raised."""
+    from transformers.utils.chat_parsing import ResponseParser
+
+    try:
+        parser = ResponseParser(template_for(name), prompt, tools=tools, tokenizer=token_serving.tokenizer_for(name))
+        events = list(parser.initial_events)
+        for chunk in chunks:
+            events += parser.feed(chunk)
+        message, last = parser.finalize()
+    except Exception as error:
+        return error
+    return message, events + last
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+@given(data=st.data())
+def test_token_ids_client_view_is_the_interpreters_message(name, data):
+    """The ids a model generates (each control token as its id, or spelled out with ordinary tokens,
+    which makes it text), fed one or several at a time: the client's view is the parser's final
+    message, and that message is the interpreter's, fed the same ids."""
+    template = template_for(name)
+    turn = data.draw(turns(name), label="turn")
+    prefix, text = FORMATS[name].render(turn)
+    ids = data.draw(token_serving.generation_ids(name, text), label="ids")
+    chunks = data.draw(token_serving.id_chunks(ids), label="chunks")
+    tools = tools_for(turn.calls) if data.draw(st.booleans(), label="with tools") else None
+    prompt = token_serving.encode(name, prefix)
+    note(f"prefix={prefix!r}\ntext={text!r}\nchunks={chunks!r}")
+    expected = interpreter_token_run(name, prompt, chunks, tools)
+    try:
+        run = run_token_stream(name, prompt, chunks, tools)
+    except Exception as error:  # (errors="keep" raises only what the interpreter raises at its end)
+        assert isinstance(expected, Exception) and type(error) is type(expected), (error, expected)
+        return
+    view = client_view(run)
+    assert_well_formed(view, run)
+    if isinstance(expected, Exception):  # a region the interpreter refuses: kept, with its text
+        assert run.adapter.errors, expected
+        event("a region failed to parse")
+        return
+    assert not run.adapter.errors
+    message, events = expected
+    closes: dict[str, int] = {}
+    for item in events:
+        if item["type"] == "region_close":
+            closes[item["field"]] = closes.get(item["field"], 0) + 1
+    if any(count > 1 and not template["fields"][field].get("repeats") for field, count in closes.items()):
+        # errors="keep" joins a field written twice where the interpreter keeps the last value
+        event("a field written by several regions")
+        return
+    assert run.message == message
+    assert_view_is_message(view, run, template)
+    event("spelled out" if run.adapter.parser.defused else "ids only")
+
+
+def test_token_ids_a_spelled_out_delimiter_is_text_in_the_deltas():
+    """qwen3: `</think>` spelled out with ordinary tokens inside the reasoning, `<tool_call>` inside
+    the content: both stay text, as in transformers' token-id mode; generated as ids, they are
+    delimiters."""
+    real = "<think>\nplan\n</think>\n\nDone.<|im_end|>"
+    ids = token_serving.encode("qwen3", "<think>\nI write ")
+    ids += token_serving.spelled("</think>", [2])
+    ids += token_serving.encode("qwen3", " here\n</think>\n\nSee ")
+    ids += token_serving.spelled("<tool_call>")
+    ids += token_serving.encode("qwen3", " as text.<|im_end|>")
+    prompt = token_serving.encode("qwen3", "<|im_start|>assistant\n")
+    run = run_token_stream("qwen3", prompt, [[token_id] for token_id in ids], None)
+    view = accumulate_deltas(run.deltas)
+    assert view == {
+        "role": "assistant",
+        "reasoning_content": "I write </think> here",
+        "content": "See <tool_call> as text.",
+    }
+    assert run.adapter.parser.defused
+    run = run_token_stream("qwen3", prompt, [token_serving.encode("qwen3", real)], None)
+    assert accumulate_deltas(run.deltas) == {"role": "assistant", "reasoning_content": "plan", "content": "Done."}
+    assert not run.adapter.parser.defused
+
+
+def test_token_ids_a_str_fed_to_a_token_stream_is_refused():
+    parser = rtcompile.ResponseParser(
+        template_for("qwen3"), [], tokenizer=token_serving.tokenizer_for("qwen3"), errors="keep"
+    )
+    adapter = OpenAIStream(parser)
+    with pytest.raises(TypeError, match="takes token ids"):
+        adapter.feed("text")
 
 
 # --------------------------------------------------------------------------------------------------
