@@ -753,6 +753,25 @@ def test_token_ids_a_spelled_out_delimiter_is_text_in_the_deltas():
     assert not run.adapter.parser.defused
 
 
+def test_token_ids_arguments_after_a_spelled_out_control_token_go_out_at_the_close():
+    """glm4_5 writes arguments as tags of control tokens (`<arg_key>`, `<arg_value>`). Spelled out
+    with ordinary tokens they are text, which a region's reported text (its markers stripped, as
+    the interpreter reports it) no longer shows: once the model spelled a control token out, a
+    call's arguments go out at its close, from the parsed value, never from tags that were text."""
+    prompt = token_serving.encode("glm4_5", "<|assistant|>")
+    tags = "<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+    generated = token_serving.encode("glm4_5", "<tool_call>get_weather\n" + tags + "</tool_call><|observation|>")
+    spelled = token_serving.encode("glm4_5", "<tool_call>get_weather\n")
+    spelled += token_serving.spelled_out("glm4_5", tags) + token_serving.encode("glm4_5", "</tool_call><|observation|>")
+    for ids, arguments in ((generated, {"city": "Paris"}), (spelled, {})):
+        chunks = [[token_id] for token_id in ids]
+        run = run_token_stream("glm4_5", prompt, chunks, None)
+        view = client_view(run)
+        assert_view_is_message(view, run, template_for("glm4_5"))
+        assert run.message == interpreter_token_run("glm4_5", prompt, chunks, None)[0]
+        assert [json.loads(call[2]) for call in view["calls"]] == [arguments]
+
+
 def test_token_ids_a_str_fed_to_a_token_stream_is_refused():
     parser = rtcompile.ResponseParser(
         template_for("qwen3"), [], tokenizer=token_serving.tokenizer_for("qwen3"), errors="keep"
