@@ -772,6 +772,23 @@ def test_token_ids_arguments_after_a_spelled_out_control_token_go_out_at_the_clo
         assert [json.loads(call[2]) for call in view["calls"]] == [arguments]
 
 
+def test_token_ids_an_empty_feed_between_two_loses_nothing():
+    """llama3_json holds `s` back after `{"name": "s` (it may start the call's delimiter); an empty
+    feed, then one id whose text the decoder knows (`ear`): the parser's text of the empty feed
+    is read before the id's, and nothing is lost."""
+    prompt = token_serving.encode("llama3_json", "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    text = '{"name": "search_docs", "parameters": {}}<|eot_id|>'
+    ids = token_serving.encode("llama3_json", text)
+    run_token_stream("llama3_json", prompt, [ids], None)  # (every id seen once: known to the decoder)
+    first = len(token_serving.encode("llama3_json", '{"name": "s'))
+    chunks = [ids[:first], [], ids[first : first + 1], ids[first + 1 :]]
+    assert token_serving.tokenizer_for("llama3_json").decode(chunks[2]) == "ear"
+    run = run_token_stream("llama3_json", prompt, chunks, None)
+    assert run.message == interpreter_token_run("llama3_json", prompt, chunks, None)[0]
+    assert [call["function"]["name"] for call in run.message["tool_calls"]] == ["search_docs"]
+    assert_view_is_message(client_view(run), run, template_for("llama3_json"))
+
+
 def test_token_ids_a_str_fed_to_a_token_stream_is_refused():
     parser = rtcompile.ResponseParser(
         template_for("qwen3"), [], tokenizer=token_serving.tokenizer_for("qwen3"), errors="keep"

@@ -841,7 +841,8 @@ def test_a_stream_with_no_output_sends_nothing():
 def test_the_serving_benchmark_compares_parsers_that_agree():
     """bench/serving.py's checks (run before anything is timed) on its 1K workloads: vLLM's class
     and rtcompile both give back the generation that was rendered; with `--tool-choice none`,
-    rtcompile passes the calls through as vLLM's class does (check stops the run otherwise)."""
+    rtcompile passes the calls through as vLLM's class does; with `--token-ids`, rtcompile reads
+    the ids, and the text of the same steps (check stops the run otherwise)."""
     from bench import serving
 
     for name in serving.TEMPLATES:
@@ -849,6 +850,10 @@ def test_the_serving_benchmark_compares_parsers_that_agree():
         assert matches["vllm-template"] and matches["rtcompile"], name
         matches = serving.check(serving.Case(name, "1K", "none"))
         assert matches["vllm-template"] and matches["rtcompile"], name
+        case = serving.Case(name, "1K", token_ids=True)
+        matches = serving.check(case, serving.TOKEN_IMPLEMENTATIONS)
+        assert matches["vllm-template"] and matches["rtcompile"] and matches["rtcompile-text"], name
+        assert case.new_parser("rtcompile")[0].reads_token_ids
 
 
 def test_text_deltas_are_built_without_validation_and_equal_validated_ones():

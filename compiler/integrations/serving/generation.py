@@ -53,6 +53,7 @@ here: the host sends only what the model wrote.
 
 from __future__ import annotations
 
+import logging
 import weakref
 from typing import Any, Callable
 
@@ -64,7 +65,9 @@ from .arguments import to_json
 from .calls import ToolCalls
 from .plan import ServingPlan
 
-__all__ = ["OPENER_GROUP", "Generation", "Renderer", "last_boundary", "text_of"]
+__all__ = ["OPENER_GROUP", "Generation", "Renderer", "as_id_list", "last_boundary", "text_of", "written_ids"]
+
+logger = logging.getLogger(__name__)
 
 # The named group around a tool-call opener pattern whose matched text is passed on verbatim
 # (serving_common.verbatim_tool_field writes it).
@@ -399,6 +402,28 @@ def _noop(*_: Any) -> None:
     return None
 
 
+def as_id_list(token_ids: Any) -> list[int]:
+    """Token ids as a server hands them, as a list: a list as it is; arrays (numpy, an `array` like
+    vLLM's `TokenBuffer`) through `tolist`; any other sequence (a tuple, vLLM's `ConstantList` or
+    `TokenIdsView`) copied."""
+    if type(token_ids) is list:
+        return token_ids
+    tolist = getattr(token_ids, "tolist", None)
+    return tolist() if callable(tolist) else list(token_ids)
+
+
+def written_ids(text: str, token_ids: list[int], control_ids: dict[int, str]) -> list[int]:
+    """The ids of an output's last chunk that its text shows, for a server whose text leaves out the
+    stop token that ended the output (vLLM's detokenizer, unless the request includes it) and shows
+    every other control token: a last control token whose spelling the text does not end with is
+    that stop token, and is not read."""
+    if token_ids:
+        spelling = control_ids.get(token_ids[-1])
+        if spelling is not None and not text.endswith(spelling):
+            return token_ids[:-1]
+    return token_ids
+
+
 def _nothing_maker(renderer: Renderer) -> Callable[[str], Any]:
     nothing = renderer.nothing
 
@@ -419,7 +444,9 @@ class Generation:
     given reads ids when it was built with one). `tool_parameters`: what arguments are coerced with
     (default: the parser's, from its tools). `complete_closers`: complete at the end a closer that
     misses only the next message's start anchor. `send_prompt_text`: route what the parser reports of
-    the prompt like the output (else only a call it left open is announced).
+    the prompt like the output (else only a call it left open is announced). `text_omits_stop_token`:
+    the last chunk's text, as the server hands it, leaves out the stop token that ended the output
+    (vLLM's), which is then not read from its ids either (`written_ids`).
 
     `initial`: the result for the prompt (taken once built); `feed(text, token_ids)` and
     `finish(text, token_ids)` give each chunk's; `message` is the parser's final message once
@@ -444,6 +471,7 @@ class Generation:
         send_prompt_text: bool = False,
         prompt_token_ids: Any = None,
         tokenizer: Any = None,
+        text_omits_stop_token: bool = False,
     ) -> None:
         self.plan = plan
         self.renderer = renderer
@@ -524,6 +552,11 @@ class Generation:
         self._feed = parser.feed
         feed_text = getattr(parser, "feed_text", None)
         self._feed_text = feed_text
+        self._omits_stop_token = text_omits_stop_token
+        if self.reads_ids:  # (the fast path's reading of one id: see feed)
+            self._decoder = parser.token_decoder
+            self._clean = self._decoder.profile.clean
+            self._read_text = super(TokenIds, parser).feed_text  # (the generated class's)
         self._feed_declined = getattr(parser, "feed_declined", parser.feed)
         self._closers = plan.closers if complete_closers else {}
         # Prompt text the parser holds back at the prompt's end, while it is not resolved (see
@@ -556,24 +589,63 @@ class Generation:
         self._fast = feed_text is not None and not self._prompt_held
 
     # ---- the server's side
-    def feed(self, text: str, token_ids: Any = None) -> Any:
-        """The result of the next chunk of output, as the server hands it: its text, and the token ids
-        the model generated (read instead of the text when the parser reads ids)."""
-        chunk = token_ids if self.reads_ids else text
-        if self._fast:
-            taken = self._feed_text(chunk)
+    def feed(
+        self,
+        delta_text: str,
+        delta_token_ids: Any = None,
+        request: Any = None,
+        prompt_token_ids: Any = None,
+        *,
+        finished: bool = False,
+    ) -> Any:
+        """The result of the next chunk of output, as the server hands it: its text and the token ids
+        the model generated for it (read instead of the text when the parser reads ids);
+        `finished`: it is the last (`finish`). The signature is vLLM's `parse_delta`'s, so that a
+        host's per-chunk entry point can be this method itself (the request and the prompt's ids
+        are the generation's already: not read); other hosts call it with the text, and the ids
+        where they have them.
+
+        The fast path: the common chunk read by the parser's `feed_text` and made into the host's
+        result by its text maker. Ids: one id whose text needs nothing but itself
+        (`TokenizerProfile.clean`: no control token, no marker, whole characters), from a decoder
+        that holds nothing back and has never defused a spelling, is read as that text by the text
+        machine's `feed_text` (exactly what the parser's decoding would give it, leaving the
+        decoder as it is); other ids go to the parser's own `feed_text`, which decodes them."""
+        if self._fast and not finished:
+            if not self.reads_ids:
+                taken = self._feed_text(delta_text)
+            elif (
+                type(delta_token_ids) is list
+                and len(delta_token_ids) == 1
+                and type(delta_token_ids[0]) is int
+                and self._decoder._idle
+                and not self._decoder.marked
+                and (text := self._clean.get(delta_token_ids[0])) is not None
+            ):
+                taken = self._read_text(text)
+            else:
+                taken = self._feed_text(delta_token_ids)
             if taken is not None:
                 field, read = taken
                 if read:
                     return self._makers[field](read)
                 return self._nothing()  # (a whitespace run held back: it may start a delimiter)
-            if not len(chunk):
-                return self._nothing()
-            events = self._feed_declined(chunk)
-        else:
-            if self.finished or not len(chunk):
-                return self._nothing()
-            events = self._feed_slow(chunk)
+            return self._declined(delta_token_ids if self.reads_ids else delta_text)
+        if finished:
+            return self.finish(delta_text, delta_token_ids)
+        chunk = delta_token_ids if self.reads_ids else delta_text
+        if self.finished or not len(chunk):
+            return self._nothing()
+        events = self._feed_slow(chunk)
+        if events or self._prompt_held:
+            self._route(events, live=True)
+        return self.renderer.take()
+
+    def _declined(self, chunk: Any) -> Any:
+        """The result of a chunk the fast path declined: the parser's `feed_declined` reads it (even
+        an empty one: a token parser keeps the text of ids its `feed_text` decoded and declined for
+        it, and the fast path reads the next id's text only with none kept)."""
+        events = self._feed_declined(chunk)
         if events or self._prompt_held:
             self._route(events, live=True)
         return self.renderer.take()
@@ -593,6 +665,8 @@ class Generation:
         if self.finished:
             return self._nothing()
         chunk = token_ids if self.reads_ids else text
+        if chunk is not None and self.reads_ids and self._omits_stop_token:
+            chunk = written_ids(text, as_id_list(chunk), self._decoder.profile.control_ids)
         if chunk is not None and len(chunk):
             events = self._feed_slow(chunk)
             if events or self._prompt_held:
@@ -611,6 +685,8 @@ class Generation:
         self._route(events, live=False, finalizing=True)
         for field, handler in self._message_text.items():
             handler.reconcile(message.get(field), self._prompt_text_cut)
+        for note in self.divergences:
+            logger.debug("rtcompile: %s", note)
         return self.renderer.take()
 
     # ---- the parser's side

@@ -71,7 +71,7 @@ from vllm.reasoning.abs_reasoning_parsers import ReasoningParser
 from vllm.renderers.chat_utils import make_tool_call_id
 from vllm.tool_parsers.utils import iter_response_function_tool_dicts
 
-from rtcompile.integrations.serving import Generation, Renderer, ServingPlan
+from rtcompile.integrations.serving import Generation, Renderer, ServingPlan, as_id_list, written_ids
 from rtcompile.integrations.serving_common import (
     CONTENT_FIELD,
     TOOL_FIELD,
@@ -200,15 +200,6 @@ def _unsupported_tool_guarantee(request: Any) -> tuple[str, str] | None:
     return None
 
 
-def as_id_list(token_ids: Any) -> list[int]:
-    """Token ids as vLLM hands them, as a list of ints: a list as it is; a `TokenBuffer` (an int32
-    `array`) or numpy array through `tolist`; a `ConstantList`, `TokenIdsView` or tuple copied."""
-    if type(token_ids) is list:
-        return token_ids
-    tolist = getattr(token_ids, "tolist", None)
-    return tolist() if callable(tolist) else list(token_ids)
-
-
 def _token_ids_default() -> bool:
     value = os.environ.get(TOKEN_IDS_ENVIRONMENT_VARIABLE, "1").strip().lower()
     return value not in ("0", "false", "no", "off")
@@ -222,19 +213,6 @@ def _decodes_token_ids(tokenizer: Any) -> TokenizerProfile | None:
         return profile_for(tokenizer)
     except Exception:  # (AttributeError and whatever a custom tokenizer raises)
         return None
-
-
-def _rendered_ids(text: str, token_ids: list[int], control_ids: dict[int, str]) -> list[int]:
-    """The ids of a finished output whose text vLLM rendered: the stop token that ended it (the
-    end-of-sequence token, a `stop_token_ids` one) is in the ids but not in the text, unless the
-    request includes it (`include_stop_str_in_output`); vLLM renders every other control token
-    (skip_special_tokens is off), so a last control token whose spelling the text does not end
-    with is that stop token."""
-    if token_ids:
-        spelling = control_ids.get(token_ids[-1])
-        if spelling is not None and not text.endswith(spelling):
-            return token_ids[:-1]
-    return token_ids
 
 
 def _decode(tokenizer: Any, token_ids: Sequence[int]) -> str:
@@ -655,6 +633,7 @@ class RtcompileParser(Parser):
         self._prompt_token_ids = prompt_token_ids
         self._prefix_text = None
         self._generation = None
+        self.__dict__.pop("parse_delta", None)  # (the last generation's feed)
         self._reasoning_counter = None
 
     def adjust_request(self, request: Any) -> Any:
@@ -707,10 +686,12 @@ class RtcompileParser(Parser):
         self._initialize_history_tool_call_cnt(request)
         # Token ids, where vLLM gives them (a caller with the text alone gets it parsed)
         reads_ids = self._reads_ids(request) and len(model_output_token_ids) > 0
-        token_ids: list[int] = []
+        token_ids = as_id_list(model_output_token_ids)
         if reads_ids:
-            token_ids = _rendered_ids(model_output, as_id_list(model_output_token_ids), self._profile.control_ids)
-        if not (token_ids if reads_ids else model_output):
+            written = bool(written_ids(model_output, token_ids, self._profile.control_ids))
+        else:
+            written = bool(model_output)
+        if not written:
             return None, None, None  # (vLLM finalizes only an output that wrote something)
         generation = self._new_generation(
             request, enable_auto_tools=enable_auto_tools, include_reasoning=True, reads_ids=reads_ids
@@ -737,18 +718,19 @@ class RtcompileParser(Parser):
         *,
         finished: bool,
     ) -> DeltaMessage | None:
+        """The first chunk that writes something starts the generation; from the next one on, this
+        parser's `parse_delta` is the generation's `feed` itself (same signature: vLLM's per-chunk
+        call reaches the serving core's fast path directly)."""
         generation = self._generation
-        if generation is not None:
-            if not finished:  # (the hot path of a server: the core's fast path is in feed)
-                return generation.feed(delta_text, delta_token_ids)
-            return self._finish(generation, delta_text, delta_token_ids)
+        if generation is not None:  # (a chunk after the instance's own parse_delta was dropped)
+            return generation.feed(delta_text, delta_token_ids, finished=finished)
         self._initialize_history_tool_call_cnt(request)
         if self._prompt_token_ids is None and prompt_token_ids is not None:
             self.set_prompt_token_ids(prompt_token_ids)
         reads_ids = self._reads_ids(request)
         if reads_ids:
             ids = as_id_list(delta_token_ids)
-            written = bool(_rendered_ids(delta_text, ids, self._profile.control_ids) if finished else ids)
+            written = bool(written_ids(delta_text, ids, self._profile.control_ids) if finished else ids)
         else:
             written = bool(delta_text)
         if not written:
@@ -759,19 +741,8 @@ class RtcompileParser(Parser):
             include_reasoning=request.include_reasoning,
             reads_ids=reads_ids,
         )
-        if finished:
-            first = self._finish(generation, delta_text, delta_token_ids)
-        else:
-            first = generation.feed(delta_text, delta_token_ids)
-        return _merged(generation.initial, first)
-
-    def _finish(self, generation: Generation, text: str, token_ids: Any) -> DeltaMessage | None:
-        if generation.reads_ids:
-            token_ids = _rendered_ids(text, as_id_list(token_ids), self._profile.control_ids)
-        delta = generation.finish(text, token_ids)
-        for note in generation.divergences:
-            logger.debug("rtcompile: %s", note)
-        return delta
+        self.parse_delta = generation.feed  # (the instance's own, for the rest of the stream)
+        return _merged(generation.initial, generation.feed(delta_text, delta_token_ids, finished=finished))
 
     def _new_generation(
         self, request: Any, *, enable_auto_tools: bool, include_reasoning: bool, reads_ids: bool
@@ -805,6 +776,7 @@ class RtcompileParser(Parser):
             verbatim_keys=None if parse_tools else {TOOL_FIELD: "content"},
             tool_field=TOOL_FIELD if parse_tools else None,
             failed_key="content",
+            text_omits_stop_token=True,
         )
 
 
