@@ -48,6 +48,7 @@ from rtcompile.integrations.openai_stream import (
 from strategies import chunkings, outputs, prefixes, template_plans, tools_lists
 
 import token_serving
+import tokenizer_pool
 
 # --------------------------------------------------------------------------------------------------
 # Running a stream and looking at it through the official client
@@ -1739,6 +1740,40 @@ def test_prompt_text_held_back_that_the_output_completes_is_a_delimiter():
         "reasoning_content": "plan",
         "content": "Answer",
     }
+
+
+@pytest.mark.parametrize("steps", ["one id each", "bytes one by one", "all at once"])
+def test_token_ids_prompt_text_held_back_at_the_prompts_end_is_not_sent_as_output(steps):
+    """The same with ids: the prompt's `<|chan` (ordinary tokens) is held back; the output's ids,
+    decoded, show it starts no delimiter (`é` split between two ids: a step that decodes to
+    nothing yet); the deltas carry only what the model wrote, the message is the interpreter's."""
+    tokenizer = token_serving.tokenizer_for("gemma4")
+    prompt = token_serving.encode("gemma4", HELD_PREFIX)
+    written = "nel is opén"
+    if steps == "bytes one by one":
+        ids = tokenizer_pool.ordinary_ids(token_serving.BASE, written, [], byte_wise=True)
+    else:
+        ids = token_serving.spelled(written)
+    ids += [tokenizer.convert_tokens_to_ids("<turn|>")]
+    chunks = [ids] if steps == "all at once" else [[token_id] for token_id in ids]
+    parser = rtcompile.ResponseParser(template_for("gemma4"), prompt, tokenizer=tokenizer, errors="keep")
+    assert parser.unread_text == "<|chan"
+    run = run_token_stream("gemma4", prompt, chunks, None)
+    assert accumulate_deltas(run.deltas) == {"role": "assistant", "content": written}
+    assert run.message == interpreter_token_run("gemma4", prompt, chunks, None)[0]
+    assert run.message["content"] == "<|chan" + written
+    assert run.adapter.divergences == []
+
+
+def test_token_ids_prompt_text_held_back_that_the_output_completes_is_a_delimiter():
+    """`nel>` written with ordinary tokens after the prompt's `<|chan`: the interpreter's decoder
+    flushes the prompt, so the text `<|channel>` is the opener, as it is here."""
+    prompt = token_serving.encode("gemma4", HELD_PREFIX)
+    ids = token_serving.spelled("nel>thought\nplan") + token_serving.encode("gemma4", "<channel|>Answer")
+    chunks = [[token_id] for token_id in ids]
+    run = run_token_stream("gemma4", prompt, chunks, None)
+    assert accumulate_deltas(run.deltas) == {"role": "assistant", "reasoning_content": "plan", "content": "Answer"}
+    assert run.message == interpreter_token_run("gemma4", prompt, chunks, None)[0]
 
 
 def test_truncated_call_finishes_with_length_valid_json_and_the_raw_text():

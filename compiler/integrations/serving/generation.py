@@ -32,9 +32,9 @@ then `take()` gives the chunk's result. How each field is routed is the host's c
 Token ids: a generation built with a tokenizer (`tokenizer=`, the prompt as `prompt_token_ids`), or
 around a token parser, parses the ids the model generated, as transformers 5.25.0 does
 (`ResponseParser(..., tokenizer=tok)`): a control token is a delimiter only where the model generated
-its id; spelled out with ordinary tokens it is text. Hosts hand every chunk the same way, `feed(text,
-token_ids)` and `finish(text, token_ids)`; such a generation reads the ids (one or many per chunk:
-speculative decoding, a stream interval), one parsing text reads the text.
+its id; spelled out with ordinary tokens it is text. Hosts hand every chunk the same way,
+`feed(delta_text, delta_token_ids)` and `finish(text, token_ids)`; such a generation reads the ids
+(one or many per chunk: speculative decoding, a stream interval), one parsing text reads the text.
 
 The common chunk, more text of one region in which no delimiter can start, has one fast path, here
 (`feed`), for text and for ids alike: the parser's `feed_text` reads it (decoding the ids first) and
