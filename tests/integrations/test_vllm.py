@@ -15,6 +15,14 @@ vllm is an error, so CI can never skip them silently.
 - The stream: the official openai client's accumulator gives back the final message; names go out
   before a call closes, arguments in fragments; vLLM's id policy; tool_choice="none"; the refusals;
   malformed and truncated calls keep their text.
+- Token ids (the default), on a tokenizer per bundled template whose delimiter tokens are control
+  tokens (token_serving.py): with every delimiter generated as its id, the parse is the text parse
+  and vLLM's; a delimiter spelled out with ordinary tokens stays text where vLLM's class parses it
+  (VLLM_FORGED records what it does); the stop token vLLM leaves out of the text; ids in every form
+  vLLM passes them; text for requests with stop strings; the text-mode switch.
+
+The tests above the token-id section run on a ChunkTokenizer (each chunk a token): rtcompile reads
+their text (there is nothing to decode), as for any tokenizer that is not a fast transformers one.
 """
 
 from __future__ import annotations

@@ -621,7 +621,8 @@ class RtcompileParser(Parser):
 
     @property
     def _prefix(self) -> str:
-        """The prompt's text (decoded once asked for: a generation reading ids reads the ids)."""
+        """The prompt's text (for a parser reading ids, decoded once asked for: a generation reading
+        ids reads the ids)."""
         if self._prefix_text is None:
             self._prefix_text = _decode(self.model_tokenizer, self._prompt_token_ids or [])
         return self._prefix_text
@@ -631,7 +632,8 @@ class RtcompileParser(Parser):
         if prompt_token_ids == self._prompt_token_ids:
             return
         self._prompt_token_ids = prompt_token_ids
-        self._prefix_text = None
+        # (decoded now for a parser reading text, when asked for by one reading ids)
+        self._prefix_text = None if self._profile is not None else _decode(self.model_tokenizer, prompt_token_ids)
         self._generation = None
         self.__dict__.pop("parse_delta", None)  # (the last generation's feed)
         self._reasoning_counter = None
