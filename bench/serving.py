@@ -1,19 +1,20 @@
 """Serving benchmark: the per-chunk cost of vLLM's `parse_delta`, run in the vLLM environment.
 
     python -m bench serving [--quick] [--templates qwen3 ...] [--sizes 1K 16K 128K] [--json FILE]
-        [--tool-choice none]
+        [--tool-choice none] [--token-ids] [--profile]
     # with vllm installed beside rtcompile (the environment .ci/run builds:
     #   PYTHONPATH=<rtcompile site> /var/cache/rtcompile-ci/vllm-<key>/bin/python -m bench serving)
 
 For each workload (bench/workloads.py: long reasoning, some content, one to three tool calls,
 rendered in the model's own format) three of vLLM's unified parsers are fed the same token-like
-chunks through `parse_delta`, exactly as vLLM's chat serving calls it (one call per engine step,
+chunks through `parse_delta`, exactly as vLLM's chat serving calls it (ChatStreamProcessor.step: one
+call per engine step, the parser's `parse_delta` looked up and called with keyword arguments,
 `finished=True` on the last):
 
 - `vllm-template`: vLLM's `ResponseTemplateParser` (`--reasoning-parser hf --tool-call-parser hf`)
   on the bundled template with its reasoning field named `thinking` (the only name it serves);
 - `rtcompile`: `RtcompileParser` (`--reasoning-parser rtcompile --tool-call-parser rtcompile`) on
-  the bundled template;
+  the bundled template (reading text: the chunks' "tokens" are texts, with no tokenizer to decode);
 - `vllm-handwritten`: vLLM's own parsers for the format (qwen3: `--reasoning-parser qwen3
   --tool-call-parser hermes`; qwen3_5: `qwen3` + `qwen3_xml`; gemma4: `gemma4` + `gemma4`).
 
@@ -35,6 +36,21 @@ reported in the table.
 
 `--tool-choice none`: the requests ask for no tool calls, so the parsers pass calls through as
 content; `rtcompile` must then give what `vllm-template` gives (no calls, the rendered reasoning).
+
+`--token-ids`: the engine steps of a real tokenizer. Per template, bench/token_ids.py's byte-level
+BPE tokenizer, trained locally on the family's generations, with the family's delimiter tokens as
+control tokens; the workload is encoded with it (every delimiter its id) and each step is one id
+with its text as vLLM's detokenizer gives it (`DecodeStream`, skip_special_tokens off). Every
+implementation reads that tokenizer; `rtcompile` parses the ids (its default), `rtcompile-text`
+the same steps' text (`token_ids=False`).
+
+`--profile`: where rtcompile's per-chunk time goes, instead of the comparison (µs of CPU per chunk,
+medians, same method): `call`, vLLM's loop calling a `parse_delta` that returns at once (what any
+parser's figure includes); `read`, the compiled parser reading the chunks as the serving core's fast
+path has it read them (`feed_text`, the general feed for what it declines; for ids, their decoding);
+`delta`, building the `DeltaMessage`s (`total` less a run whose text chunks make none); `total`,
+`parse_delta`; `rest`, what remains: the serving core's own work per chunk, and the chunks that
+take the operations' way (tool calls, delimiters).
 """
 
 from __future__ import annotations
@@ -67,6 +83,7 @@ SPECIAL_TOKENS = {  # added tokens of the models' tokenizers that occur in the o
     ),
 }
 IMPLEMENTATIONS = ("vllm-template", "rtcompile", "vllm-handwritten")
+TOKEN_IMPLEMENTATIONS = ("vllm-template", "rtcompile", "rtcompile-text", "vllm-handwritten")
 
 
 class ChunkTokenizer:
@@ -135,21 +152,30 @@ def thinking_copy(template: dict) -> dict:
     return copy
 
 
-class Case:
-    """One workload and the three parser classes, composed by vLLM's parser manager."""
+def detokenized(tokenizer: Any, steps: list[list[int]]) -> list[str]:
+    """Each engine step's text as vLLM's detokenizer gives it (skip_special_tokens off): tokenizers'
+    DecodeStream, id by id (the bytes of an incomplete character wait for the ids that complete it)."""
+    from tokenizers.decoders import DecodeStream
 
-    def __init__(self, name: str, size: str, tool_choice: str = "auto"):
+    backend = tokenizer.backend_tokenizer
+    stream = DecodeStream(skip_special_tokens=False)
+    return ["".join(stream.step(backend, token_id) or "" for token_id in step) for step in steps]
+
+
+class Case:
+    """One workload and the parser classes, composed by vLLM's parser manager (`token_ids`: the
+    steps of a real tokenizer, see the module docstring)."""
+
+    def __init__(self, name: str, size: str, tool_choice: str = "auto", token_ids: bool = False):
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.parser.parser_manager import ParserManager
 
         from rtcompile.library import template_for
 
         self.name, self.size, self.tool_choice = name, size, tool_choice
+        self.reads_ids = token_ids
         workload = workloads.build_workload(name, size)
         self.workload = workload
-        specials = SPECIAL_TOKENS[name]
-        self.chunks = token_chunks(workload.text, specials, workloads.stable_seed("serving", name, size))
-        assert "".join(self.chunks) == workload.text
         template = template_for(name)
         self.request = ChatCompletionRequest(
             messages=[{"role": "user", "content": workloads.USER_QUERY}],
@@ -167,32 +193,73 @@ class Case:
                 tokenizer=tokenizer,
             )
 
-        self.parsers: dict[str, tuple[type, ChunkTokenizer]] = {}
-        tokenizer = ChunkTokenizer(specials, thinking_copy(template))
-        self.parsers["vllm-template"] = (compose("hf", "hf", tokenizer), tokenizer)
-        tokenizer = ChunkTokenizer(specials, template)
-        self.parsers["rtcompile"] = (compose("rtcompile", "rtcompile", tokenizer), tokenizer)
         reasoning, tool = HANDWRITTEN[name]
+        # implementation -> (the parser class, its tokenizer, constructor options)
+        self.parsers: dict[str, tuple[type, Any, dict]] = {}
+        if token_ids:
+            import copy
+
+            from .token_ids import tokenizer_for
+
+            base = tokenizer_for(name)
+            ids = base.encode(workload.text, add_special_tokens=False)
+            steps = [[token_id] for token_id in ids]
+            self.chunks = detokenized(base, steps)
+            assert "".join(self.chunks) == workload.text
+
+            def tokenizer_with(response_template: dict | None) -> Any:
+                tokenizer = copy.copy(base)
+                tokenizer.response_template = response_template
+                return tokenizer
+
+            tokenizer = tokenizer_with(thinking_copy(template))
+            self.parsers["vllm-template"] = (compose("hf", "hf", tokenizer), tokenizer, {})
+            tokenizer = tokenizer_with(template)
+            ours = compose("rtcompile", "rtcompile", tokenizer)
+            self.parsers["rtcompile"] = (ours, tokenizer, {})
+            self.parsers["rtcompile-text"] = (ours, tokenizer, {"token_ids": False})
+            tokenizer = tokenizer_with(None)
+            self.parsers["vllm-handwritten"] = (compose(reasoning, tool, tokenizer), tokenizer, {})
+            self.token_ids = dict.fromkeys(self.parsers, steps)
+            prompt = base.encode(workload.prefix, add_special_tokens=False)
+            self.prompt_ids = dict.fromkeys(self.parsers, prompt)
+            return
+        specials = SPECIAL_TOKENS[name]
+        self.chunks = token_chunks(workload.text, specials, workloads.stable_seed("serving", name, size))
+        assert "".join(self.chunks) == workload.text
+        tokenizer = ChunkTokenizer(specials, thinking_copy(template))
+        self.parsers["vllm-template"] = (compose("hf", "hf", tokenizer), tokenizer, {})
+        tokenizer = ChunkTokenizer(specials, template)
+        # (a ChunkTokenizer's ids are its chunks: there is nothing to decode, rtcompile reads text)
+        ours = compose("rtcompile", "rtcompile", tokenizer)
+        self.parsers["rtcompile"] = (ours, tokenizer, {"token_ids": False})
         tokenizer = ChunkTokenizer(specials, None)
-        self.parsers["vllm-handwritten"] = (compose(reasoning, tool, tokenizer), tokenizer)
+        self.parsers["vllm-handwritten"] = (compose(reasoning, tool, tokenizer), tokenizer, {})
         self.token_ids = {
-            impl: [[tok.id_of(chunk)] for chunk in self.chunks] for impl, (_, tok) in self.parsers.items()
+            impl: [[tok.id_of(chunk)] for chunk in self.chunks] for impl, (_, tok, _) in self.parsers.items()
         }
-        self.prompt_ids = {impl: tok.encode(workload.prefix) for impl, (_, tok) in self.parsers.items()}
+        self.prompt_ids = {impl: tok.encode(workload.prefix) for impl, (_, tok, _) in self.parsers.items()}
 
     def new_parser(self, impl: str):
-        cls, tokenizer = self.parsers[impl]
-        parser = cls(tokenizer, self.request.tools, chat_template_kwargs={})
+        cls, tokenizer, options = self.parsers[impl]
+        parser = cls(tokenizer, self.request.tools, chat_template_kwargs={}, **options)
         request = parser.adjust_request(self.request.model_copy())
         parser.set_prompt_token_ids(self.prompt_ids[impl])
         return parser, request
 
     def stream(self, impl: str, parser, request) -> list:
+        """Every step's delta, as vLLM's chat serving asks for them (ChatStreamProcessor.step: the
+        parser's `parse_delta` looked up and called with keywords, one step at a time)."""
         chunks, ids, prompt = self.chunks, self.token_ids[impl], self.prompt_ids[impl]
         last = len(chunks) - 1
-        parse_delta = parser.parse_delta
         return [
-            parse_delta(chunk, ids[k], request, prompt, finished=k == last)
+            parser.parse_delta(
+                delta_text=chunk,
+                delta_token_ids=ids[k],
+                request=request,
+                prompt_token_ids=prompt,
+                finished=k == last,
+            )
             for k, chunk in enumerate(chunks)
         ]
 
@@ -201,10 +268,16 @@ class Case:
         deltas would make the collector's passes part of every implementation's figure)."""
         chunks, ids, prompt = self.chunks, self.token_ids[impl], self.prompt_ids[impl]
         last = len(chunks) - 1
-        parse_delta = parser.parse_delta
         sent = 0
         for k, chunk in enumerate(chunks):
-            if parse_delta(chunk, ids[k], request, prompt, finished=k == last) is not None:
+            delta = parser.parse_delta(
+                delta_text=chunk,
+                delta_token_ids=ids[k],
+                request=request,
+                prompt_token_ids=prompt,
+                finished=k == last,
+            )
+            if delta is not None:
                 sent += 1
         return sent
 
@@ -239,7 +312,7 @@ def accumulate(deltas: list) -> dict:
     return {"reasoning": "".join(reasoning).strip(), "content": "".join(content).strip(), "calls": loaded}
 
 
-def check(case: Case) -> dict[str, bool]:
+def check(case: Case, implementations: tuple[str, ...] = IMPLEMENTATIONS) -> dict[str, bool]:
     expected = case.expected()
     if case.tool_choice == "none":  # calls pass through as content: vLLM's own class is the reference
         parser, request = case.new_parser("vllm-template")
@@ -247,8 +320,11 @@ def check(case: Case) -> dict[str, bool]:
         if expected["calls"] or expected["reasoning"] != case.expected()["reasoning"]:
             raise SystemExit(f"{case.name} {case.size}: vllm-template does not pass the calls through")
     matches = {}
-    for impl in IMPLEMENTATIONS:
+    for impl in implementations:
         parser, request = case.new_parser(impl)
+        reads_ids = getattr(parser, "reads_token_ids", False)  # (False: an rtcompile that reads text only)
+        if impl.startswith("rtcompile") and reads_ids != (impl == "rtcompile" and case.reads_ids):
+            raise SystemExit(f"{case.name} {case.size}: {impl} reads the wrong input")
         view = accumulate(case.stream(impl, parser, request))
         matches[impl] = view == expected
         if not matches[impl] and impl != "vllm-handwritten":
@@ -312,6 +388,129 @@ def measure(case: Any, reps: int, implementations: tuple[str, ...], sample: Any)
     }
 
 
+def profile(case: Case, reps: int) -> dict[str, float]:
+    """The `--profile` figures of rtcompile on one case (see the module docstring)."""
+    chunks, ids, prompt = case.chunks, case.token_ids["rtcompile"], case.prompt_ids["rtcompile"]
+    last = len(chunks) - 1
+
+    def started():
+        parser, request = case.new_parser("rtcompile")
+        parser.parse_delta(chunks[0], ids[0], request, prompt, finished=False)
+        return parser, request, parser._generation
+
+    def steps(parser, request) -> float:
+        start = time.process_time()
+        for k in range(1, last):
+            parser.parse_delta(
+                delta_text=chunks[k], delta_token_ids=ids[k], request=request, prompt_token_ids=prompt, finished=False
+            )
+        return time.process_time() - start
+
+    def call() -> float:
+        parser, request = case.new_parser("rtcompile")
+
+        def parse_delta(delta_text, delta_token_ids, request, prompt_token_ids=None, *, finished):
+            return None
+
+        parser.parse_delta = parse_delta
+        return steps(parser, request)
+
+    def read() -> float:
+        """The compiled parser reading the steps as the core's fast path has it read them: the
+        text (`feed_text`), or one id's known text (`_read_text`) or the ids (`feed_text`), and the
+        parser's general feed for what it declines."""
+        _, _, generation = started()
+        feed_text, feed_declined = generation._feed_text, generation._feed_declined
+        if not getattr(generation, "reads_ids", False):
+            start = time.process_time()
+            for k in range(1, last):
+                if feed_text(chunks[k]) is None:
+                    feed_declined(chunks[k])
+            return time.process_time() - start
+        if not hasattr(generation, "_clean"):  # (a core whose fast path has the parser decode every id)
+            start = time.process_time()
+            for k in range(1, last):
+                if feed_text(ids[k]) is None:
+                    feed_declined(ids[k])
+            return time.process_time() - start
+        decoder, clean, read_text = generation._decoder, generation._clean, generation._read_text
+        start = time.process_time()
+        for k in range(1, last):
+            step = ids[k]
+            if len(step) == 1 and decoder._idle and not decoder.marked and (text := clean.get(step[0])) is not None:
+                taken = read_text(text)
+            else:
+                taken = feed_text(step)
+            if taken is None:
+                feed_declined(step)
+        return time.process_time() - start
+
+    def without_delta() -> float:
+        parser, request, generation = started()
+        makers = generation._makers
+        for field, maker in makers.items():
+            if getattr(maker, "__name__", "") in ("content_delta", "reasoning_delta"):
+                makers[field] = _no_delta
+        return steps(parser, request)
+
+    def total() -> float:
+        return steps(*started()[:2])
+
+    parts = {"call": call, "read": read, "without delta": without_delta, "total": total}
+    samples: dict[str, list[float]] = {name: [] for name in parts}
+    order = list(parts)
+    for rep in range(reps):
+        for name in order[rep % len(order) :] + order[: rep % len(order)]:
+            gc.collect()
+            samples[name].append(parts[name]())
+    per_chunk = 1e6 / (last - 1)
+    f = {name: statistics.median(values) * per_chunk for name, values in samples.items()}
+    return {
+        "call": f["call"],
+        "read": f["read"],
+        "delta": f["total"] - f["without delta"],
+        "rest": f["without delta"] - f["call"] - f["read"],
+        "total": f["total"],
+    }
+
+
+def _no_delta(text: str) -> None:
+    return None
+
+
+def run_profiles(arguments: Any, environment: dict, new_case: Any) -> str:
+    reps = 5 if arguments.quick else 11
+    lines = [
+        "Where rtcompile's per-chunk time goes in parse_delta: microseconds of CPU per chunk (median)"
+        + (", engine steps of one token id" if arguments.token_ids else ""),
+        "",
+        "| template | size | call | read | delta | rest | total |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    load_before = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    for name in arguments.templates:
+        for size in arguments.sizes:
+            case = new_case(name, size)
+            gc.collect()
+            gc.freeze()
+            try:
+                f = profile(case, reps)
+            finally:
+                gc.unfreeze()
+            lines.append(
+                f"| {name} | {size} | {f['call']:.2f} | {f['read']:.2f} | {f['delta']:.2f} | "
+                f"{f['rest']:.2f} | {f['total']:.2f} |"
+            )
+            print(f"  {name} {size}: profiled", file=sys.stderr, flush=True)
+    load_after = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    lines.append("")
+    lines.append(
+        f"vllm {environment['vllm']}, rtcompile {environment['rtcompile']}, Python {environment['python']}, "
+        f"{environment['cpus']} CPUs, load {load_before} -> {load_after}"
+    )
+    return "\n".join(lines)
+
+
 def run_cases(
     arguments: Any, environment: dict, new_case: Any, check: Any, sample: Any, implementations: tuple[str, ...]
 ) -> dict:
@@ -367,6 +566,13 @@ def main(argv: list[str] | None = None) -> int:
         "--tool-choice", choices=("auto", "none"), default="auto",
         help="the requests' tool_choice (none: calls pass through as content)",
     )
+    parser.add_argument(
+        "--token-ids", action="store_true",
+        help="engine steps of a real tokenizer: rtcompile reads the ids, rtcompile-text their text",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="where rtcompile's per-chunk time goes (no comparison)"
+    )
     arguments = parser.parse_args(argv)
     try:
         import vllm
@@ -388,24 +594,37 @@ def main(argv: list[str] | None = None) -> int:
         "rtcompile": rtcompile.__version__,
         "cpus": os.cpu_count(),
         "tool_choice": arguments.tool_choice,
+        "token_ids": arguments.token_ids,
     }
+    implementations = TOKEN_IMPLEMENTATIONS if arguments.token_ids else IMPLEMENTATIONS
 
     def new_case(name: str, size: str) -> Case:
-        return Case(name, size, arguments.tool_choice)
+        return Case(name, size, arguments.tool_choice, arguments.token_ids)
 
-    results = run_cases(arguments, environment, new_case, check, sample, IMPLEMENTATIONS)
+    def check_case(case: Case) -> dict[str, bool]:
+        return check(case, implementations)
+
+    if arguments.profile:
+        print(run_profiles(arguments, environment, new_case))
+        return 0
+
+    results = run_cases(arguments, environment, new_case, check_case, sample, implementations)
     write_results(results, render(results), arguments.json)
     return 0
 
 
 def render(results: dict) -> str:
     env = results["environment"]
+    token_ids = env.get("token_ids")
     return render_table(
         results,
         title="parse_delta in vLLM's chat-serving loop: microseconds of CPU per chunk (median; wall in brackets)"
-        + (", tool_choice=none" if env.get("tool_choice") == "none" else ""),
-        columns=("vLLM response template", "rtcompile", "vLLM hand-written"),
-        implementations=IMPLEMENTATIONS,
+        + (", tool_choice=none" if env.get("tool_choice") == "none" else "")
+        + (", engine steps of one token id" if token_ids else ""),
+        columns=("vLLM response template", "rtcompile (token ids)", "rtcompile (text)", "vLLM hand-written")
+        if token_ids
+        else ("vLLM response template", "rtcompile", "vLLM hand-written"),
+        implementations=TOKEN_IMPLEMENTATIONS if token_ids else IMPLEMENTATIONS,
         mismatch="* the hand-written parser's accumulated deltas differ from the generation",
         versions=f"\nvllm {env['vllm']}, rtcompile {env['rtcompile']}, Python {env['python']}",
     )
@@ -414,14 +633,22 @@ def render(results: dict) -> str:
 def render_table(
     results: dict, *, title: str, columns: tuple[str, ...], implementations: tuple[str, ...], mismatch: str, versions: str
 ) -> str:
-    """The table of `results` (implementations: the server's template parser, rtcompile, the
-    hand-written one), the growth from 16K to 128K, and the environment."""
-    template_impl, ours, handwritten = implementations
+    """The table of `results` (implementations: the server's template parser, rtcompile's (one or
+    more: the first is `rtcompile`), the hand-written one), the growth from 16K to 128K, and the
+    environment."""
+    template_impl, *ours_list, handwritten = implementations
+    ours = ours_list[0]
+    labels = dict(zip(implementations, columns))
+    ratio_heads = [
+        head
+        for impl in ours_list
+        for head in (f"{labels[impl]} vs template", f"{labels[impl]} vs hand-written")
+    ]
     lines = [
         title,
         "",
-        f"| template | size | chunks | {' | '.join(columns)} | rtcompile vs template | rtcompile vs hand-written |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"| template | size | chunks | {' | '.join(columns)} | {' | '.join(ratio_heads)} |",
+        "| --- | --- | --- | " + "--- | " * (len(columns) + len(ratio_heads)),
     ]
     cases = results["cases"]
     for key, case in cases.items():
@@ -429,13 +656,13 @@ def render_table(
         f = case["figures"]
         cells = [f"{f[impl]['cpu']:.2f} ({f[impl]['wall']:.2f})" for impl in implementations]
         if not case["handwritten_matches"]:
-            cells[2] += " *"
-        template_ratio = f[template_impl]["cpu"] / f[ours]["cpu"]
-        handwritten_ratio = f[handwritten]["cpu"] / f[ours]["cpu"]
-        lines.append(
-            f"| {name} | {size} | {case['chunks']} | {' | '.join(cells)} | "
-            f"{template_ratio:.1f}x | {handwritten_ratio:.1f}x |"
-        )
+            cells[-1] += " *"
+        ratios = [
+            f"{f[other]['cpu'] / f[impl]['cpu']:.1f}x"
+            for impl in ours_list
+            for other in (template_impl, handwritten)
+        ]
+        lines.append(f"| {name} | {size} | {case['chunks']} | {' | '.join(cells)} | {' | '.join(ratios)} |")
     lines.append("")
     for name in dict.fromkeys(key.split(":")[0] for key in cases):
         small, large = cases.get(f"{name}:16K"), cases.get(f"{name}:128K")
@@ -452,7 +679,7 @@ def render_table(
         f = case["figures"]
         if "paired" in f[template_impl]:
             lines.append(
-                f"{key.replace(':', ' ')}: paired (per repetition, median): rtcompile vs template "
+                f"{key.replace(':', ' ')}: paired (per repetition, median): {ours} vs template "
                 f"{f[template_impl]['paired']:.2f}x, vs hand-written {f[handwritten]['paired']:.2f}x"
             )
     lines.append("")
@@ -467,7 +694,7 @@ def render_table(
                 f"{impl} {f[impl]['request']:.0f} ({f[impl]['build']:.0f})" for impl in implementations
             )
             lines.append(
-                f"{key.replace(':', ' ')}: {figures}; rtcompile vs template "
+                f"{key.replace(':', ' ')}: {figures}; {ours} vs template "
                 f"{f[template_impl]['paired_request']:.2f}x, vs hand-written "
                 f"{f[handwritten]['paired_request']:.2f}x"
             )

@@ -13,6 +13,11 @@ fragments), and a finish reason. `OpenAIStream` turns the first into the second,
     send(stream.finish(length=hit_max_tokens))        # the rest; then stream.finish_reason
     # each delta goes out as completion_chunk(delta, ...); the last chunk carries the finish reason
 
+Token ids: over a parser built with a tokenizer (`rtcompile.ResponseParser(template, prompt_ids,
+tokenizer=tok, errors="keep")`, transformers 5.25.0's token-id mode), `feed` takes the ids the model
+generated (one or many at a time) instead of text: a control token is a delimiter only where the model
+generated its id, and spelled out with ordinary tokens it stays text, in the deltas as in the message.
+
 The contract (proven by tests/test_openai_stream.py for the bundled templates, generated templates
 and random chunkings): the `function.arguments` fragments of one call concatenate to a JSON text that
 `json.loads` to exactly that call's arguments in the parser's final message (after `tools=`
@@ -252,7 +257,8 @@ class OpenAIStream:
     """OpenAI chat-completion deltas from a response parser (see the module docstring).
 
     `parser`: a fresh parser (`rtcompile.ResponseParser(...)`, a generated module's `ResponseParser`,
-    or anything with `initial_events`, `feed(text) -> events` and `finalize() -> (message, events)`);
+    or anything with `initial_events`, `feed(text) -> events` and `finalize() -> (message, events)`),
+    built with `tokenizer=` to be fed token ids;
     parsers that expose `current_field` and `region_captures` let names and ids from open-pattern
     captures go out when a region opens instead of at its close. Build parsers for servers with
     `errors="keep"`, so that a broken tool call does not end the stream.
@@ -332,15 +338,20 @@ class OpenAIStream:
         self.initial_deltas: list[dict] = self._generation.initial
 
     # ---- public API
-    def feed(self, text: str) -> list[dict]:
-        """Feed the next piece of model output; returns the deltas it completes (possibly none)."""
+    def feed(self, output: Any) -> list[dict]:
+        """Feed the next piece of model output: text, or the token ids the model generated (one or
+        many; lists, tuples, numpy arrays, tensors) for a parser built with a tokenizer. Returns the
+        deltas it completes (possibly none)."""
         if self._finished:
             raise RuntimeError("OpenAIStream already finished")
-        return self._generation.feed(text)
+        # (the generation reads the ids where its parser reads ids, else the text)
+        return self._generation.feed(output, output)
 
     def read(self, field: str, text: str) -> list[dict]:
         """The deltas of `text` that the parser's `feed_text` read into `field`'s open region (the
-        region_chunk event feed would have returned), for a caller that fed the parser itself."""
+        region_chunk event feed would have returned), for a caller that fed a text parser itself
+        (a token parser keeps the text of ids `feed_text` declined for `feed_declined`: fed again,
+        they would be decoded twice)."""
         if self._finished:
             raise RuntimeError("OpenAIStream already finished")
         return self._generation.read(field, text)

@@ -333,7 +333,9 @@ class RtcompileReasoningDetector(_KeptSignature, ResponseTemplateReasoningDetect
             self.plans.reasoning_field, self.stream_reasoning, self._force_nonempty_content
         )
         self._generation = self._new_generation(self._results)
-        self._feed = self._generation.feed
+        # SGLang calls parse_streaming_increment(new_text) once per chunk: the generation's feed is
+        # that method itself (its fast path with no call in between; the generation reads text).
+        self.parse_streaming_increment = self._generation.feed
 
     def _new_generation(self, renderer: Renderer) -> Generation:
         plans = self.plans
@@ -359,7 +361,8 @@ class RtcompileReasoningDetector(_KeptSignature, ResponseTemplateReasoningDetect
         return ReasoningStreamingParseResult(normal_text=normal, reasoning_text=reasoning)
 
     def parse_streaming_increment(self, new_text: str) -> ReasoningStreamingParseResult:
-        return self._feed(new_text)
+        """More output's reasoning and normal text (the instance's own is the generation's feed)."""
+        return self._generation.feed(new_text)
 
     def finish(self) -> ReasoningStreamingParseResult:
         self._results.at_end = True
@@ -659,14 +662,18 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
         SGLang passes then."""
         self._tool_indices = self._get_tool_indices(tools)
         generation = self._generation = self._new_generation(tools, _ToolResults(self, self._tool_indices))
-        self._feed = generation.feed
+        # From the next chunk on, SGLang's parse_streaming_increment(new_text, tools) is the
+        # generation's feed itself: feed(text, token_ids) reads the text (this generation parses
+        # text: SGLang hands its detectors no ids), and SGLang's tools, in the token ids' place,
+        # are not read.
+        self.parse_streaming_increment = generation.feed
         return generation
 
     def parse_streaming_increment(self, new_text: str, tools: list) -> ToolStreamingParseResult:
         if self._generation is None:
             generation = self._start(tools)
             return _joined(generation.initial, generation.feed(new_text))
-        return self._feed(new_text)
+        return self._generation.feed(new_text)
 
     def finish(self, tools: list) -> ToolStreamingParseResult:
         if self._generation is None:  # nothing was streamed: the prefix alone, then the end

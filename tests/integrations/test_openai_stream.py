@@ -47,6 +47,9 @@ from rtcompile.integrations.openai_stream import (
 )
 from strategies import chunkings, outputs, prefixes, template_plans, tools_lists
 
+import token_serving
+import tokenizer_pool
+
 # --------------------------------------------------------------------------------------------------
 # Running a stream and looking at it through the official client
 
@@ -653,6 +656,147 @@ def test_text_the_parser_read_first_gives_the_deltas_feed_gives(name, data):
     event(f"chunks read first: {'some' if read else 'none'}")
     assert deltas == expected.deltas
     assert adapter.message == expected.message and adapter.errors == expected.adapter.errors
+
+
+# --------------------------------------------------------------------------------------------------
+# Token ids: OpenAIStream over a token parser, differential against transformers' interpreter
+
+
+def run_token_stream(name: str, prompt: list[int], chunks: list[list[int]], tools: Optional[list]) -> Run:
+    parser = rtcompile.ResponseParser(
+        template_for(name), prompt, tools=tools, tokenizer=token_serving.tokenizer_for(name), errors="keep"
+    )
+    adapter = OpenAIStream(parser, seed=0)
+    run = Run(adapter, list(adapter.initial_deltas))
+    for chunk in chunks:
+        run.deltas += adapter.feed(chunk)
+    run.deltas += adapter.finish()
+    return run
+
+
+def interpreter_token_run(name: str, prompt: list[int], chunks: list[list[int]], tools: Optional[list]) -> Any:
+    """(message, events) of transformers' interpreter fed the same ids, or the exception it raised."""
+    from transformers.utils.chat_parsing import ResponseParser
+
+    try:
+        parser = ResponseParser(template_for(name), prompt, tools=tools, tokenizer=token_serving.tokenizer_for(name))
+        events = list(parser.initial_events)
+        for chunk in chunks:
+            events += parser.feed(chunk)
+        message, last = parser.finalize()
+    except Exception as error:
+        return error
+    return message, events + last
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+@given(data=st.data())
+def test_token_ids_client_view_is_the_interpreters_message(name, data):
+    """The ids a model generates (each control token as its id, or spelled out with ordinary tokens,
+    which makes it text), fed one or several at a time: the client's view is the parser's final
+    message, and that message is the interpreter's, fed the same ids."""
+    template = template_for(name)
+    turn = data.draw(turns(name), label="turn")
+    prefix, text = FORMATS[name].render(turn)
+    ids = data.draw(token_serving.generation_ids(name, text), label="ids")
+    chunks = data.draw(token_serving.id_chunks(ids), label="chunks")
+    tools = tools_for(turn.calls) if data.draw(st.booleans(), label="with tools") else None
+    prompt = token_serving.encode(name, prefix)
+    note(f"prefix={prefix!r}\ntext={text!r}\nchunks={chunks!r}")
+    expected = interpreter_token_run(name, prompt, chunks, tools)
+    try:
+        run = run_token_stream(name, prompt, chunks, tools)
+    except Exception as error:  # (errors="keep" raises only what the interpreter raises at its end)
+        assert isinstance(expected, Exception) and type(error) is type(expected), (error, expected)
+        return
+    view = client_view(run)
+    assert_well_formed(view, run)
+    if isinstance(expected, Exception):  # a region the interpreter refuses: kept, with its text
+        assert run.adapter.errors, expected
+        event("a region failed to parse")
+        return
+    assert not run.adapter.errors
+    message, events = expected
+    closes: dict[str, int] = {}
+    for item in events:
+        if item["type"] == "region_close":
+            closes[item["field"]] = closes.get(item["field"], 0) + 1
+    if any(count > 1 and not template["fields"][field].get("repeats") for field, count in closes.items()):
+        # errors="keep" joins a field written twice where the interpreter keeps the last value
+        event("a field written by several regions")
+        return
+    assert run.message == message
+    assert_view_is_message(view, run, template)
+    event("spelled out" if run.adapter.parser.defused else "ids only")
+
+
+def test_token_ids_a_spelled_out_delimiter_is_text_in_the_deltas():
+    """qwen3: `</think>` spelled out with ordinary tokens inside the reasoning, `<tool_call>` inside
+    the content: both stay text, as in transformers' token-id mode; generated as ids, they are
+    delimiters."""
+    real = "<think>\nplan\n</think>\n\nDone.<|im_end|>"
+    ids = token_serving.encode("qwen3", "<think>\nI write ")
+    ids += token_serving.spelled("</think>", [2])
+    ids += token_serving.encode("qwen3", " here\n</think>\n\nSee ")
+    ids += token_serving.spelled("<tool_call>")
+    ids += token_serving.encode("qwen3", " as text.<|im_end|>")
+    prompt = token_serving.encode("qwen3", "<|im_start|>assistant\n")
+    run = run_token_stream("qwen3", prompt, [[token_id] for token_id in ids], None)
+    view = accumulate_deltas(run.deltas)
+    assert view == {
+        "role": "assistant",
+        "reasoning_content": "I write </think> here",
+        "content": "See <tool_call> as text.",
+    }
+    assert run.adapter.parser.defused
+    run = run_token_stream("qwen3", prompt, [token_serving.encode("qwen3", real)], None)
+    assert accumulate_deltas(run.deltas) == {"role": "assistant", "reasoning_content": "plan", "content": "Done."}
+    assert not run.adapter.parser.defused
+
+
+def test_token_ids_arguments_after_a_spelled_out_control_token_go_out_at_the_close():
+    """glm4_5 writes arguments as tags of control tokens (`<arg_key>`, `<arg_value>`). Spelled out
+    with ordinary tokens they are text, which a region's reported text (its markers stripped, as
+    the interpreter reports it) no longer shows: once the model spelled a control token out, a
+    call's arguments go out at its close, from the parsed value, never from tags that were text."""
+    prompt = token_serving.encode("glm4_5", "<|assistant|>")
+    tags = "<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+    generated = token_serving.encode("glm4_5", "<tool_call>get_weather\n" + tags + "</tool_call><|observation|>")
+    spelled = token_serving.encode("glm4_5", "<tool_call>get_weather\n")
+    spelled += token_serving.spelled_out("glm4_5", tags) + token_serving.encode("glm4_5", "</tool_call><|observation|>")
+    for ids, arguments in ((generated, {"city": "Paris"}), (spelled, {})):
+        chunks = [[token_id] for token_id in ids]
+        run = run_token_stream("glm4_5", prompt, chunks, None)
+        view = client_view(run)
+        assert_view_is_message(view, run, template_for("glm4_5"))
+        assert run.message == interpreter_token_run("glm4_5", prompt, chunks, None)[0]
+        assert [json.loads(call[2]) for call in view["calls"]] == [arguments]
+
+
+def test_token_ids_an_empty_feed_between_two_loses_nothing():
+    """llama3_json holds `s` back after `{"name": "s` (it may start the call's delimiter); an empty
+    feed, then one id whose text the decoder knows (`ear`): the parser's text of the empty feed
+    is read before the id's, and nothing is lost."""
+    prompt = token_serving.encode("llama3_json", "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    text = '{"name": "search_docs", "parameters": {}}<|eot_id|>'
+    ids = token_serving.encode("llama3_json", text)
+    run_token_stream("llama3_json", prompt, [ids], None)  # (every id seen once: known to the decoder)
+    first = len(token_serving.encode("llama3_json", '{"name": "s'))
+    chunks = [ids[:first], [], ids[first : first + 1], ids[first + 1 :]]
+    assert token_serving.tokenizer_for("llama3_json").decode(chunks[2]) == "ear"
+    run = run_token_stream("llama3_json", prompt, chunks, None)
+    assert run.message == interpreter_token_run("llama3_json", prompt, chunks, None)[0]
+    assert [call["function"]["name"] for call in run.message["tool_calls"]] == ["search_docs"]
+    assert_view_is_message(client_view(run), run, template_for("llama3_json"))
+
+
+def test_token_ids_a_str_fed_to_a_token_stream_is_refused():
+    parser = rtcompile.ResponseParser(
+        template_for("qwen3"), [], tokenizer=token_serving.tokenizer_for("qwen3"), errors="keep"
+    )
+    adapter = OpenAIStream(parser)
+    with pytest.raises(TypeError, match="takes token ids"):
+        adapter.feed("text")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1596,6 +1740,40 @@ def test_prompt_text_held_back_that_the_output_completes_is_a_delimiter():
         "reasoning_content": "plan",
         "content": "Answer",
     }
+
+
+@pytest.mark.parametrize("steps", ["one id each", "bytes one by one", "all at once"])
+def test_token_ids_prompt_text_held_back_at_the_prompts_end_is_not_sent_as_output(steps):
+    """The same with ids: the prompt's `<|chan` (ordinary tokens) is held back; the output's ids,
+    decoded, show it starts no delimiter (`é` split between two ids: a step that decodes to
+    nothing yet); the deltas carry only what the model wrote, the message is the interpreter's."""
+    tokenizer = token_serving.tokenizer_for("gemma4")
+    prompt = token_serving.encode("gemma4", HELD_PREFIX)
+    written = "nel is opén"
+    if steps == "bytes one by one":
+        ids = tokenizer_pool.ordinary_ids(token_serving.BASE, written, [], byte_wise=True)
+    else:
+        ids = token_serving.spelled(written)
+    ids += [tokenizer.convert_tokens_to_ids("<turn|>")]
+    chunks = [ids] if steps == "all at once" else [[token_id] for token_id in ids]
+    parser = rtcompile.ResponseParser(template_for("gemma4"), prompt, tokenizer=tokenizer, errors="keep")
+    assert parser.unread_text == "<|chan"
+    run = run_token_stream("gemma4", prompt, chunks, None)
+    assert accumulate_deltas(run.deltas) == {"role": "assistant", "content": written}
+    assert run.message == interpreter_token_run("gemma4", prompt, chunks, None)[0]
+    assert run.message["content"] == "<|chan" + written
+    assert run.adapter.divergences == []
+
+
+def test_token_ids_prompt_text_held_back_that_the_output_completes_is_a_delimiter():
+    """`nel>` written with ordinary tokens after the prompt's `<|chan`: the interpreter's decoder
+    flushes the prompt, so the text `<|channel>` is the opener, as it is here."""
+    prompt = token_serving.encode("gemma4", HELD_PREFIX)
+    ids = token_serving.spelled("nel>thought\nplan") + token_serving.encode("gemma4", "<channel|>Answer")
+    chunks = [[token_id] for token_id in ids]
+    run = run_token_stream("gemma4", prompt, chunks, None)
+    assert accumulate_deltas(run.deltas) == {"role": "assistant", "reasoning_content": "plan", "content": "Answer"}
+    assert run.message == interpreter_token_run("gemma4", prompt, chunks, None)[0]
 
 
 def test_truncated_call_finishes_with_length_valid_json_and_the_raw_text():

@@ -15,10 +15,19 @@ vllm is an error, so CI can never skip them silently.
 - The stream: the official openai client's accumulator gives back the final message; names go out
   before a call closes, arguments in fragments; vLLM's id policy; tool_choice="none"; the refusals;
   malformed and truncated calls keep their text.
+- Token ids (the default), on a tokenizer per bundled template whose delimiter tokens are control
+  tokens (token_serving.py): with every delimiter generated as its id, the parse is the text parse
+  and vLLM's; a delimiter spelled out with ordinary tokens stays text where vLLM's class parses it
+  (VLLM_FORGED records what it does); the stop token vLLM leaves out of the text; ids in every form
+  vLLM passes them; text for requests with stop strings; the text-mode switch.
+
+The tests above the token-id section run on a ChunkTokenizer (each chunk a token): rtcompile reads
+their text (there is nothing to decode), as for any tokenizer that is not a fast transformers one.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -59,10 +68,12 @@ import rtcompile
 from rtcompile.library import template_for, template_names
 from rtcompile.integrations.vllm.parser import (
     TEMPLATE_ENVIRONMENT_VARIABLE,
+    TOKEN_IDS_ENVIRONMENT_VARIABLE,
     RtcompileParser,
     RtcompileReasoningParser,
     RtcompileToolParser,
 )
+import token_serving
 from strategies import chunkings
 from test_openai_stream import FORMATS, Turn, tools_for, turns
 
@@ -556,9 +567,11 @@ QWEN3_TEXT = (
 
 
 def qwen3_parser(tools=WEATHER, model_config=None, **flags):
+    """rtcompile's parser for qwen3 on a ChunkTokenizer, in text mode (a ChunkTokenizer's ids are
+    its chunks: there is nothing to decode)."""
     tokenizer = ChunkTokenizer(template_for("qwen3"))
     cls = composed(RtcompileParser, tokenizer, name="rtcompile", **flags)
-    return cls(tokenizer, tools, model_config=model_config), tokenizer
+    return cls(tokenizer, tools, model_config=model_config, token_ids=False), tokenizer
 
 
 def test_names_go_out_when_known_and_arguments_while_written():
@@ -784,9 +797,9 @@ def test_a_request_chat_template_is_warned_about_once(monkeypatch):
     """As vLLM's own class warns (`warning_once`): the response template may no longer match."""
     from rtcompile.integrations.vllm import parser as plugin
 
+    parser, _ = qwen3_parser()
     warnings = []
     monkeypatch.setattr(plugin.logger, "warning_once", warnings.append)
-    parser, _ = qwen3_parser()
     parser.adjust_request(request_for(WEATHER))
     assert warnings == []
     parser.adjust_request(request_for(WEATHER, chat_template="{{ messages }}"))
@@ -836,7 +849,8 @@ def test_a_stream_with_no_output_sends_nothing():
 def test_the_serving_benchmark_compares_parsers_that_agree():
     """bench/serving.py's checks (run before anything is timed) on its 1K workloads: vLLM's class
     and rtcompile both give back the generation that was rendered; with `--tool-choice none`,
-    rtcompile passes the calls through as vLLM's class does (check stops the run otherwise)."""
+    rtcompile passes the calls through as vLLM's class does; with `--token-ids`, rtcompile reads
+    the ids, and the text of the same steps (check stops the run otherwise)."""
     from bench import serving
 
     for name in serving.TEMPLATES:
@@ -844,6 +858,10 @@ def test_the_serving_benchmark_compares_parsers_that_agree():
         assert matches["vllm-template"] and matches["rtcompile"], name
         matches = serving.check(serving.Case(name, "1K", "none"))
         assert matches["vllm-template"] and matches["rtcompile"], name
+        case = serving.Case(name, "1K", token_ids=True)
+        matches = serving.check(case, serving.TOKEN_IMPLEMENTATIONS)
+        assert matches["vllm-template"] and matches["rtcompile"] and matches["rtcompile-text"], name
+        assert case.new_parser("rtcompile")[0].reads_token_ids
 
 
 def test_text_deltas_are_built_without_validation_and_equal_validated_ones():
@@ -863,3 +881,472 @@ def test_text_deltas_are_built_without_validation_and_equal_validated_ones():
             assert same_as_validated(fast, DeltaMessage(**{key: text}))
             fast.tool_calls.append("x")  # a fresh list each time
             assert make(text).tool_calls == []
+
+
+# --------------------------------------------------------------------------------------------------
+# Token ids: rtcompile's default in vLLM, on tokenizers whose delimiter tokens are control tokens
+# (token_serving.py: one per bundled template, built locally)
+
+
+def token_parser(name: str, tools: list | None = None, *, vllm: bool = False, reasoning: bool = True, **options: Any):
+    """A parser as vLLM's parser manager composes it, on the template's token_serving tokenizer
+    (a copy carrying the template its parser reads): rtcompile's, or vLLM's class (`vllm=True`) on
+    the thinking copy (None where vLLM refuses it)."""
+    template = template_for(name)
+    tokenizer = copy.copy(token_serving.tokenizer_for(name))
+    tokenizer.response_template = thinking_copy(template) if vllm else template
+    if vllm and not vllm_accepts(tokenizer.response_template):
+        return None
+    reasoning = reasoning and "thinking" in thinking_copy(template)["fields"]
+    if vllm:
+        cls = composed(ResponseTemplateParser, tokenizer, name="hf", reasoning=reasoning)
+    else:
+        cls = composed(RtcompileParser, tokenizer, name="rtcompile", reasoning=reasoning)
+    return cls(tokenizer, tools, **options)
+
+
+def stream_ids(parser, prompt: list[int], chunks: list[list[int]], texts: list[str], request) -> list:
+    """Deltas as vLLM's chat serving asks for them: each engine step's text and ids."""
+    request = parser.adjust_request(request)
+    deltas = []
+    for index, (ids, text) in enumerate(zip(chunks, texts)):
+        delta = parser.parse_delta(text, ids, request, prompt, finished=index == len(chunks) - 1)
+        if delta is not None:
+            deltas.append(delta)
+    return deltas
+
+
+def whole_ids(parser, prompt: list[int], ids: list[int], text: str, request) -> dict:
+    parser.set_prompt_token_ids(prompt)
+    reasoning, content, calls = parser.parse(text, parser.adjust_request(request), True, model_output_token_ids=ids)
+    return {
+        "reasoning": reasoning or "",
+        "content": content or "",
+        "calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls or ()],
+    }
+
+
+def test_token_ids_are_read_by_default_and_text_is_an_option(monkeypatch):
+    monkeypatch.delenv(TOKEN_IDS_ENVIRONMENT_VARIABLE, raising=False)
+    assert token_parser("qwen3").reads_token_ids
+    assert not token_parser("qwen3", token_ids=False).reads_token_ids
+    monkeypatch.setenv(TOKEN_IDS_ENVIRONMENT_VARIABLE, "0")
+    assert not token_parser("qwen3").reads_token_ids
+    assert token_parser("qwen3", token_ids=True).reads_token_ids
+    monkeypatch.setenv(TOKEN_IDS_ENVIRONMENT_VARIABLE, "1")
+    assert token_parser("qwen3").reads_token_ids
+    # a tokenizer that cannot decode ids as transformers does: text, said once
+    from rtcompile.integrations.vllm import parser as plugin
+
+    warnings = []
+    monkeypatch.setattr(plugin.logger, "warning_once", warnings.append)
+    assert not RtcompileParser(ChunkTokenizer(template_for("qwen3"))).reads_token_ids
+    assert len(warnings) == 1 and "not token ids" in warnings[0]
+
+
+@pytest.mark.parametrize("name", DIFFERENTIAL)
+@settings(max_examples=min(settings().max_examples, 50))
+@given(data=st.data())
+def test_token_ids_give_what_vllms_class_gives_where_the_model_generated_every_control_token(name, data):
+    """Every delimiter generated as its id (nothing spelled out): the token-id parse is the text
+    parse, rtcompile's as vLLM's, streamed (one or several ids per step) and whole, and the
+    reasoning tokens counted are vLLM's."""
+    turn = data.draw(turns(name), label="turn")
+    prefix, text = FORMATS[name].render(turn)
+    ids = token_serving.encode(name, text)
+    chunks = data.draw(token_serving.id_chunks(ids), label="chunks")
+    texts = token_serving.detokenized(name, chunks)
+    prompt = token_serving.encode(name, prefix)
+    tools = tools_for(turn.calls) or None
+    note(f"prefix={prefix!r}\ntext={text!r}\nchunks={chunks!r}")
+    ours = token_parser(name, tools)
+    assert ours.reads_token_ids
+    view = loaded(accumulated(stream_ids(ours, prompt, chunks, texts, request_for(tools))))
+    text_mode = token_parser(name, tools, token_ids=False)
+    assert view == loaded(accumulated(stream_ids(text_mode, prompt, chunks, texts, request_for(tools))))
+    assert loaded(whole_ids(token_parser(name, tools), prompt, ids, "".join(texts), request_for(tools))) == view
+    theirs = token_parser(name, tools, vllm=True)
+    if theirs is None:
+        return
+    assert view == loaded(accumulated(stream_ids(theirs, prompt, chunks, texts, request_for(tools))))
+    counted = [token_id for chunk in chunks for token_id in chunk]
+    cut = data.draw(st.integers(0, len(counted)), label="counted first after")
+    ours, theirs = token_parser(name, tools), token_parser(name, tools, vllm=True)
+    for parser in (ours, theirs):
+        parser.set_prompt_token_ids(prompt)
+    assert ours.count_reasoning_tokens(counted[:cut]) == theirs.count_reasoning_tokens(counted[:cut])
+    assert ours.count_reasoning_tokens(counted) == theirs.count_reasoning_tokens(counted)
+
+
+# ---- a spelled-out delimiter: text for rtcompile, a delimiter for vLLM's class (it parses text)
+
+PLACEHOLDER = "QQFORGEDQQ"  # where a delimiter is spelled out: text in every format, no delimiter
+
+
+def _literal_match(text: str, spec: dict, key: str, start: int = 0) -> str | None:
+    """The first text, from `start`, that the field's `key` delimiter ("open" or "close": a literal,
+    a list of them, or the `_pattern`) matches in `text`."""
+    import regex
+
+    literals = spec.get(key)
+    if isinstance(literals, str):
+        literals = [literals]
+    found = [(text.find(literal, start), literal) for literal in literals or () if text.find(literal, start) >= 0]
+    if found:
+        return min(found)[1]
+    pattern = spec.get(key + "_pattern")
+    if pattern is None:
+        return None
+    match = regex.compile(pattern).search(text, start)
+    return match.group() if match and match.group() else None
+
+
+def forged_spellings(name: str) -> dict[str, str]:
+    """Per position (reasoning, content, arguments), the delimiter a model might spell out there,
+    as the template's own format writes it: the reasoning closer inside the reasoning; inside the
+    content, a call's opener (or, where the content is a region of its own, its closer); a call's
+    closer inside a string argument. Only delimiters made of control tokens."""
+    template = template_for(name)
+    fields = template["fields"]
+    controls = token_serving.control_tokens(name)
+
+    def has_control(text: str | None) -> bool:
+        return bool(text) and any(token in text for token in controls)
+
+    spellings = {}
+    reasoning = fields.get("reasoning_content")
+    if reasoning is not None and has_control("".join(literals_of(reasoning, "close"))):
+        spellings["reasoning"] = literals_of(reasoning, "close")[0]
+    turn = Turn(None, "", [("get_weather", {"city": "Paris"})], False, False, ["call_1"])
+    _, text = FORMATS[name].render(turn)
+    opener = _literal_match(text, fields["tool_calls"], "open")
+    if "open" not in fields["content"] and has_control(opener):
+        # (up to its last control token where the text after it is an opener on its own, like
+        # minimax's `<invoke name="...">` after an optional `<minimax:tool_call>`)
+        end = max(opener.rfind(token) + len(token) for token in controls if token in opener)
+        if _literal_match(opener[end:], fields["tool_calls"], "open") is not None:
+            opener = opener[:end]
+        spellings["content"] = opener.lstrip()
+    else:
+        _, answer = FORMATS[name].render(Turn(None, "Done.", [], False, False, []))
+        closer = _literal_match(answer, fields["content"], "close", answer.index("Done.") + 5)
+        if has_control(closer):
+            spellings["content"] = closer.lstrip()
+    if FORMATS[name].arguments != "python":
+        start = text.index("Paris") + len("Paris")
+        closer = _literal_match(text, fields["tool_calls"], "close", start)
+        if has_control(closer):
+            spellings["arguments"] = closer.lstrip()
+    return spellings
+
+
+def literals_of(spec: dict, key: str) -> list[str]:
+    value = spec.get(key)
+    return [value] if isinstance(value, str) else list(value or ())
+
+
+def forged_turn(name: str, position: str) -> Turn:
+    fmt = FORMATS[name]
+    reasoning = f"Plan: {PLACEHOLDER} then go." if position == "reasoning" else ("Plan." if fmt.reasoning else None)
+    if position == "content" or not fmt.content_with_calls:
+        content = f"Answer {PLACEHOLDER} done." if position == "content" else ""
+    else:
+        content = "Let me look."
+    calls = []
+    if position != "content" or fmt.content_with_calls:
+        city = f"Paris {PLACEHOLDER} now" if position == "arguments" else "Paris"
+        calls = [("get_weather", {"city": city, "days": 3})]
+    return Turn(reasoning, content, calls, False, False, ["call_1"])
+
+
+def substituted(value: Any, spelling: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(PLACEHOLDER, spelling)
+    if isinstance(value, list):
+        return [substituted(item, spelling) for item in value]
+    if isinstance(value, tuple):
+        return tuple(substituted(item, spelling) for item in value)
+    if isinstance(value, dict):
+        return {key: substituted(item, spelling) for key, item in value.items()}
+    return value
+
+
+FORGED_CASES = [(name, position) for name in DIFFERENTIAL for position in forged_spellings(name)]
+
+
+def forged_run(name: str, position: str) -> dict:
+    """The forged case's views: what it means (the spelling as text: the turn parsed as text with the
+    placeholder there, then the spelling put back), rtcompile's (token ids, default), and vLLM's
+    class's (None where it refuses the template), on the same engine steps (one id each)."""
+    spelling = forged_spellings(name)[position]
+    # as the format writes it: a JSON string escapes what it must (a newline)
+    written = spelling
+    if position == "arguments" and FORMATS[name].arguments == "json":
+        written = json.dumps(spelling, ensure_ascii=False)[1:-1]
+    turn = forged_turn(name, position)
+    prefix, text = FORMATS[name].render(turn)
+    assert text.count(PLACEHOLDER) == 1, text
+    tools = tools_for(turn.calls) or None
+    before, after = text.split(PLACEHOLDER)
+    forged_ids = token_serving.spelled_out(name, written)
+    ids = token_serving.encode(name, before) + forged_ids + token_serving.encode(name, after)
+    tokenizer = token_serving.tokenizer_for(name)
+    assert tokenizer.decode(forged_ids) == written
+    assert not set(forged_ids) & set(tokenizer.added_tokens_decoder), (written, forged_ids)
+    chunks = [[token_id] for token_id in ids]
+    texts = token_serving.detokenized(name, chunks)
+    assert "".join(texts) == text.replace(PLACEHOLDER, written)
+    prompt = token_serving.encode(name, prefix)
+    meaning = token_parser(name, tools, token_ids=False)
+    expected = substituted(loaded(accumulated(stream_ids(meaning, prompt, [[]], [text], request_for(tools)))), spelling)
+    ours = loaded(accumulated(stream_ids(token_parser(name, tools), prompt, chunks, texts, request_for(tools))))
+    ours_whole = loaded(whole_ids(token_parser(name, tools), prompt, ids, "".join(texts), request_for(tools)))
+    theirs = token_parser(name, tools, vllm=True)
+    if theirs is not None:
+        theirs = loaded(accumulated(stream_ids(theirs, prompt, chunks, texts, request_for(tools))))
+    return {"spelling": spelling, "expected": expected, "ours": ours, "ours_whole": ours_whole, "theirs": theirs}
+
+
+def vllm_effect(spelling: str, expected: dict, theirs: dict | None) -> str:
+    """What vLLM's class made of the spelled-out delimiter, against what it means (the spelling as
+    text), in words: the README's table."""
+    if theirs is None:
+        return "refuses the template"
+    effects = []
+    for key in ("reasoning", "content"):
+        want, got = expected[key], theirs[key]
+        at = want.find(spelling)
+        if got == want or at < 0:
+            continue
+        if got.split() == (want[:at] + want[at + len(spelling) :]).split():
+            effects.append(f"drops the spelling from the {key}")
+        elif key == "reasoning" and got == want[:at]:
+            effects.append("cuts the reasoning there, the rest is content")
+        elif got.rstrip() == want[:at].rstrip():
+            effects.append(f"cuts the {key} there, the rest is lost")
+        else:
+            effects.append(f"changes the {key}")
+    want, got = expected["calls"], theirs["calls"]
+    if got != want:
+        if not got:
+            effects.append("loses the call" if len(want) == 1 else "loses the calls")
+        elif [name for name, _ in got] != [name for name, _ in want]:
+            effects.append(f"calls {', '.join(repr(name) for name, _ in got)}")
+        else:
+            effects.append("loses the arguments")
+    return "; ".join(effects) or "text, as rtcompile"
+
+
+# What vLLM 0.34.0's ResponseTemplateParser (`--reasoning-parser hf --tool-call-parser hf`) makes of
+# each spelling, fed the same engine steps: it parses their decoded text, where a control token
+# spelled out with ordinary tokens is its delimiter (README, vLLM: the table of this test).
+VLLM_FORGED = {
+    ('cohere_command_r7b', 'reasoning'): 'cuts the reasoning there, the rest is content',
+    ('cohere_command_r7b', 'content'): 'cuts the content there, the rest is lost',
+    ('cohere_command_r7b', 'arguments'): 'loses the call',
+    ('deepseek_r1', 'reasoning'): 'cuts the reasoning there, the rest is content',
+    ('deepseek_r1', 'content'): 'cuts the content there, the rest is lost; loses the call',
+    ('deepseek_r1', 'arguments'): 'text, as rtcompile',
+    ('deepseek_v3_1', 'reasoning'): 'cuts the reasoning there, the rest is content',
+    ('deepseek_v3_1', 'content'): 'cuts the content there, the rest is lost; loses the call',
+    ('deepseek_v3_1', 'arguments'): 'loses the call',
+    ('ernie', 'reasoning'): 'cuts the reasoning there, the rest is content',
+    ('ernie', 'content'): 'cuts the content there, the rest is lost; loses the call',
+    ('ernie', 'arguments'): 'loses the call',
+    ('gemma3_pythonic', 'content'): 'refuses the template',
+    ('gemma4', 'reasoning'): 'cuts the reasoning there, the rest is content',
+    ('gemma4', 'content'): 'cuts the content there, the rest is lost; loses the call',
+    ('gemma4', 'arguments'): 'loses the call',
+    ('glm4_5', 'reasoning'): 'cuts the reasoning there, the rest is content',
+    ('glm4_5', 'content'): "cuts the content there, the rest is lost; calls 'get_weather done.'",
+    ('glm4_5', 'arguments'): 'loses the arguments',
+    ('gpt_oss', 'reasoning'): 'cuts the reasoning there, the rest is content',
+    ('gpt_oss', 'content'): 'cuts the content there, the rest is lost',
+    ('gpt_oss', 'arguments'): 'loses the call',
+    ('hermes2_pro', 'content'): 'cuts the content there, the rest is lost; loses the call',
+    ('hermes2_pro', 'arguments'): 'loses the call',
+    ('kimi_k2', 'reasoning'): 'cuts the reasoning there, the rest is content',
+    ('kimi_k2', 'content'): 'cuts the content there, the rest is lost; loses the call',
+    ('kimi_k2', 'arguments'): 'loses the call',
+    ('lfm2_5', 'reasoning'): 'refuses the template',
+    ('lfm2_5', 'content'): 'refuses the template',
+    ('llama3_2_pythonic', 'content'): 'refuses the template',
+    ('llama3_json', 'content'): 'drops the spelling from the content',
+    ('llama3_json', 'arguments'): 'loses the call',
+    ('llama4_pythonic', 'content'): 'refuses the template',
+    ('minimax_m2', 'reasoning'): 'cuts the reasoning there, the rest is content',
+    ('minimax_m2', 'content'): 'text, as rtcompile',
+    ('ministral3', 'reasoning'): 'cuts the reasoning there, the rest is content',
+    ('ministral3', 'content'): 'cuts the content there, the rest is lost',
+    ('ministral3', 'arguments'): 'loses the call',
+    ('mistral_nemo', 'content'): 'cuts the content there, the rest is lost; loses the call',
+    ('mistral_nemo', 'arguments'): 'loses the call',
+    ('mistral_small_3_2', 'content'): 'cuts the content there, the rest is lost',
+    ('mistral_small_3_2', 'arguments'): 'loses the call',
+    ('phi4_mini', 'content'): 'cuts the content there, the rest is lost; loses the call',
+    ('phi4_mini', 'arguments'): 'loses the call',
+    ('qwen3', 'reasoning'): 'cuts the reasoning there, the rest is content',
+    ('qwen3', 'content'): 'cuts the content there, the rest is lost; loses the call',
+    ('qwen3', 'arguments'): 'loses the call',
+    ('qwen3_5', 'reasoning'): 'cuts the reasoning there, the rest is content',
+    ('qwen3_5', 'content'): 'cuts the content there, the rest is lost',
+    ('qwen3_5', 'arguments'): 'loses the arguments',
+    ('qwen3_coder', 'content'): 'cuts the content there, the rest is lost',
+    ('qwen3_coder', 'arguments'): 'loses the arguments',
+    ('smollm3', 'reasoning'): 'cuts the reasoning there, the rest is content',
+    ('smollm3', 'content'): 'cuts the content there, the rest is lost; loses the call',
+    ('smollm3', 'arguments'): 'loses the call',
+}
+
+
+def test_every_bundled_template_has_a_spelled_out_delimiter_case():
+    assert {name for name, _ in FORGED_CASES} == set(template_names())
+    assert set(VLLM_FORGED) == set(FORGED_CASES)
+
+
+@pytest.mark.parametrize("name, position", FORGED_CASES)
+def test_a_spelled_out_delimiter_is_text_for_rtcompile_where_vllms_class_parses_it(name, position):
+    """The model spells a delimiter's control tokens out with ordinary tokens inside its reasoning,
+    its content or a string argument: rtcompile (token ids, vLLM's default here) keeps it as text
+    there, streamed and whole, as transformers 5.25.0's token-id parsing does; vLLM's class, on the
+    same engine steps, parses it as the delimiter (VLLM_FORGED records what it does)."""
+    run = forged_run(name, position)
+    assert run["ours"] == run["expected"]
+    assert run["ours_whole"] == run["expected"]
+    assert vllm_effect(run["spelling"], run["expected"], run["theirs"]) == VLLM_FORGED[(name, position)]
+
+
+# ---- what vLLM hands the parser
+
+QWEN3_TOKEN_TEXT = (
+    "<think>\nThe user wants the weather.\n</think>\n\nLet me look.\n<tool_call>\n"
+    '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>'
+)
+
+
+def _id_forms() -> dict[str, Any]:
+    from vllm.v1.token_buffer import TokenBuffer, TokenIdsView
+    from vllm.v1.utils import ConstantList
+
+    return {
+        "list": list,
+        "tuple": tuple,
+        "TokenBuffer": TokenBuffer,
+        "ConstantList": lambda ids: ConstantList(list(ids)),
+        "TokenIdsView": lambda ids: TokenIdsView(TokenBuffer(ids)),
+        "TokenIdsView with a suffix": lambda ids: TokenIdsView(TokenBuffer(ids[: len(ids) // 2]), ids[len(ids) // 2 :]),
+    }
+
+
+@pytest.mark.parametrize("form", list(_id_forms()))
+def test_token_ids_in_every_form_vllm_passes_them(form):
+    """vLLM hands ids as lists (parse_delta's deltas), `TokenBuffer`s (int32 arrays: the request's
+    prompt), `ConstantList`s and `TokenIdsView`s (the structured-output engine's), tuples (the
+    reasoning count's): every entry point reads them all alike."""
+    make = _id_forms()[form]
+    prompt = token_serving.encode("qwen3", QWEN3_PREFIX)
+    ids = token_serving.encode("qwen3", QWEN3_TEXT)
+    chunks = [ids[k : k + 3] for k in range(0, len(ids), 3)]
+    texts = token_serving.detokenized("qwen3", chunks)
+
+    def results(convert: Any) -> tuple:
+        streamed = token_parser("qwen3", WEATHER)
+        request = streamed.adjust_request(request_for(WEATHER))
+        deltas = [
+            streamed.parse_delta(text, convert(chunk), request, convert(prompt), finished=k == len(chunks) - 1)
+            for k, (chunk, text) in enumerate(zip(chunks, texts))
+        ]
+        view = loaded(accumulated([delta for delta in deltas if delta is not None]))
+        parser = token_parser("qwen3", WEATHER)
+        parser.set_prompt_token_ids(convert(prompt))
+        answer = parser.parse("".join(texts), parser.adjust_request(request_for(WEATHER)), True, convert(ids))
+        answer = (answer[0], answer[1], [(call.name, json.loads(call.arguments)) for call in answer[2]])
+        reasoning = parser._reasoning_parser
+        end = ids.index(token_serving.tokenizer_for("qwen3").convert_tokens_to_ids("</think>")) + 1
+        ends = [
+            parser.is_reasoning_end(convert(prompt)),
+            reasoning.is_reasoning_end_streaming(convert(prompt + ids[:5]), convert(ids[:5])),
+            reasoning.is_reasoning_end_streaming(convert(prompt + ids[:end]), convert(ids[end - 2 : end])),
+        ]
+        return view, answer, parser.count_reasoning_tokens(convert(ids)), ends
+
+    expected = results(list)
+    assert results(make) == expected
+    assert expected[0]["reasoning"] == "\nThe user wants the weather.\n" and len(expected[0]["calls"]) == 2
+    assert expected[2] > 0 and expected[3] == [False, False, True]
+
+
+@pytest.mark.parametrize("include", [False, True], ids=["stop token skipped", "include_stop_str_in_output"])
+def test_the_stop_token_vllm_leaves_out_of_the_text_is_left_out_of_the_ids(include):
+    """The generation stops with `<|im_end|>` while reasoning: vLLM's detokenizer leaves the stop
+    token out of the text (unless the request includes it), and the ids read leave it out too, so
+    the reasoning is the text mode's, without the spelling of the stop token."""
+    tokenizer = token_serving.tokenizer_for("qwen3")
+    prompt = token_serving.encode("qwen3", QWEN3_PREFIX)
+    ids = token_serving.encode("qwen3", "<think>\nplan, then") + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    for chunks in ([[token_id] for token_id in ids], [ids[:-3], ids[-3:]], [ids]):
+        texts = token_serving.detokenized("qwen3", chunks)
+        if not include:
+            texts[-1] = texts[-1].removesuffix("<|im_end|>")
+        text_mode = loaded(accumulated(stream_ids(token_parser("qwen3", token_ids=False), prompt, chunks, texts, request_for(None))))
+        ours = loaded(accumulated(stream_ids(token_parser("qwen3"), prompt, chunks, texts, request_for(None))))
+        assert ours == text_mode
+        assert ours["reasoning"] == "\nplan, then" + ("<|im_end|>" if include else "")
+        whole = whole_ids(token_parser("qwen3"), prompt, ids, "".join(texts), request_for(None))
+        assert loaded(whole) == ours
+    # an output that is only the stop token wrote nothing
+    parser = token_parser("qwen3")
+    request = parser.adjust_request(request_for(None))
+    assert parser.parse_delta("", ids[-1:], request, prompt, finished=True) is None
+    assert parser.parse("", request, True, model_output_token_ids=ids[-1:]) == (None, None, None)
+
+
+def test_a_request_with_stop_strings_is_parsed_as_text():
+    """vLLM cuts its text at a stop string, inside a token, and holds back text the ids already
+    show: such a request is parsed as text (a spelled-out delimiter then acts, as in text mode)."""
+    run = forged_run("qwen3", "reasoning")
+    turn = forged_turn("qwen3", "reasoning")
+    prefix, text = FORMATS["qwen3"].render(turn)
+    before, after = text.split(PLACEHOLDER)
+    ids = token_serving.encode("qwen3", before) + token_serving.spelled_out("qwen3", "</think>")
+    ids += token_serving.encode("qwen3", after)
+    chunks = [[token_id] for token_id in ids]
+    texts = token_serving.detokenized("qwen3", chunks)
+    prompt = token_serving.encode("qwen3", prefix)
+    tools = tools_for(turn.calls)
+    with_stop = loaded(accumulated(stream_ids(token_parser("qwen3", tools), prompt, chunks, texts, request_for(tools, stop=["zzz"]))))
+    text_mode = loaded(accumulated(stream_ids(token_parser("qwen3", tools, token_ids=False), prompt, chunks, texts, request_for(tools))))
+    assert with_stop == text_mode != run["expected"]
+    assert with_stop["reasoning"] == "\nPlan: "
+
+
+ANCHORED = {
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {"reasoning_content": {"open": "<think>", "close": "</think>\n<|im_start|>assistant\n"}, "content": {}},
+}
+
+
+def test_a_closer_missing_only_the_next_messages_anchor_is_completed_from_ids_the_model_generated():
+    """A reasoning closer that ends with the next message's start anchor: the output stops before
+    the anchor, and the closer is completed at the end (as vLLM completes it), in token mode from
+    the ids; a closer whose control token the model spelled out is text, and is not completed."""
+    tokenizer = copy.copy(token_serving.tokenizer_for("qwen3"))
+    tokenizer.response_template = ANCHORED
+    vllm_tokenizer = copy.copy(token_serving.tokenizer_for("qwen3"))
+    vllm_tokenizer.response_template = thinking_copy(ANCHORED)
+    ours_cls = composed(RtcompileParser, tokenizer, name="rtcompile", tools=False)
+    theirs_cls = composed(ResponseTemplateParser, vllm_tokenizer, name="hf", tools=False)
+    prompt = token_serving.encode("qwen3", "<|im_start|>assistant\n")
+    ids = token_serving.encode("qwen3", "<think>plan</think>\n")
+    for chunks in ([[token_id] for token_id in ids], [ids]):
+        texts = token_serving.detokenized("qwen3", chunks)
+        views = [
+            accumulated(stream_ids(parser, prompt, chunks, texts, request_for(None)))
+            for parser in (ours_cls(tokenizer), ours_cls(tokenizer, token_ids=False), theirs_cls(vllm_tokenizer))
+        ]
+        assert views[0] == views[1] == views[2] == {"reasoning": "plan", "content": "", "calls": []}
+    spelled = token_serving.encode("qwen3", "<think>plan") + token_serving.spelled_out("qwen3", "</think>\n")
+    chunks = [[token_id] for token_id in spelled]
+    texts = token_serving.detokenized("qwen3", chunks)
+    view = accumulated(stream_ids(ours_cls(tokenizer), prompt, chunks, texts, request_for(None)))
+    assert view == {"reasoning": "plan</think>\n", "content": "", "calls": []}

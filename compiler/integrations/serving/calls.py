@@ -315,6 +315,11 @@ class ToolCalls:
         self.tool_params = tool_params
         self.region: ToolRegion | None = None
         self.announced = 0  # calls announced so far: the next call's index
+        # A parser reading token ids: once its decoder has defused a control token spelled out
+        # with ordinary tokens, region texts (markers stripped, as the interpreter reports them)
+        # can show delimiters the final parse does not see (a spelled `<arg_key>`, gemma's
+        # `<|"|>`): arguments then go out at the region's close, from its parsed value.
+        self.decoder = getattr(generation.parser, "token_decoder", None)
 
     # ---- the region's events
     def open(self, live: bool) -> None:
@@ -326,6 +331,9 @@ class ToolCalls:
         if region is not None:
             region.raw.append(text)
             if region.reader is not None:
+                if self.decoder is not None and self.decoder.marked:
+                    region.reader = None  # (see __init__: the rest at the close)
+                    return
                 region.reader.feed(text)
 
     def close(self, event: dict, finalizing: bool) -> None:

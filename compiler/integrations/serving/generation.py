@@ -1,10 +1,10 @@
 """One generation through a compiled parser, turned into a renderer's operations.
 
-A server hands the core a generation as it has it: the prompt, then the output chunk by chunk (text
-now; the token ids beside it are received here and are where token-id parsing will start), then its
-end. `Generation` feeds rtcompile's parser (built with errors="keep": nothing raises mid-stream and
-nothing the model wrote is lost; eager: a delimiter complete at a chunk's end commits in that chunk)
-and turns what it reports into operations on a `Renderer`, which builds the server's own result:
+A server hands the core a generation as it has it: the prompt, then the output chunk by chunk (its
+text, and the token ids the model generated where the server has them), then its end. `Generation`
+feeds rtcompile's parser (built with errors="keep": nothing raises mid-stream and nothing the model
+wrote is lost; eager: a delimiter complete at a chunk's end commits in that chunk) and turns what it
+reports into operations on a `Renderer`, which builds the server's own result:
 
     text(key, text)                          text for an output key (content, reasoning, ...)
     call_started(index, name, template_id)   a tool call, announced as soon as its name is known
@@ -29,11 +29,19 @@ then `take()` gives the chunk's result. How each field is routed is the host's c
 - `tool_field`: the field whose regions are tool calls (`calls.ToolCalls`); the text of one that
   fails goes to `failed_key`.
 
+Token ids: a generation built with a tokenizer (`tokenizer=`, the prompt as `prompt_token_ids`), or
+around a token parser, parses the ids the model generated, as transformers 5.25.0 does
+(`ResponseParser(..., tokenizer=tok)`): a control token is a delimiter only where the model generated
+its id; spelled out with ordinary tokens it is text. Hosts hand every chunk the same way,
+`feed(delta_text, delta_token_ids)` and `finish(text, token_ids)`; such a generation reads the ids
+(one or many per chunk: speculative decoding, a stream interval), one parsing text reads the text.
+
 The common chunk, more text of one region in which no delimiter can start, has one fast path, here
-(`feed`): the parser's `feed_text` reads it and the renderer's `text_maker(key)` makes the server's
-result straight from the text, with no event and no operation in between. It is off while the
-output's tail is kept (a closer that misses only the next message's start anchor is completed at the
-end, as vLLM completes it) and while text the prompt left held back is not yet resolved.
+(`feed`), for text and for ids alike: the parser's `feed_text` reads it (decoding the ids first) and
+the renderer's `text_maker(key)` makes the server's result straight from the text, with no event and
+no operation in between. It is off while text the prompt left held back is not yet resolved. A
+closer that misses only the next message's start anchor is completed at the end, as vLLM completes
+it, from what the parser holds unread then.
 
 Prompt text is state, not output: what the parser reports of the prompt (prefilled reasoning, an
 opener) goes out only where the host asks for it (`send_prompt_text`, OpenAIStream's initial
@@ -45,14 +53,21 @@ here: the host sends only what the model wrote.
 
 from __future__ import annotations
 
+import logging
 import weakref
 from typing import Any, Callable
+
+from rtcompile.runtime.machine import Machine
+from rtcompile.runtime.token_ids import MARKER, TokenIdDecoder
+from rtcompile.runtime.token_parser import TokenIds
 
 from .arguments import to_json
 from .calls import ToolCalls
 from .plan import ServingPlan
 
-__all__ = ["OPENER_GROUP", "Generation", "Renderer", "last_boundary", "text_of"]
+__all__ = ["OPENER_GROUP", "Generation", "Renderer", "as_id_list", "last_boundary", "text_of", "written_ids"]
+
+logger = logging.getLogger(__name__)
 
 # The named group around a tool-call opener pattern whose matched text is passed on verbatim
 # (serving_common.verbatim_tool_field writes it).
@@ -387,6 +402,28 @@ def _noop(*_: Any) -> None:
     return None
 
 
+def as_id_list(token_ids: Any) -> list[int]:
+    """Token ids as a server hands them, as a list: a list as it is; arrays (numpy, an `array` like
+    vLLM's `TokenBuffer`) through `tolist`; any other sequence (a tuple, vLLM's `ConstantList` or
+    `TokenIdsView`) copied."""
+    if type(token_ids) is list:
+        return token_ids
+    tolist = getattr(token_ids, "tolist", None)
+    return tolist() if callable(tolist) else list(token_ids)
+
+
+def written_ids(text: str, token_ids: list[int], control_ids: dict[int, str]) -> list[int]:
+    """The ids of an output's last chunk that its text shows, for a server whose text leaves out the
+    stop token that ended the output (vLLM's detokenizer, unless the request includes it) and shows
+    every other control token: a last control token whose spelling the text does not end with is
+    that stop token, and is not read."""
+    if token_ids:
+        spelling = control_ids.get(token_ids[-1])
+        if spelling is not None and not text.endswith(spelling):
+            return token_ids[:-1]
+    return token_ids
+
+
 def _nothing_maker(renderer: Renderer) -> Callable[[str], Any]:
     nothing = renderer.nothing
 
@@ -401,17 +438,20 @@ def _nothing_maker(renderer: Renderer) -> Callable[[str], Any]:
 
 class Generation:
     """One generation through the compiled parser of `plan`, as operations of `renderer` (module
-    docstring). Give `parser` (a fresh one, for a host that builds its own: OpenAIStream), or
-    `prefix` (the prompt) and `tools` for one built here. `tool_parameters`: what arguments are
-    coerced with (default: the parser's, from its tools). `complete_closers`: complete at the end a
-    closer that misses only the next message's start anchor. `send_prompt_text`: route what the
-    parser reports of the prompt like the output (else only a call it left open is announced).
-    `prompt_token_ids`, and `token_ids` of `feed` and `finish`: the ids as the server hands them,
-    received here, where token-id parsing will read them (the parsers take text for now).
+    docstring). Give `parser` (a fresh one, for a host that builds its own: OpenAIStream), or the
+    prompt (`prefix`, its text; with `tokenizer`, `prompt_token_ids`) and `tools` for one built here.
+    `tokenizer`: a fast transformers tokenizer; the parser built here then reads token ids (a parser
+    given reads ids when it was built with one). `tool_parameters`: what arguments are coerced with
+    (default: the parser's, from its tools). `complete_closers`: complete at the end a closer that
+    misses only the next message's start anchor. `send_prompt_text`: route what the parser reports of
+    the prompt like the output (else only a call it left open is announced). `text_omits_stop_token`:
+    the last chunk's text, as the server hands it, leaves out the stop token that ended the output
+    (vLLM's), which is then not read from its ids either (`written_ids`).
 
-    `initial`: the result for the prompt (taken once built); `feed(text)` and `finish(text)` give
-    each chunk's; `message` is the parser's final message once finished; `divergences` notes where
-    the operations could not follow it."""
+    `initial`: the result for the prompt (taken once built); `feed(text, token_ids)` and
+    `finish(text, token_ids)` give each chunk's; `message` is the parser's final message once
+    finished; `divergences` notes where the operations could not follow it; `reads_ids` whether the
+    parser reads token ids."""
 
     def __init__(
         self,
@@ -430,6 +470,8 @@ class Generation:
         complete_closers: bool = True,
         send_prompt_text: bool = False,
         prompt_token_ids: Any = None,
+        tokenizer: Any = None,
+        text_omits_stop_token: bool = False,
     ) -> None:
         self.plan = plan
         self.renderer = renderer
@@ -440,15 +482,23 @@ class Generation:
         self.unread_at_end = ""
         verbatim_keys = verbatim_keys or {}
         if parser is None:
+            options: dict[str, Any] = {}
+            prompt: Any = prefix
+            if tokenizer is not None:
+                options["tokenizer"] = tokenizer
+                if prompt_token_ids is not None:
+                    prompt = prompt_token_ids
             parser = plan.parser_class(
-                prefix,
+                prompt,
                 tools=tools or None,
                 errors="keep",
                 # what a closer pattern matched, for a verbatim region closed by one
                 report_closers=any(field in plan.pattern_closed for field in verbatim_keys),
                 eager=True,
+                **options,
             )
         self.parser = parser
+        self.reads_ids = isinstance(parser, TokenIds)
         if tool_parameters is None:  # (the parser's, from the tools it was built with)
             tool_parameters = getattr(parser, "tool_parameters", None) or {}
 
@@ -502,14 +552,19 @@ class Generation:
         self._feed = parser.feed
         feed_text = getattr(parser, "feed_text", None)
         self._feed_text = feed_text
+        self._omits_stop_token = text_omits_stop_token
+        if self.reads_ids:  # (the fast path's reading of one id: see feed)
+            self._decoder = parser.token_decoder
+            self._clean = self._decoder.profile.clean
+            self._read_text = super(TokenIds, parser).feed_text  # (the generated class's)
         self._feed_declined = getattr(parser, "feed_declined", parser.feed)
         self._closers = plan.closers if complete_closers else {}
-        self._tail_length = plan.tail_length if complete_closers else 0
-        self._tail = ""
         # Prompt text the parser holds back at the prompt's end, while it is not resolved (see
-        # _without_prompt_text): output fed since, what was cut, what a delimiter consumed of it.
+        # _without_prompt_text): output fed since (its decoded text, for ids: `_prompt_decoder`), what
+        # was cut, what a delimiter consumed of it.
         self._prompt_held = ""
         self._prompt_fed = 0
+        self._prompt_decoder: TokenIdDecoder | None = None
         self._prompt_text_cut: list[str] = []
         self._delimiter_cut = ""
         self._cut_at = -1
@@ -523,30 +578,74 @@ class Generation:
         self._route(initial_events, live=True, handlers=prompt_handlers)
         self.initial = renderer.take()
         self._prompt_held = getattr(parser, "unread_text", "")
+        if self._prompt_held and self.reads_ids:
+            # The parser decodes the output with a decoder of its own; one like it, in the same
+            # state (the prompt's text is flushed), gives the length of the text fed since.
+            self._prompt_decoder = TokenIdDecoder(parser.token_decoder.profile)
         # Whether a region is open at the prompt's end: then no delimiter can consume the held
         # text without reporting it (a close of a region that never opened reports nothing).
         boundary = last_boundary(initial_events) if initial_events else -1
         self._prompt_region_open = boundary >= 0 and initial_events[boundary]["type"] == "region_open"
-        self._fast = feed_text is not None and not self._tail_length and not self._prompt_held
+        self._fast = feed_text is not None and not self._prompt_held
 
     # ---- the server's side
-    def feed(self, text: str, token_ids: Any = None) -> Any:
-        """The result of the next chunk of output (`token_ids`: its ids, as the server hands them;
-        not read yet)."""
-        if self._fast:
-            taken = self._feed_text(text)
+    def feed(
+        self,
+        delta_text: str,
+        delta_token_ids: Any = None,
+        request: Any = None,
+        prompt_token_ids: Any = None,
+        *,
+        finished: bool = False,
+    ) -> Any:
+        """The result of the next chunk of output, as the server hands it: its text and the token ids
+        the model generated for it (read instead of the text when the parser reads ids);
+        `finished`: it is the last (`finish`). The signature is vLLM's `parse_delta`'s, so that a
+        host's per-chunk entry point can be this method itself (the request and the prompt's ids
+        are the generation's already: not read); other hosts call it with the text, and the ids
+        where they have them.
+
+        The fast path: the common chunk read by the parser's `feed_text` and made into the host's
+        result by its text maker. Ids: one id whose text needs nothing but itself
+        (`TokenizerProfile.clean`: no control token, no marker, whole characters), from a decoder
+        that holds nothing back and has never defused a spelling, is read as that text by the text
+        machine's `feed_text` (exactly what the parser's decoding would give it, leaving the
+        decoder as it is); other ids go to the parser's own `feed_text`, which decodes them."""
+        if self._fast and not finished:
+            if not self.reads_ids:
+                taken = self._feed_text(delta_text)
+            elif (
+                type(delta_token_ids) is list
+                and len(delta_token_ids) == 1
+                and type(delta_token_ids[0]) is int
+                and self._decoder._idle
+                and not self._decoder.marked
+                and (text := self._clean.get(delta_token_ids[0])) is not None
+            ):
+                taken = self._read_text(text)
+            else:
+                taken = self._feed_text(delta_token_ids)
             if taken is not None:
                 field, read = taken
                 if read:
                     return self._makers[field](read)
                 return self._nothing()  # (a whitespace run held back: it may start a delimiter)
-            if not text:
-                return self._nothing()
-            events = self._feed_declined(text)
-        else:
-            if self.finished or not text:
-                return self._nothing()
-            events = self._feed_slow(text)
+            return self._declined(delta_token_ids if self.reads_ids else delta_text)
+        if finished:
+            return self.finish(delta_text, delta_token_ids)
+        chunk = delta_token_ids if self.reads_ids else delta_text
+        if self.finished or not len(chunk):
+            return self._nothing()
+        events = self._feed_slow(chunk)
+        if events or self._prompt_held:
+            self._route(events, live=True)
+        return self.renderer.take()
+
+    def _declined(self, chunk: Any) -> Any:
+        """The result of a chunk the fast path declined: the parser's `feed_declined` reads it (even
+        an empty one: a token parser keeps the text of ids its `feed_text` decoded and declined for
+        it, and the fast path reads the next id's text only with none kept)."""
+        events = self._feed_declined(chunk)
         if events or self._prompt_held:
             self._route(events, live=True)
         return self.renderer.take()
@@ -560,12 +659,16 @@ class Generation:
         return maker(text) if maker is not None else self._nothing()
 
     def finish(self, text: str = "", token_ids: Any = None) -> Any:
-        """The result of the output's last chunk (if any) and its end: what the parser held back,
-        every open region closed. The parser's final message is `message` afterwards."""
+        """The result of the output's last chunk (if any: its text and token ids, as `feed` takes
+        them) and its end: what the parser held back, every open region closed. The parser's final
+        message is `message` afterwards."""
         if self.finished:
             return self._nothing()
-        if text:
-            events = self._feed_slow(text)
+        chunk = token_ids if self.reads_ids else text
+        if chunk is not None and self.reads_ids and self._omits_stop_token:
+            chunk = written_ids(text, as_id_list(chunk), self._decoder.profile.control_ids)
+        if chunk is not None and len(chunk):
+            events = self._feed_slow(chunk)
             if events or self._prompt_held:
                 self._route(events, live=True)
         self.finished = True
@@ -582,24 +685,44 @@ class Generation:
         self._route(events, live=False, finalizing=True)
         for field, handler in self._message_text.items():
             handler.reconcile(message.get(field), self._prompt_text_cut)
+        for note in self.divergences:
+            logger.debug("rtcompile: %s", note)
         return self.renderer.take()
 
     # ---- the parser's side
-    def _feed_slow(self, text: str) -> list[dict]:
-        if self._tail_length:
-            self._tail = (self._tail + text)[-self._tail_length :]
+    def _feed_slow(self, chunk: Any) -> list[dict]:
+        events = self._feed(chunk)
         if self._prompt_held:
-            self._prompt_fed += len(text)
-        return self._feed(text)
+            if self._prompt_decoder is not None:
+                self._prompt_fed += len(self._prompt_decoder.feed(chunk).replace(MARKER, ""))
+            else:
+                self._prompt_fed += len(chunk)
+        return events
 
-    def _closer_rest(self) -> str:
-        if not self._tail_length:
-            return ""
-        for closer, anchor in self._closers.get(getattr(self.parser, "current_field", None), ()):
+    def _closer_rest(self) -> Any:
+        """The rest of a literal closer of the open region the output stopped in, when only the next
+        message's start anchor is missing (as vLLM completes it): text, or for a parser reading
+        ids the ids that write it. The closer's written part is the end of what the parser holds
+        unread (it may be that closer's start). With ids, text a decoder holds back is the start of
+        a control token spelled out with ordinary tokens, which no id completes."""
+        closers = self._closers.get(getattr(self.parser, "current_field", None))
+        if not closers:
+            return None
+        parser = self.parser
+        if self.reads_ids:
+            if parser.token_decoder.held_text:
+                return None
+            unread = Machine.unread_text.fget(parser)  # (with the markers of spelled-out tokens)
+        else:
+            unread = parser.unread_text
+        for closer, anchor in closers:
             for cut in range(len(closer) - 1, len(closer) - len(anchor) - 1, -1):
-                if self._tail.endswith(closer[:cut]):
-                    return closer[cut:]
-        return ""
+                if unread.endswith(closer[:cut]):
+                    rest = closer[cut:]
+                    if self.reads_ids:  # (the anchor's control tokens as their ids)
+                        return parser.token_decoder.profile.backend.encode(rest, add_special_tokens=False).ids
+                    return rest
+        return None
 
     def _route(
         self, events: list[dict], *, live: bool, finalizing: bool = False, handlers: dict | None = None
@@ -669,9 +792,13 @@ class Generation:
                 self._prompt_resolved("")
             out.append(event)
         if self._prompt_held:
-            # Still held only while all of it is unread, with every character of output fed since.
+            # Still held only while all of it is unread, with every character of output fed since
+            # (and, for ids, what a decoder holds back of it).
             unread = len(getattr(self.parser, "unread_text", ""))
-            if unread != len(self._prompt_held) + self._prompt_fed:
+            fed = self._prompt_fed
+            if self._prompt_decoder is not None:
+                fed += len(self._prompt_decoder.held_text)
+            if unread != len(self._prompt_held) + fed:
                 self._prompt_resolved("")
         return out
 
@@ -679,7 +806,8 @@ class Generation:
         if cut:
             self._prompt_text_cut.append(cut)
         self._prompt_held = ""
-        self._fast = self._feed_text is not None and not self._tail_length and not self.finished
+        self._prompt_decoder = None
+        self._fast = self._feed_text is not None and not self.finished
 
     def cut_delimiter(self, text: str) -> str:
         """A delimiter's text as a verbatim region sends it: without the prompt's part of it."""
@@ -707,4 +835,3 @@ class Generation:
             return take()
 
         return chunk_result
-

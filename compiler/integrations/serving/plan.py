@@ -63,9 +63,9 @@ a plan made directly, for a parser that is no compiled module's, is the caller's
     `template`, `fields`: the template the module was compiled from; `parser_class`: its
     `ResponseParser`; `implicit_field`: the field text outside every region goes to (None: such
     text is dropped); `pattern_closed`: fields closed by a pattern (what it matched comes with the
-    close event of a parser built with report_closers); `closers`, `tail_length`: literal closers
-    that end in the next message's start anchor, and the longest of them (see
-    `closers_ending_in_anchor`); `tool_call_plan(field)`: where a call's parts come from."""
+    close event of a parser built with report_closers); `closers`: per field, literal closers that
+    end in the next message's start anchor (see `closers_ending_in_anchor`); `tool_call_plan(field)`:
+    where a call's parts come from."""
 
     def __init__(self, template: dict, parser_class: type | None):
         self.template = template
@@ -78,9 +78,6 @@ a plan made directly, for a parser that is no compiled module's, is the caller's
             name for name, spec in self.fields.items() if isinstance(spec, dict) and "close_pattern" in spec
         )
         self.closers = closers_ending_in_anchor(self.template)
-        self.tail_length = max(
-            (len(closer) for pairs in self.closers.values() for closer, _ in pairs), default=0
-        )
         self._tool_call_plans: dict[str, ToolCallPlan] = {}
         self._derived: dict[str, Any] = {}
 

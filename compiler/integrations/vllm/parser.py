@@ -17,6 +17,17 @@ A template may name its reasoning field `reasoning_content` (transformers' templ
 (vLLM's); other field names are refused, as vLLM refuses them, since their text would reach no
 client.
 
+Token ids (the default): the parser reads the ids the model generated (`delta_token_ids`, the
+prompt's ids from `set_prompt_token_ids`), as transformers 5.25.0 parses token ids: a control token
+(a special token, or an added token the chat template writes) is a delimiter only where the model
+generated its id; a `</think>` or `<tool_call>` the model spells out with ordinary tokens is text.
+vLLM's own class parses the decoded text, where such a spelling is a delimiter. Text mode instead:
+`RtcompileParser(..., token_ids=False)` or the environment variable `RTCOMPILE_VLLM_TOKEN_IDS=0`.
+Text is parsed anyway for a tokenizer that is not a fast transformers tokenizer (warned once), and
+for a request with `stop` strings (vLLM cuts its text inside a token there, and holds text back
+that the ids already show). The stop token vLLM leaves out of the text (the end-of-sequence token,
+`stop_token_ids`) is left out of the ids read too, so both modes see the same output.
+
 Streaming (`parse_delta`): reasoning and content deltas as the model writes them; a tool call's
 name (with its id, by vLLM's id policy for the request) as soon as the parser knows it, and its
 arguments as JSON fragments while the model writes them (the fragments of one call concatenate to
@@ -37,6 +48,7 @@ Where this differs from vLLM's class by design (README, "vLLM"):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +71,7 @@ from vllm.reasoning.abs_reasoning_parsers import ReasoningParser
 from vllm.renderers.chat_utils import make_tool_call_id
 from vllm.tool_parsers.utils import iter_response_function_tool_dicts
 
-from rtcompile.integrations.serving import Generation, Renderer, ServingPlan
+from rtcompile.integrations.serving import Generation, Renderer, ServingPlan, as_id_list, written_ids
 from rtcompile.integrations.serving_common import (
     CONTENT_FIELD,
     TOOL_FIELD,
@@ -72,6 +84,7 @@ from rtcompile.integrations.serving_common import (
     served_plan,
 )
 from rtcompile.integrations.serving_common import resolve_template as shared_resolve_template
+from rtcompile.runtime.token_ids import TokenizerProfile, profile_for
 
 if TYPE_CHECKING:
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
@@ -85,10 +98,13 @@ __all__ = [
     "RtcompileReasoningParser",
     "RtcompileToolParser",
     "TEMPLATE_ENVIRONMENT_VARIABLE",
+    "TOKEN_IDS_ENVIRONMENT_VARIABLE",
     "resolve_template",
 ]
 
 TEMPLATE_ENVIRONMENT_VARIABLE = "RTCOMPILE_VLLM_TEMPLATE"
+# "0" (or "false", "no", "off"): parse text, not token ids (see the module docstring).
+TOKEN_IDS_ENVIRONMENT_VARIABLE = "RTCOMPILE_VLLM_TOKEN_IDS"
 
 
 # ---- the template ---------------------------------------------------------------------------------
@@ -184,7 +200,23 @@ def _unsupported_tool_guarantee(request: Any) -> tuple[str, str] | None:
     return None
 
 
+def _token_ids_default() -> bool:
+    value = os.environ.get(TOKEN_IDS_ENVIRONMENT_VARIABLE, "1").strip().lower()
+    return value not in ("0", "false", "no", "off")
+
+
+def _decodes_token_ids(tokenizer: Any) -> TokenizerProfile | None:
+    """The token-id profile of a fast transformers tokenizer (control tokens, decoding tables;
+    cached on the tokenizer), or None for a tokenizer that cannot decode ids as transformers does
+    (a slow or custom one)."""
+    try:
+        return profile_for(tokenizer)
+    except Exception:  # (AttributeError and whatever a custom tokenizer raises)
+        return None
+
+
 def _decode(tokenizer: Any, token_ids: Sequence[int]) -> str:
+    token_ids = as_id_list(token_ids)
     try:
         return tokenizer.decode(
             token_ids,
@@ -551,6 +583,7 @@ class RtcompileParser(Parser):
         *,
         response_template: Any = None,
         enable_auto_tools: bool | None = None,
+        token_ids: bool | None = None,
         **kwargs: Any,
     ) -> None:
         template, self.template_origin = resolve_template(
@@ -563,18 +596,46 @@ class RtcompileParser(Parser):
         if enable_auto_tools is not None:
             self._enable_auto_tools = enable_auto_tools
         self._tools = _as_tool_dicts(tools)
+        # Token ids or text (module docstring): the tokenizer's token-id profile, None for text.
+        self._profile: TokenizerProfile | None = None
+        if token_ids if token_ids is not None else _token_ids_default():
+            self._profile = _decodes_token_ids(tokenizer)
+            if self._profile is None:
+                logger.warning_once(
+                    "rtcompile parses text, not token ids: the tokenizer is not a fast transformers "
+                    "tokenizer (a control token spelled out by the model acts as a delimiter)."
+                )
         self._prompt_token_ids: list[int] | None = None
-        self._prefix = ""
+        self._prefix_text: str | None = ""
         self._generation: Generation | None = None
         self._reasoning_counter: _ReasoningTokenCounter | None = None
 
+    @property
+    def reads_token_ids(self) -> bool:
+        """Whether this parser reads the generated token ids (else their text)."""
+        return self._profile is not None
+
+    def _reads_ids(self, request: Any) -> bool:
+        """Token ids for this request, unless it has `stop` strings (module docstring)."""
+        return self._profile is not None and not getattr(request, "stop", None)
+
+    @property
+    def _prefix(self) -> str:
+        """The prompt's text (for a parser reading ids, decoded once asked for: a generation reading
+        ids reads the ids)."""
+        if self._prefix_text is None:
+            self._prefix_text = _decode(self.model_tokenizer, self._prompt_token_ids or [])
+        return self._prefix_text
+
     def set_prompt_token_ids(self, prompt_token_ids: Sequence[int]) -> None:
-        prompt_token_ids = list(prompt_token_ids)
+        prompt_token_ids = list(as_id_list(prompt_token_ids))
         if prompt_token_ids == self._prompt_token_ids:
             return
         self._prompt_token_ids = prompt_token_ids
-        self._prefix = _decode(self.model_tokenizer, prompt_token_ids)
+        # (decoded now for a parser reading text, when asked for by one reading ids)
+        self._prefix_text = None if self._profile is not None else _decode(self.model_tokenizer, prompt_token_ids)
         self._generation = None
+        self.__dict__.pop("parse_delta", None)  # (the last generation's feed)
         self._reasoning_counter = None
 
     def adjust_request(self, request: Any) -> Any:
@@ -625,12 +686,19 @@ class RtcompileParser(Parser):
         model_output_token_ids: Sequence[int] = (),
     ) -> tuple[str | None, str | None, list[FunctionCall] | None]:
         self._initialize_history_tool_call_cnt(request)
-        if not model_output:  # (vLLM finalizes only an output that wrote something)
-            return None, None, None
+        # Token ids, where vLLM gives them (a caller with the text alone gets it parsed)
+        reads_ids = self._reads_ids(request) and len(model_output_token_ids) > 0
+        token_ids = as_id_list(model_output_token_ids)
+        if reads_ids:
+            written = bool(written_ids(model_output, token_ids, self._profile.control_ids))
+        else:
+            written = bool(model_output)
+        if not written:
+            return None, None, None  # (vLLM finalizes only an output that wrote something)
         generation = self._new_generation(
-            request, enable_auto_tools=enable_auto_tools, include_reasoning=True
+            request, enable_auto_tools=enable_auto_tools, include_reasoning=True, reads_ids=reads_ids
         )
-        delta = _merged(generation.initial, generation.finish(model_output, model_output_token_ids))
+        delta = _merged(generation.initial, generation.finish(model_output, token_ids))
         if delta is None:
             return None, None, None
         calls = [
@@ -652,40 +720,40 @@ class RtcompileParser(Parser):
         *,
         finished: bool,
     ) -> DeltaMessage | None:
+        """The first chunk that writes something starts the generation; from the next one on, this
+        parser's `parse_delta` is the generation's `feed` itself (same signature: vLLM's per-chunk
+        call reaches the serving core's fast path directly)."""
         generation = self._generation
-        if generation is not None:
-            if not finished:  # (the hot path of a server: the core's fast path is in feed)
-                return generation.feed(delta_text, delta_token_ids)
-            return self._finish(generation, delta_text, delta_token_ids)
+        if generation is not None:  # (a chunk after the instance's own parse_delta was dropped)
+            return generation.feed(delta_text, delta_token_ids, finished=finished)
         self._initialize_history_tool_call_cnt(request)
         if self._prompt_token_ids is None and prompt_token_ids is not None:
             self.set_prompt_token_ids(prompt_token_ids)
-        if not delta_text:  # nothing written yet (vLLM finalizes only an output that wrote something)
-            return None
+        reads_ids = self._reads_ids(request)
+        if reads_ids:
+            ids = as_id_list(delta_token_ids)
+            written = bool(written_ids(delta_text, ids, self._profile.control_ids) if finished else ids)
+        else:
+            written = bool(delta_text)
+        if not written:
+            return None  # nothing written yet (vLLM finalizes only an output that wrote something)
         generation = self._generation = self._new_generation(
             request,
             enable_auto_tools=self._enable_auto_tools,
             include_reasoning=request.include_reasoning,
+            reads_ids=reads_ids,
         )
-        if finished:
-            first = self._finish(generation, delta_text, delta_token_ids)
-        else:
-            first = generation.feed(delta_text, delta_token_ids)
-        return _merged(generation.initial, first)
-
-    def _finish(self, generation: Generation, text: str, token_ids: Any) -> DeltaMessage | None:
-        delta = generation.finish(text, token_ids)
-        for note in generation.divergences:
-            logger.debug("rtcompile: %s", note)
-        return delta
+        self.parse_delta = generation.feed  # (the instance's own, for the rest of the stream)
+        return _merged(generation.initial, generation.feed(delta_text, delta_token_ids, finished=finished))
 
     def _new_generation(
-        self, request: Any, *, enable_auto_tools: bool, include_reasoning: bool
+        self, request: Any, *, enable_auto_tools: bool, include_reasoning: bool, reads_ids: bool
     ) -> Generation:
         """A generation rendered as DeltaMessages: reasoning and content as the model wrote them
         (without a reasoning parser vLLM sends reasoning as content); tool calls parsed, or with
         tool parsing off (tool_choice="none", or no tool parser) passed on as content, delimiters
-        included, as they are written; a call region that fails to parse goes out as content."""
+        included, as they are written; a call region that fails to parse goes out as content. It
+        reads the token ids (`reads_ids`) or their text."""
         parse_tools = self._tool_parser is not None and _tool_parsing_enabled(
             request, enable_auto_tools=enable_auto_tools
         )
@@ -697,15 +765,20 @@ class RtcompileParser(Parser):
                 text_keys[reasoning] = "content"
             else:
                 text_keys[reasoning] = "reasoning" if include_reasoning else None
+        prompt: dict[str, Any] = {"prefix": self._prefix} if not reads_ids else {
+            "tokenizer": self.model_tokenizer,
+            "prompt_token_ids": self._prompt_token_ids or [],
+        }
         return Generation(
             plan,
             _DeltaMessages(self._stream_state),
-            prefix=self._prefix,
+            **prompt,
             tools=self._tools,
             text_keys=text_keys,
             verbatim_keys=None if parse_tools else {TOOL_FIELD: "content"},
             tool_field=TOOL_FIELD if parse_tools else None,
             failed_key="content",
+            text_omits_stop_token=True,
         )
 
 
