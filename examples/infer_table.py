@@ -3,8 +3,8 @@ hand-written template passes and how many the template `infer` derives passes.
 
     python examples/infer_table.py [--examples N] [--chat-templates DIR] [--markdown] [--show NAME]
 
-Chat templates come from the shared collection beside the repository (../shared/chat_templates,
-with INDEX.json), else from tests/template_cases/chat_templates. Each row renders with the switches
+Chat templates come from the repository's copies of the published ones
+(tests/template_cases/chat_templates, with INDEX.json), or from --chat-templates DIR. Each row renders with the switches
 the model family documents (thinking on or off, the special tokens its tokenizer passes); a row
 without a bundled template shows "-" for it. For chat templates of families no one configured,
 `python examples/infer_unseen.py DIR` measures infer as a new user meets it.
@@ -57,8 +57,7 @@ ROWS = [
 def chat_templates_dir(explicit: str | None = None) -> Path:
     if explicit:
         return Path(explicit)
-    shared = REPO.parent / "shared" / "chat_templates"
-    return shared if shared.is_dir() else REPO / "tests" / "template_cases" / "chat_templates"
+    return REPO / "tests" / "template_cases" / "chat_templates"
 
 
 def measure(label, file_name, bundled_name, variables, directory: Path, examples: int, parsers=("rtcompile",)) -> dict:

@@ -107,6 +107,7 @@ class ResponseParser(Machine):
     CONTEXT = 1
     PREFIX_IN_ONE_PASS = False  # a delimiter's match may still change as text arrives
     DEFAULT_KEYS = frozenset(("role",))
+    START_LITERAL = START_ANCHOR  # the start anchor, one literal that cannot overlap itself
     STATE_SCANS = ("_scan_in_0_tool_calls", "_scan_in_1_content")
     FINISH = (
         _finish_0_tool_calls,

@@ -114,6 +114,7 @@ class ResponseParser(Machine):
     IMPLICIT = 2
     CONTEXT = 0
     DEFAULT_KEYS = frozenset(("role",))
+    START_LITERAL = START_ANCHOR  # the start anchor, one literal that cannot overlap itself
     STATE_SCANS = ("_scan_in_0_reasoning_content", "_scan_in_1_tool_calls", "_scan_in_2_content")
     FINISH = (
         _finish_0_reasoning_content,

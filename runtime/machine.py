@@ -73,6 +73,10 @@ class Machine:
     FINISH: tuple[Callable[[str, dict], Any], ...] = ()  # per field: (body, captures) -> value
     STATE_SCANS: tuple[str, ...] = ()  # per field: name of the scan method used inside it
     DEFAULT_KEYS: frozenset = frozenset()
+    # The start anchor when it is one literal that cannot overlap itself (its last occurrence in
+    # a prompt is where the prompt is cut): a token-id prompt is then decoded from its last
+    # control token that can start it (token_parser.py).
+    START_LITERAL: str | None = None
 
     # Token ids as input (see token_parser.py): set once the text fed may hold token_ids.MARKER,
     # which values, error records and closers then lose, as the interpreter strips it.

@@ -173,6 +173,7 @@ class TokenizerProfile:
         }
         self.spelling_of_sentinel = {sentinel: control_ids[token_id] for token_id, sentinel in self.sentinels.items()}
         self.clean: dict[int, str] = {}  # id -> its text, for ids that need nothing but that (see module doc)
+        self._anchor_heads: dict[str, int | None] = {}
         self._learning = threading.Lock()
 
     def _spells_itself(self, token_id: int, spelling: str) -> bool:
@@ -186,6 +187,34 @@ class TokenizerProfile:
             and byte_level_token_bytes(token) == spelling.encode("utf-8")
             and not spelling.endswith("\ufffd")
         )
+
+    def anchor_head(self, anchor: str) -> int | None:
+        """The id of the control token a start-anchor literal begins with, when every occurrence of
+        the anchor in decoded text begins where that id was decoded; else None.
+
+        In decoded text a control token's spelling stands whole only where its id was decoded: text
+        from ordinary tokens has every complete spelling defused (MARKER between its characters). So
+        the anchor, which begins with the spelling S of control token c, occurs only at c's ids, as
+        long as no occurrence can straddle a piece's edge: S overlaps itself nowhere (no proper
+        suffix is a prefix of it) and overlaps no other control token's spelling T in any way (S in
+        T, T in S, a proper suffix of one beginning the other). Checked once per anchor."""
+        if anchor in self._anchor_heads:
+            return self._anchor_heads[anchor]
+        head = None
+        starting = [token_id for token_id, spelling in self.control_ids.items() if spelling and anchor.startswith(spelling)]
+        if len(starting) == 1:
+            spelling = self.control_ids[starting[0]]
+            others = [token for token in self.control_tokens if token != spelling]
+            if (
+                self.byte_level
+                and list(self.control_ids.values()).count(spelling) == 1
+                and not _borders(spelling, spelling)
+                and not any(spelling in other or other in spelling for other in others)
+                and not any(_borders(spelling, other) or _borders(other, spelling) for other in others)
+            ):
+                head = starting[0]
+        self._anchor_heads[anchor] = head
+        return head
 
     def has_start(self, text: str) -> bool:
         """Whether `text` contains a character some control token starts with."""
@@ -293,6 +322,11 @@ _SENTINEL_BASE = 0xE000
 _SENTINEL_COUNT = 0xF8FF + 1 - _SENTINEL_BASE
 _SENTINEL_RE = re.compile("[\ue000-\uf8ff]")
 _split_at_sentinels = re.compile("([\ue000-\uf8ff])").split
+
+
+def _borders(left: str, right: str) -> bool:
+    """Whether a proper, non-empty suffix of `left` is a prefix of `right`."""
+    return any(right.startswith(left[position:]) for position in range(1, len(left)))
 
 
 def _lookup(table: list, ids: list) -> tuple:

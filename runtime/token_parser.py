@@ -24,7 +24,7 @@ import weakref
 from typing import Any, Callable
 
 from .machine import Machine, parse_whole, register_token_parsers
-from .token_ids import MARKER, TEXT_FED_TO_TOKEN_PARSER, TokenIdDecoder, profile_for, strip_markers
+from .token_ids import MARKER, TEXT_FED_TO_TOKEN_PARSER, TokenIdDecoder, profile_for
 
 __all__ = ["TokenIds", "parse_token_ids", "token_parser_class"]
 
@@ -37,12 +37,55 @@ def _strip_chunks(events: list[dict]) -> list[dict]:
     return events
 
 
-def _decode_prefix(decoder: TokenIdDecoder, tokenizer: Any, prefix: Any) -> str:
+def _decode_prefix(decoder: TokenIdDecoder, tokenizer: Any, prefix: Any, anchor: str | None = None) -> str:
     """The prompt's text, as the interpreter's constructor makes it: a str prompt is encoded first
-    (added tokens matched, as `encode` does), then decoded, and the decoder is flushed."""
+    (added tokens matched, as `encode` does), then decoded, and the decoder is flushed.
+
+    With `anchor` (the parser's start anchor, one literal that cannot overlap itself), a text that
+    the parser cuts to the same prompt may come back instead: the text from the last occurrence of
+    the anchor on, decoded from the id of the control token it begins with (see
+    `TokenizerProfile.anchor_head`), after every id has been checked. A control token ends what
+    the decoder holds (pending bytes, a possible spelling), so text decoded from its id on is the
+    whole text's end. Where the anchor does not start at one of the last few such ids, the whole
+    prompt is decoded."""
     if isinstance(prefix, str):
         prefix = tokenizer.encode(prefix, add_special_tokens=False)
+    if anchor is not None and type(prefix) is list and len(prefix) > _DECODED_FROM_ANCHOR_AT:
+        text = _decode_from_anchor(decoder, prefix, anchor)
+        if text is not None:
+            return text
     return decoder.feed(prefix) + decoder.flush()
+
+
+# Prompts shorter than this are decoded whole: finding the anchor's id costs more than it saves.
+_DECODED_FROM_ANCHOR_AT = 64
+_ANCHOR_TRIES = 4
+
+
+def _decode_from_anchor(decoder: TokenIdDecoder, prefix: Any, anchor: str) -> str | None:
+    profile = decoder.profile
+    head = profile.anchor_head(anchor)
+    if head is None or decoder.held_text or decoder.marked:
+        return None
+    ids = profile.check(prefix)  # (every id, as decoding them would: TokenIdError)
+    reversed_ids = ids[::-1]
+    end = len(ids)
+    for _ in range(_ANCHOR_TRIES):
+        try:  # (the last `head` before `end`)
+            position = len(ids) - 1 - reversed_ids.index(head, len(ids) - end)
+        except ValueError:
+            return None
+        pieces = profile.pieces(ids[position:])
+        if pieces is None:
+            return None
+        # (a fresh decoder's text from here: the one given back keeps its state, as after a feed)
+        trial = TokenIdDecoder(profile)
+        text = trial._feed_pieces(pieces) + trial.flush()
+        if text.startswith(anchor):
+            decoder.marked, decoder.defused = trial.marked, trial.defused
+            return text
+        end = position
+    return None
 
 
 class TokenIds:
@@ -226,7 +269,7 @@ def parse_token_ids(
     # The options, the missing prompt and the tools are checked as a parser's constructor checks them
     machine_class(None if prefix is None else "", tools=tools, **options)
     decoder = TokenIdDecoder(profile_for(tokenizer))
-    prompt = _decode_prefix(decoder, tokenizer, prefix)
+    prompt = _decode_prefix(decoder, tokenizer, prefix, machine_class.START_LITERAL)
     try:
         if isinstance(ids, str):
             raise TypeError(TEXT_FED_TO_TOKEN_PARSER)

@@ -14,20 +14,16 @@ any event or record, and eager=True gives the interpreter's events never later.
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 from test_differential import (
-    INTERPRETER,
     Implementation,
     InterpreterLoop,
     LoopGuardedInterpreter,
     _covers,
     _fail,
     _stream_after_each_step,
-    canonical,
     compare,
     guarded_run,
     run_one_shot,
@@ -258,6 +254,7 @@ def test_eager_token_parsers_give_the_interpreters_events_never_later(case: Toke
 
 # ---- hand-picked cases: the easy-to-get-wrong corners of decoding -------------------------------
 
+from strategies import one_in  # noqa: E402
 from token_strategies import Recipe, TokenRun  # noqa: E402
 from tokenizer_pool import AddedSpec, ordinary_ids  # noqa: E402
 
@@ -368,3 +365,80 @@ def test_timeout_bounds_a_slow_pattern_in_token_mode():
     parser = rtcompile.ResponseParser(template, [], timeout=0.05, tokenizer=tokenizer_for(TAG_TOKENS))
     with pytest.raises(MatchTimeoutError, match="timeout=0.05"):
         parser.feed(_spelled("a" * 40 + "c"))
+
+
+# ---- a prompt's ids decoded from its last start anchor on ----------------------------------------
+
+ANCHOR_PIECES = (
+    "<|im_start|>assistant\n",
+    "<|im_start|>user\nhé 😀 中\n<|im_end|>\n",
+    "<|im_start|>",
+    "<|im_start|>assistan",
+    "assistant\n",
+    "<think>\nx</think>",
+    "text <|im_end",
+    "<|im_end|>\n",
+)
+
+
+@st.composite
+def anchored_prompts(draw, base: str) -> list:
+    """A prompt of chat-like pieces, their control tokens written as ids or spelled out, some
+    characters byte by byte (and one cut short), and now and then an id the decoder refuses."""
+    from token_strategies import tokenizer_for
+
+    tokenizer = tokenizer_for(Recipe(base, TAG_TOKENS.added))
+    ids: list = []
+    for piece in draw(st.lists(st.sampled_from(ANCHOR_PIECES), max_size=14)):
+        how = draw(st.sampled_from(["ids", "ids", "spelled", "bytes"]))
+        if how == "ids":
+            ids += tokenizer.encode(piece, add_special_tokens=False)
+        else:
+            ids += ordinary_ids(base, piece, [1, 3], byte_wise=how == "bytes")
+        if draw(one_in(8)):  # a character cut short: its first bytes only
+            ids += ordinary_ids(base, "中", [], byte_wise=True)[:2]
+    if ids and draw(one_in(10)):
+        ids.insert(draw(st.integers(0, len(ids))), draw(st.sampled_from([-1, 2**32, 1.5])))
+    return ids
+
+
+@given(data=st.data(), base=st.sampled_from(["bytes", "bpe", "bpe_words"]), entry_point=st.sampled_from(("api", "module")))
+def test_a_prompt_cut_at_its_last_anchor_matches_the_interpreter(data, base, entry_point):
+    """parse_response decodes a prompt of ids from the last control token its start anchor can
+    begin at (the anchor's last occurrence, where the parser cuts the prompt anyway): the same
+    message or exception as the interpreter, which decodes the whole prompt, however the anchors
+    and look-alikes are written (as ids, spelled out, byte by byte, cut short, with bad ids)."""
+    from token_strategies import tokenizer_for
+
+    prompt = data.draw(anchored_prompts(base))
+    encode = tokenizer_for(Recipe(base, TAG_TOKENS.added)).encode
+    output = data.draw(st.sampled_from([
+        encode("<think>\nplan\n</think>\n\nok<|im_end|>", add_special_tokens=False),
+        encode("ok", add_special_tokens=False) + ordinary_ids(base, TAGS["start_anchor"], [2], byte_wise=False),
+        encode('<tool_call>{"name": "f", "arguments": {}}</tool_call>', add_special_tokens=False),
+    ]))
+    recipe = Recipe(base, TAG_TOKENS.added)
+    case = TokenCase(TAGS, recipe, [TokenRun(prefix=prompt, id_chunks=[output])])
+    check_token_one_shot(case, entry_point)
+
+
+def test_a_prompt_is_decoded_from_its_last_anchor_only_where_that_is_safe():
+    from token_strategies import tokenizer_for
+
+    from rtcompile.runtime.token_parser import _decode_from_anchor
+
+    tokenizer = tokenizer_for(TAG_TOKENS)
+    anchor = TAGS["start_anchor"]
+    turn = "<|im_start|>user\nhé\n<|im_end|>\n" + anchor + "<think>\nx</think>\n\nyes<|im_end|>\n"
+    prompt = _ids(turn * 3 + "<|im_start|>user\nagain<|im_end|>\n") + _ids(anchor)
+    text = _decode_from_anchor(TokenIdDecoder(profile_for(tokenizer)), prompt, anchor)
+    assert text == anchor  # (the last anchor is the prompt's end)
+    # a spelled-out anchor after the last real one is text: the real one still cuts
+    spelled_after = _ids(turn + anchor + "a ") + _spelled(anchor) + _ids("b")
+    text = _decode_from_anchor(TokenIdDecoder(profile_for(tokenizer)), spelled_after, anchor)
+    assert text is not None and text.startswith(anchor + "a <") and MARKER in text
+    # a control token that overlaps the anchor's first token: never taken
+    overlapping = Recipe("bpe", TAG_TOKENS.added + (AddedSpec("|>x", "special"),))
+    profile = profile_for(tokenizer_for(overlapping))
+    assert profile.anchor_head(anchor) is None
+    assert profile_for(tokenizer).anchor_head(anchor) == tokenizer.convert_tokens_to_ids("<|im_start|>")

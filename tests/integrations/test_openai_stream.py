@@ -36,7 +36,7 @@ from openai.types.chat import ChatCompletionChunk
 
 import rtcompile
 from rtcompile.library import template_for, template_names
-from rtcompile.integrations.serving import arguments, calls
+from rtcompile.integrations.serving import arguments as serving_arguments, calls
 from rtcompile.runtime import RegionParseError
 from rtcompile.integrations.openai_stream import (
     OpenAIStream,
@@ -1921,14 +1921,14 @@ def test_xml_arguments_are_searched_a_bounded_number_of_times(monkeypatch):
     body = "".join(f"<parameter=k{i}>\n{value}\n</parameter>\n" for i in range(30))
     text = "<tool_call>\n<function=f>\n" + body + "</function>\n</tool_call>"
     patterns = []
-    real_init = arguments.TagArguments.__init__
+    real_init = serving_arguments.TagArguments.__init__
 
     def counting_init(self, *args, **kwargs):
         real_init(self, *args, **kwargs)
         self.pattern = _Counting(self.pattern)
         patterns.append(self.pattern)
 
-    monkeypatch.setattr(arguments.TagArguments, "__init__", counting_init)
+    monkeypatch.setattr(serving_arguments.TagArguments, "__init__", counting_init)
     run = run_stream(template, "", list(text))
     assert (
         len(json.loads(accumulate_deltas(run.deltas)["tool_calls"][0]["function"]["arguments"]))
@@ -1978,10 +1978,10 @@ _JSON_VALUES = st.recursive(
 def test_arguments_are_encoded_as_json_dumps_encodes_them(value):
     """The encoder the deltas' arguments are written with (built once, no per-value set-up) writes
     exactly what json.dumps(..., ensure_ascii=False) writes, NaN and non-string keys included."""
-    assert arguments.to_json.__name__ == "to_json"  # (the kept C encoder was chosen)
-    assert arguments.to_json(value) == json.dumps(value, ensure_ascii=False)
+    assert serving_arguments.to_json.__name__ == "to_json"  # (the kept C encoder was chosen)
+    assert serving_arguments.to_json(value) == json.dumps(value, ensure_ascii=False)
 
 
 def test_arguments_that_are_not_json_data_fail_as_json_dumps_fails():
     with pytest.raises(TypeError):
-        arguments.to_json({"a": object()})
+        serving_arguments.to_json({"a": object()})

@@ -24,7 +24,6 @@ import json
 import os
 import subprocess
 import sys
-from types import SimpleNamespace
 from typing import Any
 
 import pytest

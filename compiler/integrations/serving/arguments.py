@@ -70,7 +70,7 @@ def _json_encoder() -> Callable[[Any], str]:
         return "".join(encode_any(value, 0))
 
     samples = ["x", 'é"\n\u2028', 0, -1.5, 1e300, float("nan"), True, None, [1, ["a"]],
-               {"a": {"b": [1.0, False]}, "c": None}, {1: 2, 2.5: 3, True: 4, None: 5}]
+               {"a": {"b": [1.0, False]}, "c": None}, {1: 2, 2.5: 3, False: 4, None: 5}]
     try:
         if all(to_json(value) == plain.encode(value) for value in samples):
             return to_json

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from openai.types.responses import ToolChoiceCustom, ToolChoiceFunction
 from vllm.entrypoints.generate.base.protocol import (
@@ -85,10 +85,6 @@ from rtcompile.integrations.serving_common import (
 )
 from rtcompile.integrations.serving_common import resolve_template as shared_resolve_template
 from rtcompile.runtime.token_ids import TokenizerProfile, profile_for
-
-if TYPE_CHECKING:
-    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
 
 # vLLM's logger: `warning_once` is what vLLM's own response-template parser warns with.
 logger = init_logger(__name__)
