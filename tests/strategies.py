@@ -856,10 +856,14 @@ def field_plans(
         spec["transform"] = draw(
             transforms(captures, each, structured=parser in ("json", "xml-inline", "kv-lines", "python-call-list"))
         )
-        if spec["transform"] is None and captures and valid_only:
+        if spec["transform"] is None and valid_only:
             # A transform tree can collapse to the literal None, which counts as no transform:
-            # named groups without one are a template error, and this template must be valid.
-            spec["transform"] = "{content}"
+            # named groups without one are a template error, and so is transform_each without
+            # one; this template must be valid.
+            if captures:
+                spec["transform"] = "{content}"
+            else:
+                each = False
         if each or draw(one_in(10)):
             spec["transform_each"] = each
     spec = dict(draw(st.permutations(list(spec.items()))))

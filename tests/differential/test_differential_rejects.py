@@ -16,11 +16,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pytest
-from hypothesis import event, example, given
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 from transformers.utils.chat_parsing import response_parser as interpreter_module
 
-from strategies import InvalidTemplate, invalid_templates
+from strategies import InvalidTemplate, fresh_tree, invalid_templates, template_plans
 from test_differential import SELF_MODE, private_compile_cache  # noqa: F401 - an autouse fixture
 
 _PREFIX_ERROR_START = "`ResponseParser`/`parse_response` requires `prefix`"
@@ -131,3 +131,32 @@ def raised_by(action: Callable[[], Any]) -> BaseException | None:
     except Exception as error:  # noqa: BLE001 - the class is what is being checked
         return error
     return None
+
+
+@given(plan=template_plans(valid_only=True))
+def test_the_templates_broken_above_are_valid_before_they_are_broken(plan):
+    """Each invalid case breaks one rule of a valid template; a base that broke another rule
+    already (transform_each on a transform that collapsed to None, say) would make rtcompile's
+    first error a different one, rightly. Both the interpreter and rtcompile's front end accept
+    every base."""
+    from rtcompile.frontend.validate import lower
+
+    interpreter_module.ResponseParser(fresh_tree(plan.template), "")
+    lower(fresh_tree(plan.template))
+
+
+def test_a_valid_field_whose_transform_collapses_keeps_no_transform_each(monkeypatch):
+    """The strategy's own rule behind the property above, forced: every transform tree collapses
+    to None; a valid field then never keeps transform_each (which needs a transform)."""
+    import strategies
+
+    json_configs = strategies.content_configs(parser="json")
+    monkeypatch.setattr(strategies, "transforms", lambda *args, **kwargs: st.just(None))
+    monkeypatch.setattr(strategies, "content_configs", lambda *args, **kwargs: json_configs)
+
+    @settings(max_examples=max(300, settings().max_examples))  # (cheap draws: no parser runs)
+    @given(plan=strategies.field_plans("a", implicit=False, valid_only=True))
+    def check(plan):
+        assert not (plan.spec.get("transform_each") and plan.spec.get("transform") is None), plan.spec
+
+    check()
