@@ -89,6 +89,7 @@ def parse_response(
     errors: str = "strict",
     timeout: float | None = None,
     tokenizer: Any = None,
+    refuse_unknown_ids: bool = False,
 ) -> dict:
     """Drop-in for transformers.utils.chat_parsing.parse_response, through the compiled parser.
 
@@ -96,9 +97,16 @@ def parse_response(
     delimiter regex search (seconds). Both default to the interpreter's behaviour. With a fast
     transformers `tokenizer`, `text` and `prefix` are token ids (lists, numpy arrays, torch
     tensors; a str prefix is encoded first): control tokens act as delimiters only where the model
-    generated them as ids, as in transformers 5.25.0."""
+    generated them as ids, as in transformers 5.25.0. `refuse_unknown_ids=True`: an id that names
+    no token raises TokenIdError (the interpreter decodes it to nothing)."""
     return _MEMO.get(template).parse_response(
-        text, prefix=prefix, tools=tools, errors=errors, timeout=timeout, tokenizer=tokenizer
+        text,
+        prefix=prefix,
+        tools=tools,
+        errors=errors,
+        timeout=timeout,
+        tokenizer=tokenizer,
+        refuse_unknown_ids=refuse_unknown_ids,
     )
 
 
@@ -112,6 +120,7 @@ def ResponseParser(  # noqa: N802 (a drop-in for the interpreter's class)
     report_closers: bool = False,
     eager: bool = False,
     tokenizer: Any = None,
+    refuse_unknown_ids: bool = False,
 ):
     """Drop-in for transformers.utils.chat_parsing.ResponseParser: a compiled streaming parser
     (`.initial_events`, `.feed(text)`, `.finalize()`) for `template`. `report_closers=True`: each
@@ -119,7 +128,9 @@ def ResponseParser(  # noqa: N802 (a drop-in for the interpreter's class)
     a delimiter match that ends where the text so far ends, and that no more text could change,
     is committed in that feed (the interpreter waits for the next). With a fast transformers
     `tokenizer`, `prefix` and `feed` take token ids, and the parser's `defused` tells whether the
-    model has spelled out a control token with ordinary tokens (which then stayed text)."""
+    model has spelled out a control token with ordinary tokens (which then stayed text);
+    `refuse_unknown_ids=True` makes an id that names no token a TokenIdError (the interpreter
+    decodes it to nothing)."""
     module = _MEMO.get(template)
     if tokenizer is None:
         return module.ResponseParser(
@@ -129,6 +140,7 @@ def ResponseParser(  # noqa: N802 (a drop-in for the interpreter's class)
             timeout=timeout,
             report_closers=report_closers,
             eager=eager,
+            refuse_unknown_ids=refuse_unknown_ids,
         )
     return module.ResponseParser(
         prefix,
@@ -138,4 +150,5 @@ def ResponseParser(  # noqa: N802 (a drop-in for the interpreter's class)
         report_closers=report_closers,
         eager=eager,
         tokenizer=tokenizer,
+        refuse_unknown_ids=refuse_unknown_ids,
     )

@@ -32,7 +32,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(9)
+check_abi(10)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -636,7 +636,16 @@ def _read_message(run, buf, pos, current, head, captures):
         current, head = None, ""
 
 
-def parse_response(text, *, prefix=None, tools=None, errors="strict", timeout=None, tokenizer=None):
+def parse_response(
+    text,
+    *,
+    prefix=None,
+    tools=None,
+    errors="strict",
+    timeout=None,
+    tokenizer=None,
+    refuse_unknown_ids=False
+):
     """Parse a complete generation and return the message: what one feed, then finalize, give.
 
     Read by the one-shot reader above; with `timeout=`, by the streaming machine's one pass, whose
@@ -644,7 +653,7 @@ def parse_response(text, *, prefix=None, tools=None, errors="strict", timeout=No
     transformers `tokenizer`, `text` and `prefix` are token ids (see rtcompile.runtime.token_parser),
     decoded, then read by the one-shot reader wherever the decoded text holds no defused control token.
     """
-    if tokenizer is not None:
+    if tokenizer is not None or refuse_unknown_ids:
         return parse_token_ids(
             ResponseParser,
             text,
@@ -654,6 +663,7 @@ def parse_response(text, *, prefix=None, tools=None, errors="strict", timeout=No
             errors=errors,
             timeout=timeout,
             read_text=_read_text,
+            refuse_unknown_ids=refuse_unknown_ids,
         )
     if timeout is not None:
         return parse_whole(ResponseParser, text, prefix, tools, errors=errors, timeout=timeout)

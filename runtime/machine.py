@@ -111,6 +111,7 @@ class Machine:
         report_closers: bool = False,
         eager: bool = False,
         tokenizer: Any = None,
+        refuse_unknown_ids: bool = False,
     ):
         """`errors="keep"`: a region whose text fails to parse does not raise; its raw text and the
         error are recorded under ERRORS_KEY in the message and the stream goes on (see README).
@@ -124,7 +125,11 @@ class Machine:
         next feed. The events are the interpreter's, some of them one feed earlier; the message
         is the same.
         `tokenizer`: a fast transformers tokenizer; `prefix` and `feed` then take token ids (see
-        token_parser.TokenIds, whose __init__ runs for such parsers)."""
+        token_parser.TokenIds, whose __init__ runs for such parsers). `refuse_unknown_ids`, with
+        a tokenizer: an id that names no token raises TokenIdError (the interpreter, and rtcompile
+        by default, decode it to nothing)."""
+        if refuse_unknown_ids:
+            raise TypeError("refuse_unknown_ids=True applies to token ids: give tokenizer= too")
         if errors not in ("strict", "keep"):
             raise ValueError(f"errors must be 'strict' or 'keep', got {errors!r}")
         if prefix is None:

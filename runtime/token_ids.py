@@ -225,9 +225,14 @@ class TokenizerProfile:
                 return True
         return False
 
-    def check(self, ids: Any) -> list[int]:
+    def check(self, ids: Any, refuse_unknown: bool = False) -> list[int]:
         """`ids` as a list of valid ids (Python ints), or TokenIdError naming the first bad one.
-        Learns ids seen for the first time."""
+        Learns ids seen for the first time.
+
+        An id below 2**32 that names no token of the vocabulary decodes to nothing, as DecodeStream
+        decodes it (the interpreter skips it): it is left out of the list a byte-level profile
+        decodes from (DecodeStream, for other decoders, gets it and skips it itself), or, with
+        `refuse_unknown`, it is a TokenIdError too."""
         if type(ids) is list and ids:
             try:  # (C loops: every id is a non-negative integer that was seen before)
                 array("L", ids)
@@ -246,7 +251,8 @@ class TokenizerProfile:
                         f"at position {position}"
                     ) from None
             if not 0 <= token_id < len(self.valid) or self.valid[token_id] is None:
-                self._learn(token_id, position)
+                if not self._learn(token_id, position, refuse_unknown) and self.byte_level:
+                    continue  # (no token: no bytes, as DecodeStream decodes it)
             checked.append(token_id)
         return checked
 
@@ -280,11 +286,15 @@ class TokenizerProfile:
             return None
         return text if text and text[-1] != "\ufffd" else None
 
-    def _learn(self, token_id: int, position: int) -> None:
+    def _learn(self, token_id: int, position: int, refuse_unknown: bool = False) -> bool:
+        """Learn what an id decodes to; False for an id below 2**32 without a token (it decodes to
+        nothing), unless `refuse_unknown` makes that a TokenIdError."""
         if not 0 <= token_id < _ID_LIMIT:
             raise TokenIdError(f"token id {token_id} at position {position} is outside the tokenizer's vocabulary")
         token = self.backend.id_to_token(token_id)
         if token is None:
+            if not refuse_unknown:
+                return False
             raise TokenIdError(
                 f"token id {token_id} at position {position} is outside the tokenizer's vocabulary "
                 f"({self.backend.get_vocab_size(with_added_tokens=True)} tokens)"
@@ -296,7 +306,7 @@ class TokenizerProfile:
                     table.extend(grow)
             if not self.byte_level:
                 self.valid[token_id] = True
-                return
+                return True
             data = byte_level_token_bytes(token)
             if token_id in self.control_ids:
                 self.texts[token_id] = self.sentinels.get(token_id)
@@ -311,6 +321,7 @@ class TokenizerProfile:
                     self.clean[token_id] = text
             self.token_bytes[token_id] = data
             self.valid[token_id] = True
+        return True
 
 
 # Control tokens stand for themselves in joined text as characters of the Private Use Area (of
@@ -488,9 +499,9 @@ class TokenIdDecoder:
     once a control token's spelling was defused: the model wrote a control token with ordinary
     tokens, which therefore did not act as a delimiter."""
 
-    __slots__ = ("_profile", "_stream", "_tail", "_idle", "marked", "defused")
+    __slots__ = ("_profile", "_stream", "_tail", "_idle", "marked", "defused", "refuse_unknown")
 
-    def __init__(self, tokenizer_or_profile: Any):
+    def __init__(self, tokenizer_or_profile: Any, refuse_unknown_ids: bool = False):
         profile = (
             tokenizer_or_profile
             if isinstance(tokenizer_or_profile, TokenizerProfile)
@@ -502,6 +513,9 @@ class TokenIdDecoder:
         self._idle = profile.byte_level  # nothing held back anywhere (the one-id fast path may run)
         self.marked = False
         self.defused = False
+        # Ids below 2**32 that name no token: decoded to nothing, as the interpreter does, or
+        # (True) refused with TokenIdError, since no model generates them.
+        self.refuse_unknown = refuse_unknown_ids
 
     @property
     def profile(self) -> TokenizerProfile:
@@ -527,7 +541,7 @@ class TokenIdDecoder:
             pieces = self._profile.pieces(ids)
             if pieces is not None:
                 return self._feed_pieces(pieces)
-        return self._feed(self._profile.check(ids))
+        return self._feed(self._profile.check(ids, self.refuse_unknown))
 
     def _feed_pieces(self, pieces: list[str]) -> str:
         """_feed for a feed that `TokenizerProfile.pieces` split: the same steps, from the texts

@@ -67,7 +67,7 @@ def _decode_from_anchor(decoder: TokenIdDecoder, prefix: Any, anchor: str) -> st
     head = profile.anchor_head(anchor)
     if head is None or decoder.held_text or decoder.marked:
         return None
-    ids = profile.check(prefix)  # (every id, as decoding them would: TokenIdError)
+    ids = profile.check(prefix, decoder.refuse_unknown)  # (every id, as decoding them would)
     reversed_ids = ids[::-1]
     end = len(ids)
     for _ in range(_ANCHOR_TRIES):
@@ -79,7 +79,7 @@ def _decode_from_anchor(decoder: TokenIdDecoder, prefix: Any, anchor: str) -> st
         if pieces is None:
             return None
         # (a fresh decoder's text from here: the one given back keeps its state, as after a feed)
-        trial = TokenIdDecoder(profile)
+        trial = TokenIdDecoder(profile, decoder.refuse_unknown)
         text = trial._feed_pieces(pieces) + trial.flush()
         if text.startswith(anchor):
             decoder.marked, decoder.defused = trial.marked, trial.defused
@@ -117,6 +117,7 @@ class TokenIds:
         report_closers: bool = False,
         eager: bool = False,
         tokenizer: Any = None,
+        refuse_unknown_ids: bool = False,
     ):
         # The machine's own checks first (errors=, then the missing prompt, then the tools), in the
         # interpreter's order; the prompt is read once it is decoded.
@@ -129,7 +130,7 @@ class TokenIds:
             eager=eager,
         )
         self._declined = None
-        self._decoder = decoder = TokenIdDecoder(profile_for(tokenizer))
+        self._decoder = decoder = TokenIdDecoder(profile_for(tokenizer), refuse_unknown_ids)
         text = _decode_prefix(decoder, tokenizer, prefix)
         if decoder.marked:
             self._markers = True
@@ -253,6 +254,7 @@ def parse_token_ids(
     tools: list | None,
     tokenizer: Any,
     read_text: Callable[..., dict] | None = None,
+    refuse_unknown_ids: bool = False,
     **options: Any,
 ) -> dict:
     """One-shot parse of generated token ids, exactly as the interpreter's
@@ -267,8 +269,8 @@ def parse_token_ids(
     as the interpreter does. Errors come in the interpreter's order: a missing prompt, the tools,
     the tokenizer, the prompt's ids, a region of the prompt, then the output's ids."""
     # The options, the missing prompt and the tools are checked as a parser's constructor checks them
-    machine_class(None if prefix is None else "", tools=tools, **options)
-    decoder = TokenIdDecoder(profile_for(tokenizer))
+    machine_class(None if prefix is None else "", tools=tools, refuse_unknown_ids=refuse_unknown_ids and tokenizer is None, **options)
+    decoder = TokenIdDecoder(profile_for(tokenizer), refuse_unknown_ids)
     prompt = _decode_prefix(decoder, tokenizer, prefix, machine_class.START_LITERAL)
     try:
         if isinstance(ids, str):

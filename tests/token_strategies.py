@@ -7,8 +7,9 @@ become added tokens and how each is a control token: special, written by the cha
 listed in `chat_control_tokens`, or not at all. Generations are the plan's outputs turned into
 ids, every occurrence of an added token written as its id or spelled out with ordinary tokens
 (whole, in pieces, or byte by byte, splitting multi-byte characters), with now and then a random
-id of the vocabulary, U+FDD2 (the marker) and U+FFFD in the text, and a bad id (negative, a float,
-2**32: the interpreter raises TypeError for those). Chunkings: whole, one id at a time, random
+id of the vocabulary, U+FDD2 (the marker) and U+FFFD in the text, an id that names no token
+(beyond the vocabulary, below 2**32: decoded to nothing), and a bad id (negative, a float, 2**32:
+the interpreter raises TypeError for those). Chunkings: whole, one id at a time, random
 cuts, empty feeds; as lists or numpy arrays.
 
 A case prints as Python that rebuilds it (`TokenCase(...)`); its tokenizer is rebuilt from the
@@ -175,6 +176,10 @@ def generation_ids(draw, text: str, recipe: Recipe) -> list[Any]:
     if ids and draw(one_in(5)):  # a few ids of anything in the vocabulary (odd bytes, added tokens)
         for _ in range(draw(st.integers(1, 3))):
             ids.insert(draw(st.integers(0, len(ids))), draw(st.integers(0, len(tokenizer) - 1)))
+    if draw(one_in(20)):  # ids that name no token: decoded to nothing by both
+        size = len(tokenizer)
+        for _ in range(draw(st.integers(1, 2))):
+            ids.insert(draw(st.integers(0, len(ids))), draw(st.sampled_from([size, size + 3, 2**32 - 1])))
     if draw(one_in(40)):  # ids DecodeStream refuses: TypeError in both
         ids.insert(draw(st.integers(0, len(ids))), draw(st.sampled_from([-1, 2**32, 1.5])))
     return ids

@@ -151,25 +151,43 @@ def _all_text(tokenizer, feeds):
 
 
 def test_ids_outside_the_vocabulary_are_refused_clearly():
-    """The interpreter raises TypeError for ids DecodeStream cannot take, and skips ids beyond the
-    vocabulary without a word; rtcompile raises TokenIdError (a TypeError and a ValueError) for
-    both, naming the id and its position, and leaves the decoder as it was."""
+    """The interpreter raises TypeError for ids DecodeStream cannot take; rtcompile raises
+    TokenIdError (a TypeError and a ValueError) for them, naming the id and its position, and
+    leaves the decoder as it was."""
     tokenizer = tokenizer_for(Recipe("bpe", (AddedSpec("<|im_end|>", "special"),)))
-    size = len(tokenizer)
-    decoder = TokenIdDecoder(tokenizer)
     interpreter = reference.TokenIdDecoder(tokenizer)
     hello = tokenizer.encode("hello", add_special_tokens=False)
     for bad in (-1, 2**32, 2**40, 1.0, 1.5, None, "7", [3]):
         with pytest.raises(TypeError):
             interpreter.feed([*hello, bad])
+        decoder = TokenIdDecoder(tokenizer)
         with pytest.raises(TokenIdError, match=f"at position {len(hello)}") as error:
-            TokenIdDecoder(tokenizer).feed([*hello, bad])
-        assert isinstance(error.value, TypeError)
-    assert interpreter.__class__(tokenizer).feed([size + 5]) == ""  # (silently skipped there)
-    with pytest.raises(TokenIdError, match=f"token id {size + 5} at position 1 is outside the tokenizer's vocabulary"):
-        decoder.feed([hello[0], size + 5])
-    assert issubclass(TokenIdError, ValueError)
-    assert decoder.feed(hello) + decoder.flush() == "hello"  # nothing of the refused feed was kept
+            decoder.feed([*hello, bad])
+        assert isinstance(error.value, TypeError) and isinstance(error.value, ValueError)
+        assert decoder.feed(hello) + decoder.flush() == "hello"  # nothing of the refused feed was kept
+
+
+@pytest.mark.parametrize("base", ["bytes", "bpe", "sentencepiece"])
+def test_ids_without_a_token_decode_to_nothing_as_the_interpreter_or_are_refused(base):
+    """An id below 2**32 that names no token (beyond the vocabulary): the interpreter's decoder
+    gives no text for it, feed by feed, and so does rtcompile's by default; `refuse_unknown_ids`
+    makes it a TokenIdError naming the id and its position instead."""
+    tokenizer = tokenizer_for(Recipe(base, (AddedSpec("<|im_end|>", "special"),)))
+    size = len(tokenizer)
+    ids = tokenizer.encode("héllo <|im_end|> 中文", add_special_tokens=False)
+    for unknown in (size, size + 5, 2**32 - 1):
+        for position in (0, 1, len(ids) - 1, len(ids)):
+            fed = [*ids[:position], unknown, *ids[position:]]
+            for feeds in ([fed], [[token_id] for token_id in fed]):
+                assert _decode_all(TokenIdDecoder(tokenizer), feeds) == _decode_all(
+                    reference.TokenIdDecoder(tokenizer), feeds
+                ), (unknown, position)
+        with pytest.raises(TokenIdError, match=f"token id {unknown} at position 1 is outside the tokenizer's vocabulary"):
+            TokenIdDecoder(tokenizer, refuse_unknown_ids=True).feed([ids[0], unknown])
+
+
+def _decode_all(decoder, feeds) -> list[str]:
+    return [decoder.feed(list(feed)) for feed in feeds] + [decoder.flush()]
 
 
 def test_numpy_and_odd_sequences_decode_as_the_interpreter():
