@@ -53,6 +53,9 @@ def register_token_parsers(factory: Callable[[type], type]) -> None:
 MAX_STALLED_COMMITS = 8
 
 
+# refuse_unknown_ids=True without a tokenizer: it is about token ids only.
+UNKNOWN_IDS_WITHOUT_TOKENIZER = "refuse_unknown_ids=True applies to token ids: give tokenizer= too"
+
 class Machine:
     # ---- supplied by the generated subclass -------------------------------------------------
     FIELD_NAMES: tuple[str, ...] = ()
@@ -129,7 +132,7 @@ class Machine:
         a tokenizer: an id that names no token raises TokenIdError (the interpreter, and rtcompile
         by default, decode it to nothing)."""
         if refuse_unknown_ids:
-            raise TypeError("refuse_unknown_ids=True applies to token ids: give tokenizer= too")
+            raise TypeError(UNKNOWN_IDS_WITHOUT_TOKENIZER)
         if errors not in ("strict", "keep"):
             raise ValueError(f"errors must be 'strict' or 'keep', got {errors!r}")
         if prefix is None:

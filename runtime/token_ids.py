@@ -499,7 +499,7 @@ class TokenIdDecoder:
     once a control token's spelling was defused: the model wrote a control token with ordinary
     tokens, which therefore did not act as a delimiter."""
 
-    __slots__ = ("_profile", "_stream", "_tail", "_idle", "marked", "defused", "refuse_unknown")
+    __slots__ = ("_profile", "_stream", "_tail", "_idle", "marked", "defused", "refuse_unknown_ids")
 
     def __init__(self, tokenizer_or_profile: Any, refuse_unknown_ids: bool = False):
         profile = (
@@ -515,7 +515,7 @@ class TokenIdDecoder:
         self.defused = False
         # Ids below 2**32 that name no token: decoded to nothing, as the interpreter does, or
         # (True) refused with TokenIdError, since no model generates them.
-        self.refuse_unknown = refuse_unknown_ids
+        self.refuse_unknown_ids = refuse_unknown_ids
 
     @property
     def profile(self) -> TokenizerProfile:
@@ -541,7 +541,7 @@ class TokenIdDecoder:
             pieces = self._profile.pieces(ids)
             if pieces is not None:
                 return self._feed_pieces(pieces)
-        return self._feed(self._profile.check(ids, self.refuse_unknown))
+        return self._feed(self._profile.check(ids, self.refuse_unknown_ids))
 
     def _feed_pieces(self, pieces: list[str]) -> str:
         """_feed for a feed that `TokenizerProfile.pieces` split: the same steps, from the texts

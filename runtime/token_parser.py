@@ -23,7 +23,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable
 
-from .machine import Machine, parse_whole, register_token_parsers
+from .machine import UNKNOWN_IDS_WITHOUT_TOKENIZER, Machine, parse_whole, register_token_parsers
 from .token_ids import MARKER, TEXT_FED_TO_TOKEN_PARSER, TokenIdDecoder, profile_for
 
 __all__ = ["TokenIds", "parse_token_ids", "token_parser_class"]
@@ -67,7 +67,7 @@ def _decode_from_anchor(decoder: TokenIdDecoder, prefix: Any, anchor: str) -> st
     head = profile.anchor_head(anchor)
     if head is None or decoder.held_text or decoder.marked:
         return None
-    ids = profile.check(prefix, decoder.refuse_unknown)  # (every id, as decoding them would)
+    ids = profile.check(prefix, decoder.refuse_unknown_ids)  # (every id, as decoding them would)
     reversed_ids = ids[::-1]
     end = len(ids)
     for _ in range(_ANCHOR_TRIES):
@@ -79,7 +79,7 @@ def _decode_from_anchor(decoder: TokenIdDecoder, prefix: Any, anchor: str) -> st
         if pieces is None:
             return None
         # (a fresh decoder's text from here: the one given back keeps its state, as after a feed)
-        trial = TokenIdDecoder(profile, decoder.refuse_unknown)
+        trial = TokenIdDecoder(profile, decoder.refuse_unknown_ids)
         text = trial._feed_pieces(pieces) + trial.flush()
         if text.startswith(anchor):
             decoder.marked, decoder.defused = trial.marked, trial.defused
@@ -269,7 +269,9 @@ def parse_token_ids(
     as the interpreter does. Errors come in the interpreter's order: a missing prompt, the tools,
     the tokenizer, the prompt's ids, a region of the prompt, then the output's ids."""
     # The options, the missing prompt and the tools are checked as a parser's constructor checks them
-    machine_class(None if prefix is None else "", tools=tools, refuse_unknown_ids=refuse_unknown_ids and tokenizer is None, **options)
+    if tokenizer is None:  # (the generated parse_response comes here without one only to refuse)
+        raise TypeError(UNKNOWN_IDS_WITHOUT_TOKENIZER)
+    machine_class(None if prefix is None else "", tools=tools, **options)
     decoder = TokenIdDecoder(profile_for(tokenizer), refuse_unknown_ids)
     prompt = _decode_prefix(decoder, tokenizer, prefix, machine_class.START_LITERAL)
     try:
