@@ -90,6 +90,7 @@ def parse_response(
     timeout: float | None = None,
     tokenizer: Any = None,
     refuse_unknown_ids: bool = False,
+    recover_decode_errors: bool = False,
 ) -> dict:
     """Drop-in for transformers.utils.chat_parsing.parse_response, through the compiled parser.
 
@@ -98,7 +99,9 @@ def parse_response(
     transformers `tokenizer`, `text` and `prefix` are token ids (lists, numpy arrays, torch
     tensors; a str prefix is encoded first): control tokens act as delimiters only where the model
     generated them as ids, as in transformers 5.25.0. `refuse_unknown_ids=True`: an id that names
-    no token raises TokenIdError (the interpreter decodes it to nothing)."""
+    no token raises TokenIdError (the interpreter decodes it to nothing).
+    `recover_decode_errors=True`: where tokenizers' DecodeStream fails on byte-fallback ids (the
+    interpreter raises its Exception), decoding goes on (runtime/TOKEN_IDS.md)."""
     return _MEMO.get(template).parse_response(
         text,
         prefix=prefix,
@@ -107,6 +110,7 @@ def parse_response(
         timeout=timeout,
         tokenizer=tokenizer,
         refuse_unknown_ids=refuse_unknown_ids,
+        recover_decode_errors=recover_decode_errors,
     )
 
 
@@ -121,6 +125,7 @@ def ResponseParser(  # noqa: N802 (a drop-in for the interpreter's class)
     eager: bool = False,
     tokenizer: Any = None,
     refuse_unknown_ids: bool = False,
+    recover_decode_errors: bool = False,
 ):
     """Drop-in for transformers.utils.chat_parsing.ResponseParser: a compiled streaming parser
     (`.initial_events`, `.feed(text)`, `.finalize()`) for `template`. `report_closers=True`: each
@@ -130,7 +135,8 @@ def ResponseParser(  # noqa: N802 (a drop-in for the interpreter's class)
     `tokenizer`, `prefix` and `feed` take token ids, and the parser's `defused` tells whether the
     model has spelled out a control token with ordinary tokens (which then stayed text);
     `refuse_unknown_ids=True` makes an id that names no token a TokenIdError (the interpreter
-    decodes it to nothing)."""
+    decodes it to nothing); `recover_decode_errors=True` goes on where tokenizers' DecodeStream
+    fails on byte-fallback ids (the interpreter raises its Exception)."""
     module = _MEMO.get(template)
     if tokenizer is None:
         return module.ResponseParser(
@@ -141,6 +147,7 @@ def ResponseParser(  # noqa: N802 (a drop-in for the interpreter's class)
             report_closers=report_closers,
             eager=eager,
             refuse_unknown_ids=refuse_unknown_ids,
+            recover_decode_errors=recover_decode_errors,
         )
     return module.ResponseParser(
         prefix,
@@ -151,4 +158,5 @@ def ResponseParser(  # noqa: N802 (a drop-in for the interpreter's class)
         eager=eager,
         tokenizer=tokenizer,
         refuse_unknown_ids=refuse_unknown_ids,
+        recover_decode_errors=recover_decode_errors,
     )

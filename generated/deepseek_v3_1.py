@@ -32,7 +32,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(10)
+check_abi(11)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -577,7 +577,8 @@ def parse_response(
     errors="strict",
     timeout=None,
     tokenizer=None,
-    refuse_unknown_ids=False
+    refuse_unknown_ids=False,
+    recover_decode_errors=False,
 ):
     """Parse a complete generation and return the message: what one feed, then finalize, give.
 
@@ -586,7 +587,7 @@ def parse_response(
     transformers `tokenizer`, `text` and `prefix` are token ids (see rtcompile.runtime.token_parser),
     decoded, then read by the one-shot reader wherever the decoded text holds no defused control token.
     """
-    if tokenizer is not None or refuse_unknown_ids:
+    if tokenizer is not None or refuse_unknown_ids or recover_decode_errors:
         return parse_token_ids(
             ResponseParser,
             text,
@@ -597,6 +598,7 @@ def parse_response(
             timeout=timeout,
             read_text=_read_text,
             refuse_unknown_ids=refuse_unknown_ids,
+            recover_decode_errors=recover_decode_errors,
         )
     if timeout is not None:
         return parse_whole(ResponseParser, text, prefix, tools, errors=errors, timeout=timeout)

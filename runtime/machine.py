@@ -53,8 +53,17 @@ def register_token_parsers(factory: Callable[[type], type]) -> None:
 MAX_STALLED_COMMITS = 8
 
 
-# refuse_unknown_ids=True without a tokenizer: it is about token ids only.
-UNKNOWN_IDS_WITHOUT_TOKENIZER = "refuse_unknown_ids=True applies to token ids: give tokenizer= too"
+# An option of token-id decoding (refuse_unknown_ids, recover_decode_errors) given without a
+# tokenizer: it is about token ids only.
+TOKEN_OPTION_WITHOUT_TOKENIZER = "{}=True applies to token ids: give tokenizer= too"
+
+
+def check_token_options(refuse_unknown_ids: bool, recover_decode_errors: bool) -> None:
+    """TypeError for a token-id decoding option given to a parser of text (no tokenizer)."""
+    for name, value in (("refuse_unknown_ids", refuse_unknown_ids), ("recover_decode_errors", recover_decode_errors)):
+        if value:
+            raise TypeError(TOKEN_OPTION_WITHOUT_TOKENIZER.format(name))
+
 
 class Machine:
     # ---- supplied by the generated subclass -------------------------------------------------
@@ -115,6 +124,7 @@ class Machine:
         eager: bool = False,
         tokenizer: Any = None,
         refuse_unknown_ids: bool = False,
+        recover_decode_errors: bool = False,
     ):
         """`errors="keep"`: a region whose text fails to parse does not raise; its raw text and the
         error are recorded under ERRORS_KEY in the message and the stream goes on (see README).
@@ -128,11 +138,13 @@ class Machine:
         next feed. The events are the interpreter's, some of them one feed earlier; the message
         is the same.
         `tokenizer`: a fast transformers tokenizer; `prefix` and `feed` then take token ids (see
-        token_parser.TokenIds, whose __init__ runs for such parsers). `refuse_unknown_ids`, with
-        a tokenizer: an id that names no token raises TokenIdError (the interpreter, and rtcompile
-        by default, decode it to nothing)."""
-        if refuse_unknown_ids:
-            raise TypeError(UNKNOWN_IDS_WITHOUT_TOKENIZER)
+        token_parser.TokenIds, whose __init__ runs for such parsers). With a tokenizer,
+        `refuse_unknown_ids`: an id that names no token raises TokenIdError (the interpreter, and
+        rtcompile by default, decode it to nothing); `recover_decode_errors`: where tokenizers'
+        DecodeStream fails on byte-fallback ids (the interpreter raises its Exception, and
+        rtcompile by default), decoding goes on (see runtime/TOKEN_IDS.md)."""
+        if refuse_unknown_ids or recover_decode_errors:
+            check_token_options(refuse_unknown_ids, recover_decode_errors)
         if errors not in ("strict", "keep"):
             raise ValueError(f"errors must be 'strict' or 'keep', got {errors!r}")
         if prefix is None:

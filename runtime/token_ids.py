@@ -18,7 +18,9 @@ tokenizer:
   an incremental UTF-8 decoder with the replacement rule of Rust's `from_utf8_lossy`. Text comes
   out when DecodeStream would let it out: when what is pending decodes to something that does not
   end in U+FFFD. `tests/runtime/test_token_decoding.py` proves it equal to DecodeStream.
-* Any other decoder (Metaspace, byte fallback...): DecodeStream itself, as the interpreter does.
+* Any other decoder (Metaspace, byte fallback...): DecodeStream itself, as the interpreter does,
+  failures included: `recover_decode_errors=True` goes on past the one DecodeStream has on
+  byte-fallback ids (see _ReferenceStream).
 
 Defusing is the interpreter's `_defuse`, step for step, skipped where it provably does nothing: text
 with no character a control token starts with, and nothing held back before it. An id that decodes
@@ -454,11 +456,20 @@ class _ByteLevelStream:
 
 
 class _ReferenceStream:
-    """The interpreter's use of DecodeStream, unchanged: for decoders other than byte level."""
+    """The interpreter's use of DecodeStream, unchanged: for decoders other than byte level.
 
-    __slots__ = ("_backend", "_decode_stream", "_stream", "_pending", "_control_ids")
+    With `recover`, one failure of DecodeStream's is recovered from instead of raised. A
+    byte-fallback decoder (`ByteFallback`) decodes a run of byte tokens as one group, and when the
+    group is not valid UTF-8 it gives U+FFFD for every byte of it, valid ones included: bytes
+    already given out as text (`;` of `<0x3B>`) are taken back when an invalid byte follows
+    (`<0x80>`), and DecodeStream raises `Exception("Invalid prefix encountered while decoding
+    stream...")` at the next id. The interpreter raises it (parity keeps it so). Recovering, the
+    text given out stands and the ids not given out yet are decoded by a fresh DecodeStream: the
+    invalid bytes come out as U+FFFD and nothing else is lost, as vLLM's detokenizer recovers."""
 
-    def __init__(self, profile: TokenizerProfile):
+    __slots__ = ("_backend", "_decode_stream", "_stream", "_pending", "_control_ids", "_recover")
+
+    def __init__(self, profile: TokenizerProfile, recover: bool = False):
         from tokenizers.decoders import DecodeStream
 
         self._backend = profile.backend
@@ -466,12 +477,16 @@ class _ReferenceStream:
         self._decode_stream = DecodeStream
         self._stream = DecodeStream(skip_special_tokens=False)
         self._pending: list[int] = []  # ids DecodeStream holds back as an incomplete character
+        self._recover = recover
 
     def idle(self) -> bool:
         return False
 
     def step(self, run: list[int]) -> str | None:
-        decoded = self._stream.step(self._backend, run)
+        try:
+            decoded = self._stream.step(self._backend, run)
+        except Exception as error:
+            decoded = self._recovered(error, run)
         if decoded is None:
             self._pending += run
             return None
@@ -479,7 +494,10 @@ class _ReferenceStream:
         return decoded
 
     def release(self, token_id: int) -> str:
-        decoded = self._stream.step(self._backend, token_id) or ""
+        try:
+            decoded = self._stream.step(self._backend, token_id) or ""
+        except Exception as error:
+            decoded = self._recovered(error, [token_id]) or ""
         self._pending = []
         return decoded.removesuffix(self._control_ids[token_id])
 
@@ -488,6 +506,22 @@ class _ReferenceStream:
         text = self._backend.decode(pending, skip_special_tokens=False) if pending else ""
         self._stream, self._pending = self._decode_stream(skip_special_tokens=False), []
         return text
+
+    def _recovered(self, error: Exception, run: list[int]) -> str | None:
+        """What a fresh stream gives for the ids not given out yet (see the class doc), or `error`
+        raised again when it is not DecodeStream's invalid prefix or recovery is off. Those ids
+        begin with the byte that broke the group (a valid byte is given out as it comes), never
+        with a space a decoder would strip at the start, so a fresh stream decodes them as in the
+        middle of the text; and a stream's first step has no prefix to fail on."""
+        if not (self._recover and str(error).startswith(_INVALID_PREFIX)):
+            raise error
+        self._stream = self._decode_stream(skip_special_tokens=False)
+        # (self._pending stays: the caller updates it as after any step)
+        return self._stream.step(self._backend, self._pending + run)
+
+
+# How tokenizers' DecodeStream words the failure _ReferenceStream recovers from.
+_INVALID_PREFIX = "Invalid prefix encountered while decoding stream"
 
 
 class TokenIdDecoder:
@@ -499,16 +533,31 @@ class TokenIdDecoder:
     once a control token's spelling was defused: the model wrote a control token with ordinary
     tokens, which therefore did not act as a delimiter."""
 
-    __slots__ = ("_profile", "_stream", "_tail", "_idle", "marked", "defused", "refuse_unknown_ids")
+    __slots__ = (
+        "_profile",
+        "_stream",
+        "_tail",
+        "_idle",
+        "marked",
+        "defused",
+        "refuse_unknown_ids",
+        "recover_decode_errors",
+    )
 
-    def __init__(self, tokenizer_or_profile: Any, refuse_unknown_ids: bool = False):
+    def __init__(
+        self, tokenizer_or_profile: Any, refuse_unknown_ids: bool = False, recover_decode_errors: bool = False
+    ):
         profile = (
             tokenizer_or_profile
             if isinstance(tokenizer_or_profile, TokenizerProfile)
             else profile_for(tokenizer_or_profile)
         )
         self._profile = profile
-        self._stream = _ByteLevelStream(profile) if profile.byte_level else _ReferenceStream(profile)
+        # recover_decode_errors: go on past DecodeStream's "Invalid prefix" failure on byte-fallback
+        # ids, which the interpreter raises (see _ReferenceStream); byte-level decoding has none.
+        self._stream = (
+            _ByteLevelStream(profile) if profile.byte_level else _ReferenceStream(profile, recover_decode_errors)
+        )
         self._tail = ""  # text held back as a possible control-token spelling
         self._idle = profile.byte_level  # nothing held back anywhere (the one-id fast path may run)
         self.marked = False
@@ -516,6 +565,7 @@ class TokenIdDecoder:
         # Ids below 2**32 that name no token: decoded to nothing, as the interpreter does, or
         # (True) refused with TokenIdError, since no model generates them.
         self.refuse_unknown_ids = refuse_unknown_ids
+        self.recover_decode_errors = recover_decode_errors
 
     @property
     def profile(self) -> TokenizerProfile:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable
 
-from .machine import UNKNOWN_IDS_WITHOUT_TOKENIZER, Machine, parse_whole, register_token_parsers
+from .machine import Machine, check_token_options, parse_whole, register_token_parsers
 from .token_ids import MARKER, TEXT_FED_TO_TOKEN_PARSER, TokenIdDecoder, profile_for
 
 __all__ = ["TokenIds", "parse_token_ids", "token_parser_class"]
@@ -118,6 +118,7 @@ class TokenIds:
         eager: bool = False,
         tokenizer: Any = None,
         refuse_unknown_ids: bool = False,
+        recover_decode_errors: bool = False,
     ):
         # The machine's own checks first (errors=, then the missing prompt, then the tools), in the
         # interpreter's order; the prompt is read once it is decoded.
@@ -130,7 +131,7 @@ class TokenIds:
             eager=eager,
         )
         self._declined = None
-        self._decoder = decoder = TokenIdDecoder(profile_for(tokenizer), refuse_unknown_ids)
+        self._decoder = decoder = TokenIdDecoder(profile_for(tokenizer), refuse_unknown_ids, recover_decode_errors)
         text = _decode_prefix(decoder, tokenizer, prefix)
         if decoder.marked:
             self._markers = True
@@ -255,6 +256,7 @@ def parse_token_ids(
     tokenizer: Any,
     read_text: Callable[..., dict] | None = None,
     refuse_unknown_ids: bool = False,
+    recover_decode_errors: bool = False,
     **options: Any,
 ) -> dict:
     """One-shot parse of generated token ids, exactly as the interpreter's
@@ -270,9 +272,10 @@ def parse_token_ids(
     the tokenizer, the prompt's ids, a region of the prompt, then the output's ids."""
     # The options, the missing prompt and the tools are checked as a parser's constructor checks them
     if tokenizer is None:  # (the generated parse_response comes here without one only to refuse)
-        raise TypeError(UNKNOWN_IDS_WITHOUT_TOKENIZER)
+        check_token_options(refuse_unknown_ids, recover_decode_errors)
+        raise TypeError("token ids need a tokenizer: give tokenizer=")
     machine_class(None if prefix is None else "", tools=tools, **options)
-    decoder = TokenIdDecoder(profile_for(tokenizer), refuse_unknown_ids)
+    decoder = TokenIdDecoder(profile_for(tokenizer), refuse_unknown_ids, recover_decode_errors)
     prompt = _decode_prefix(decoder, tokenizer, prefix, machine_class.START_LITERAL)
     try:
         if isinstance(ids, str):

@@ -176,6 +176,12 @@ def generation_ids(draw, text: str, recipe: Recipe) -> list[Any]:
     if ids and draw(one_in(5)):  # a few ids of anything in the vocabulary (odd bytes, added tokens)
         for _ in range(draw(st.integers(1, 3))):
             ids.insert(draw(st.integers(0, len(ids))), draw(st.integers(0, len(tokenizer) - 1)))
+    if recipe.base == "sentencepiece" and draw(one_in(3)):
+        # byte-fallback bytes, valid then invalid (`;` then 0x80): tokenizers' DecodeStream fails
+        # at the next id when they come one feed at a time, in both
+        group = draw(st.sampled_from([b";\x80", b"a\xff", b"\xc3", b"\xe4\xb8", b" \x80\x80"]))
+        at = draw(st.integers(0, len(ids)))
+        ids[at:at] = [tokenizer.convert_tokens_to_ids(f"<0x{byte:02X}>") for byte in group]
     if draw(one_in(20)):  # ids that name no token: decoded to nothing by both
         size = len(tokenizer)
         for _ in range(draw(st.integers(1, 2))):

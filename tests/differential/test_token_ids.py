@@ -14,6 +14,8 @@ any event or record, and eager=True gives the interpreter's events never later.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
@@ -33,7 +35,7 @@ from token_strategies import TokenCase, token_cases
 from transformers.utils.chat_parsing import response_parser as interpreter_module
 
 import rtcompile
-from rtcompile.runtime.token_ids import MARKER, TokenIdDecoder, profile_for
+from rtcompile.runtime.token_ids import MARKER, TokenIdDecoder, TokenIdError, profile_for
 from rtcompile.runtime.token_parser import token_parser_class
 
 ENTRY_POINTS = ("api", "module", "feed_text")
@@ -252,6 +254,32 @@ def test_eager_token_parsers_give_the_interpreters_events_never_later(case: Toke
             _fail(report, expected, actual)
 
 
+def _decode_stream_failed(error: BaseException | None) -> bool:
+    return type(error) is Exception and str(error).startswith("Invalid prefix encountered while decoding stream")
+
+
+@given(case=token_cases(), entry_point=st.sampled_from(ENTRY_POINTS))
+def test_recovering_token_parsers_match_the_interpreter_until_decode_stream_fails(
+    case: TokenCase, entry_point: str
+) -> None:
+    """recover_decode_errors=True changes nothing where the interpreter does not fail; where
+    tokenizers' DecodeStream fails on byte-fallback ids (the interpreter raises), the recovering
+    parser gives the interpreter's steps before it and goes on to a message."""
+    tokenizer = case.tokenizer()
+    interpreter = interpreter_for(tokenizer)
+    implementation = candidate_for(tokenizer, entry_point, recover_decode_errors=True)
+    for run in case.runs:
+        expected = guarded_run("interpreter", lambda: run_streaming(interpreter, case.template, run))
+        actual = guarded_run(implementation.name, lambda: run_streaming(implementation, case.template, run))
+        failed = next((index for index, step in enumerate(expected) if _decode_stream_failed(step.error)), None)
+        if failed is None:
+            compare(expected, actual, case.template, run, f"{implementation.name}; {case.recipe!r}")
+            continue
+        event("DecodeStream failed: recovered")
+        compare(expected[:failed], actual[:failed], case.template, run, f"{implementation.name}; {case.recipe!r}")
+        assert not any(_decode_stream_failed(step.error) for step in actual), (case, actual)
+
+
 # ---- hand-picked cases: the easy-to-get-wrong corners of decoding -------------------------------
 
 from strategies import one_in  # noqa: E402
@@ -442,3 +470,104 @@ def test_a_prompt_is_decoded_from_its_last_anchor_only_where_that_is_safe():
     profile = profile_for(tokenizer_for(overlapping))
     assert profile.anchor_head(anchor) is None
     assert profile_for(tokenizer).anchor_head(anchor) == tokenizer.convert_tokens_to_ids("<|im_start|>")
+
+
+# A byte-fallback tokenizer and ids on which tokenizers' DecodeStream fails when they come one at a
+# time: `;` (<0x3B>) is given out, then <0x80> makes the byte group invalid, and ByteFallback
+# decodes every byte of an invalid group to U+FFFD, `;` included, so the next id's text no longer
+# starts with what was given out.
+BYTE_FALLBACK = Recipe(
+    "sentencepiece",
+    (
+        AddedSpec("<|im_start|>", "special"),
+        AddedSpec("<|im_end|>", "special"),
+        AddedSpec("<think>", "special"),
+        AddedSpec("</think>", "special"),
+    ),
+)
+THINK = {
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "reasoning_content": {"open": "<think>", "close": "</think>"},
+        "content": {"close": "<|im_end|>"},
+    },
+}
+
+
+def _byte_fallback_ids() -> tuple[object, list[int]]:
+    from token_strategies import tokenizer_for
+
+    tokenizer = tokenizer_for(BYTE_FALLBACK)
+    byte = tokenizer.convert_tokens_to_ids
+    ids = (
+        tokenizer.encode("<think>plan a", add_special_tokens=False)
+        + [byte("<0x3B>"), byte("<0x80>")]
+        + tokenizer.encode("b</think>ok<|im_end|>", add_special_tokens=False)
+    )
+    return tokenizer, ids
+
+
+@pytest.mark.parametrize("entry_point", ENTRY_POINTS)
+def test_a_decode_stream_failure_is_the_interpreters_unless_recovered(entry_point):
+    tokenizer, ids = _byte_fallback_ids()
+    prompt = tokenizer.encode("<|im_start|>assistant\n", add_special_tokens=False)
+    interpreter = interpreter_module.ResponseParser(THINK, prompt, tokenizer=tokenizer)
+    with pytest.raises(Exception) as expected:
+        for position, token_id in enumerate(ids):
+            interpreter.feed([token_id])
+    assert _decode_stream_failed(expected.value)
+    failed_at = position
+
+    parser = candidate_for(tokenizer, entry_point).construct(THINK, prompt, None)
+    for token_id in ids[:failed_at]:
+        parser.feed([token_id])
+    with pytest.raises(Exception) as actual:
+        parser.feed([ids[failed_at]])
+    assert type(actual.value) is Exception and str(actual.value) == str(expected.value)
+
+    # One feed of them all decodes in one step: no failure, in both
+    whole = interpreter_module.parse_response(ids, THINK, prefix=prompt, tokenizer=tokenizer)
+    assert rtcompile.parse_response(ids, THINK, prefix=prompt, tokenizer=tokenizer) == whole
+    assert whole["reasoning_content"] == "plan a\ufffd\ufffd b"  # (ByteFallback: the whole group invalid)
+
+    # Recovering: the `;` given out stands, the invalid byte is U+FFFD, the rest is decoded (the
+    # space Metaspace writes as `▁b` kept)
+    recovering = candidate_for(tokenizer, entry_point, recover_decode_errors=True).construct(THINK, prompt, None)
+    streamed = [recovering.feed([token_id]) for token_id in ids]
+    message, _ = recovering.finalize()
+    assert message == {"reasoning_content": "plan a;\ufffd b", "content": "ok"}
+    chunks = [e["text"] for events in streamed for e in events if e["type"] == "region_chunk"]
+    assert "".join(chunks) == "plan a;\ufffd bok"
+
+
+def test_the_token_options_need_a_tokenizer():
+    module = rtcompile.load(THINK)
+    for option in ("refuse_unknown_ids", "recover_decode_errors"):
+        message = f"{option}=True applies to token ids: give tokenizer= too"
+        for call in (
+            lambda: rtcompile.parse_response("ok<|im_end|>", THINK, prefix="", **{option: True}),
+            lambda: rtcompile.ResponseParser(THINK, "", **{option: True}),
+            lambda: module.parse_response("ok<|im_end|>", prefix="", **{option: True}),
+            lambda: module.ResponseParser("", **{option: True}),
+        ):
+            with pytest.raises(TypeError, match=re.escape(message)):
+                call()
+
+
+@pytest.mark.parametrize("option", ["refuse_unknown_ids", "recover_decode_errors"])
+def test_the_token_options_reach_the_decoder_from_every_entry_point(option):
+    tokenizer, ids = _byte_fallback_ids()
+    module = rtcompile.load(THINK)
+    for parser in (
+        rtcompile.ResponseParser(THINK, [], tokenizer=tokenizer, **{option: True}),
+        module.ResponseParser([], tokenizer=tokenizer, **{option: True}),
+    ):
+        assert getattr(parser.token_decoder, option) is True
+    unknown = len(tokenizer) + 3
+    for parse in (rtcompile.parse_response, lambda i, p, **o: module.parse_response(i, **o)):
+        arguments = dict(prefix=[], tokenizer=tokenizer, **{option: True})
+        if option == "refuse_unknown_ids":
+            with pytest.raises(TokenIdError, match=f"token id {unknown} at position 0"):
+                parse([unknown, *ids], THINK, **arguments)
+        else:
+            assert parse(ids, THINK, **arguments) == rtcompile.parse_response(ids, THINK, prefix=[], tokenizer=tokenizer)

@@ -1350,3 +1350,39 @@ def test_a_closer_missing_only_the_next_messages_anchor_is_completed_from_ids_th
     texts = token_serving.detokenized("qwen3", chunks)
     view = accumulated(stream_ids(ours_cls(tokenizer), prompt, chunks, texts, request_for(None)))
     assert view == {"reasoning": "plan</think>\n", "content": "", "calls": []}
+
+
+def test_a_byte_fallback_decode_stream_failure_ends_no_stream():
+    """A byte-fallback tokenizer (the Llama 2 / Mistral shape) and ids one per step where a valid
+    byte (`;`) is followed by an invalid one (0x80): tokenizers' DecodeStream fails at the next id,
+    so transformers 5.25.0's interpreter raises mid-stream, and rtcompile's parser by default.
+    rtcompile's vLLM parser goes on, as vLLM's own detokenizer does: the `;` already streamed
+    stands, the invalid byte is U+FFFD."""
+    from tokenizer_pool import AddedSpec, build_tokenizer
+
+    special, written = token_serving.CONTROL_TOKENS["qwen3"]
+    added = [AddedSpec(token, "special") for token in special] + [AddedSpec(token, "template") for token in written]
+    tokenizer = build_tokenizer("sentencepiece", added)
+    tokenizer.response_template = template_for("qwen3")
+    byte = tokenizer.convert_tokens_to_ids
+    ids = tokenizer.encode("<think>\nplan a", add_special_tokens=False) + [byte("<0x3B>"), byte("<0x80>")]
+    ids += tokenizer.encode("b\n</think>\n\nDone.<|im_end|>", add_special_tokens=False)
+    prompt = tokenizer.encode(QWEN3_PREFIX, add_special_tokens=False)
+    chunks = [[token_id] for token_id in ids]
+
+    drop_in = rtcompile.ResponseParser(template_for("qwen3"), prompt, tokenizer=tokenizer)
+    with pytest.raises(Exception, match="^Invalid prefix encountered while decoding stream"):
+        for chunk in chunks:
+            drop_in.feed(chunk)
+
+    ours = composed(RtcompileParser, tokenizer, name="rtcompile", reasoning=True)(tokenizer, None)
+    assert ours.reads_token_ids
+    texts = [tokenizer.decode(chunk) for chunk in chunks]  # (read as ids: the text is not what is parsed)
+    view = loaded(accumulated(stream_ids(ours, prompt, chunks, texts, request_for(None))))
+    # what the same ids without the two bytes give (one feed: no failure), with `;` and U+FFFD added
+    bytes_at = ids.index(byte("<0x3B>"))
+    baseline = rtcompile.parse_response(
+        ids[:bytes_at] + ids[bytes_at + 2 :], template_for("qwen3"), prefix=prompt, tokenizer=tokenizer
+    )
+    assert baseline["reasoning_content"] == "plan a b"
+    assert view["reasoning"].strip() == "plan a;\ufffd b" and view["content"].strip() == baseline["content"]

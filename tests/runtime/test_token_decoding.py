@@ -17,7 +17,7 @@ incremental UTF-8 decoder), so it is proven equal here:
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 from tokenizers import pre_tokenizers
 from token_strategies import Recipe, token_cases, tokenizer_for
@@ -72,27 +72,34 @@ def _alphabet_bytes() -> dict[str, int]:
     return {chr(code): byte for code, byte in token_ids._CHARACTER_BYTE.items()}
 
 
+def _byte_token_ids(tokenizer) -> dict[int, int]:
+    """{byte: the id of the token that stands for that byte alone}: the byte alphabet's tokens of a
+    byte-level tokenizer, the `<0xNN>` tokens of a byte-fallback one (bytes without one left out)."""
+    backend = tokenizer.backend_tokenizer
+    if profile_for(tokenizer).byte_level:
+        tokens = {b: ch for ch, b in _alphabet_bytes().items()}
+    else:
+        tokens = {byte: f"<0x{byte:02X}>" for byte in range(256)}
+    ids = {byte: backend.token_to_id(token) for byte, token in tokens.items()}
+    return {byte: token_id for byte, token_id in ids.items() if token_id is not None}
+
+
 @st.composite
 def raw_byte_ids(draw, tokenizer):
-    """Ids of single bytes: invalid and truncated UTF-8, the marker and U+FFFD in bytes."""
-    backend = tokenizer.backend_tokenizer
+    """Ids of single bytes: invalid and truncated UTF-8, valid bytes before invalid ones, the
+    marker and U+FFFD in bytes."""
+    byte_ids = _byte_token_ids(tokenizer)
     pieces = draw(
         st.lists(
             st.one_of(
                 st.binary(max_size=3),
                 st.sampled_from(["\ufdd2", "\ufffd", "é", "中", "😀", "<", "|"]).map(lambda s: s.encode()),
+                st.sampled_from([b";\x80", b"a\xe4\xb8", b"\xc3", b" \xff"]),
             ),
             max_size=6,
         )
     )
-    ids = []
-    for piece in pieces:
-        for byte in piece:
-            token = {b: ch for ch, b in _alphabet_bytes().items()}[byte]
-            token_id = backend.token_to_id(token)
-            if token_id is not None:
-                ids.append(token_id)
-    return ids
+    return [byte_ids[byte] for piece in pieces for byte in piece if byte in byte_ids]
 
 
 def _feeds(draw, ids):
@@ -108,46 +115,63 @@ def _feeds(draw, ids):
     return feeds
 
 
+def _outcome(step) -> tuple:
+    """("text", what step() returned) or ("raised", the exception)."""
+    try:
+        return ("text", step())
+    except Exception as error:  # (the interpreter's decoder raises tokenizers' bare Exception too)
+        return ("raised", error)
+
+
+def _same_failure(expected: Exception, actual: Exception) -> bool:
+    """The interpreter's TypeError for a bad id is rtcompile's TokenIdError (a subclass, with a
+    message of its own); any other failure is the same class with the same message."""
+    if isinstance(expected, TypeError):
+        return isinstance(actual, TokenIdError)
+    return type(actual) is type(expected) and str(actual) == str(expected)
+
+
 @given(case=token_cases(), data=st.data())
 def test_decoding_equals_the_interpreters_decoder_feed_by_feed(case, data):
+    """Feed by feed, rtcompile's decoder gives the interpreter's text, or fails as it fails (a bad
+    id; tokenizers' DecodeStream on byte-fallback ids). With recover_decode_errors, the text is the
+    same until DecodeStream fails, and then decoding goes on."""
     tokenizer = case.tokenizer()
     for run in case.runs:
         ids = [i for chunk in run.id_chunks for i in chunk]
         if data.draw(st.booleans()):
-            extra = data.draw(raw_byte_ids(tokenizer)) if profile_for(tokenizer).byte_level else []
+            extra = data.draw(raw_byte_ids(tokenizer))
             at = data.draw(st.integers(0, len(ids)))
             ids = ids[:at] + extra + ids[at:]
         feeds = _feeds(data.draw, ids)
         expected_decoder = reference.TokenIdDecoder(tokenizer)
         actual_decoder = TokenIdDecoder(tokenizer)
-        for feed in feeds:
-            try:
-                expected = ("text", expected_decoder.feed(list(feed)))
-            except TypeError as error:
-                expected = ("raised", error)
-            try:
-                actual = ("text", actual_decoder.feed(feed))
-            except TypeError as error:
-                actual = ("raised", error)
+        recovering = TokenIdDecoder(tokenizer, recover_decode_errors=True)
+        given_out = []  # the interpreter's text so far
+        for index, feed in enumerate(feeds):
+            expected = _outcome(lambda: expected_decoder.feed(list(feed)))
+            actual = _outcome(lambda: actual_decoder.feed(feed))
+            recovered = _outcome(lambda: recovering.feed(feed))
             if expected[0] == "raised":
-                assert actual[0] == "raised" and isinstance(actual[1], TypeError), (feeds, feed, actual)
+                assert actual[0] == "raised" and _same_failure(expected[1], actual[1]), (feeds, feed, actual)
+                if isinstance(expected[1], TypeError):
+                    assert recovered[0] == "raised" and isinstance(recovered[1], TokenIdError), (feeds, recovered)
+                else:
+                    event("DecodeStream failed: recovered")
+                    assert recovered[0] == "text", (feeds, feed, recovered)
+                    for later in feeds[index + 1 :]:
+                        recovering.feed(later)
+                    recovering.flush()
                 break
             assert actual == expected, (feeds, feed)
+            assert recovered == expected, (feeds, feed)
+            given_out.append(expected[1])
         else:
-            assert actual_decoder.flush() == expected_decoder.flush(), feeds
-        assert actual_decoder.marked == (token_ids.MARKER in "".join(_all_text(tokenizer, feeds)))
-
-
-def _all_text(tokenizer, feeds):
-    decoder = reference.TokenIdDecoder(tokenizer)
-    out = []
-    for feed in feeds:
-        try:
-            out.append(decoder.feed(list(feed)))
-        except TypeError:
-            return out
-    out.append(decoder.flush())
-    return out
+            expected_tail = expected_decoder.flush()
+            assert actual_decoder.flush() == expected_tail, feeds
+            assert recovering.flush() == expected_tail, feeds
+            given_out.append(expected_tail)
+        assert actual_decoder.marked == (token_ids.MARKER in "".join(given_out))
 
 
 def test_ids_outside_the_vocabulary_are_refused_clearly():

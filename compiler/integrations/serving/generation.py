@@ -486,6 +486,8 @@ class Generation:
             prompt: Any = prefix
             if tokenizer is not None:
                 options["tokenizer"] = tokenizer
+                # tokenizers' DecodeStream failing on byte-fallback ids ends no stream here
+                options["recover_decode_errors"] = True
                 if prompt_token_ids is not None:
                     prompt = prompt_token_ids
             parser = plan.parser_class(
@@ -581,7 +583,8 @@ class Generation:
         if self._prompt_held and self.reads_ids:
             # The parser decodes the output with a decoder of its own; one like it, in the same
             # state (the prompt's text is flushed), gives the length of the text fed since.
-            self._prompt_decoder = TokenIdDecoder(parser.token_decoder.profile)
+            own = parser.token_decoder
+            self._prompt_decoder = TokenIdDecoder(own.profile, own.refuse_unknown_ids, own.recover_decode_errors)
         # Whether a region is open at the prompt's end: then no delimiter can consume the held
         # text without reporting it (a close of a region that never opened reports nothing).
         boundary = last_boundary(initial_events) if initial_events else -1
