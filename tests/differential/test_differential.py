@@ -40,6 +40,7 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 from transformers.utils.chat_parsing import response_parser as interpreter_module
 
+from parity import InterpreterLoop, LoopGuardedInterpreter
 from strategies import (
     Case,
     Run,
@@ -70,39 +71,6 @@ def private_compile_cache(tmp_path_factory):
         del os.environ["RTCOMPILE_CACHE_DIR"]
     else:
         os.environ["RTCOMPILE_CACHE_DIR"] = previous
-
-
-# --------------------------------------------------------------------------------------------------
-# The interpreter, instrumented to detect its no-progress loop
-# --------------------------------------------------------------------------------------------------
-
-
-class InterpreterLoop(Exception):
-    """The interpreter kept re-matching zero-width delimiters at one position: it never returns."""
-
-
-# A healthy `_process` revisits one buffer position a handful of times at most (a zero-width open,
-# then its close, then the implicit close); anything far beyond that is the endless cycle.
-_MAX_SCANS_AT_ONE_POSITION = 64
-
-
-class LoopGuardedInterpreter(interpreter_module.ResponseParser):
-    """transformers' ResponseParser, unchanged except that it raises InterpreterLoop instead of
-    spinning. Counting scans per buffer position detects the loop exactly and costs nothing."""
-
-    def _process(self, events: list, eos: bool) -> None:
-        self._loop_guard_position = -1
-        self._loop_guard_scans = 0
-        super()._process(events, eos)
-
-    def _scan(self, watch, eos):
-        if self._pos == self._loop_guard_position:
-            self._loop_guard_scans += 1
-            if self._loop_guard_scans > _MAX_SCANS_AT_ONE_POSITION:
-                raise InterpreterLoop(f"no progress at buffer position {self._pos}")
-        else:
-            self._loop_guard_position, self._loop_guard_scans = self._pos, 0
-        return super()._scan(watch, eos)
 
 
 def interpreter_one_shot(

@@ -19,10 +19,9 @@ import re
 import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
+from parity import InterpreterLoop, LoopGuardedInterpreter
 from test_differential import (
     Implementation,
-    InterpreterLoop,
-    LoopGuardedInterpreter,
     _covers,
     _fail,
     _stream_after_each_step,

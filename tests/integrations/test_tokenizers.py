@@ -812,6 +812,8 @@ def test_cli_compiles_a_tokenizer_directory(qwen3_dir, interpreted, tmp_path):
 
 from hypothesis import strategies as hst  # noqa: E402
 
+from parity import InterpreterLoop, loop_guarded_interpreter  # noqa: E402
+from rtcompile.runtime import ParserLoopError  # noqa: E402
 from token_strategies import Recipe, TokenCase, token_cases  # noqa: E402
 from tokenizer_pool import AddedSpec, ordinary_ids  # noqa: E402
 from tokenizer_pool import build_tokenizer as build_pool_tokenizer  # noqa: E402
@@ -938,10 +940,42 @@ def test_any_token_case_parses_like_the_interpreter(case: TokenCase, batch: bool
     if prefix is None:
         prefix = []
     for output in outputs:
-        compare_parse(plain, fast, output, case.template, prefix=prefix, tools=case.runs[0].tools)
+        compare_guarded_parse(plain, fast, output, case.template, prefix=prefix, tools=case.runs[0].tools)
     if batch:
         if numpy and len({len(o) for o in outputs}) == 1 and all(type(i) is int for o in outputs for i in o):
             response = np.array(outputs, dtype=np.int64)
         else:
             response = outputs
-        compare_parse(plain, fast, response, case.template, prefix=prefix)
+        compare_guarded_parse(plain, fast, response, case.template, prefix=prefix)
+
+
+def compare_guarded_parse(interpreted, accelerated, *args, **kwargs) -> None:
+    """compare_parse for generated templates, where the interpreter can spin forever (a zero-width
+    open and close at one position, its event list growing until memory runs out): it runs loop
+    guarded, and where it would spin, rtcompile raises ParserLoopError (the README's difference)."""
+    with loop_guarded_interpreter():
+        expected = outcome(lambda: interpreted.parse_response(*args, **kwargs))
+    actual = outcome(lambda: accelerated.parse_response(*args, **kwargs))
+    if expected[0] == "raised" and isinstance(expected[1], InterpreterLoop):
+        assert actual[0] == "raised" and isinstance(actual[1], ParserLoopError), actual
+        return
+    assert_same(expected, actual)
+
+
+def test_a_template_the_interpreter_would_spin_on_is_compared_loop_guarded():
+    """A zero-width open and close at one position: the interpreter never returns from
+    `tokenizer.parse_response(ids)` (its event list grows until memory runs out); guarded, it raises
+    InterpreterLoop, and the accelerated tokenizer raises ParserLoopError."""
+    from transformers.utils.chat_parsing import response_parser
+
+    looping = {"start_anchor": "@", "fields": {"content": {}, "z": {"open_pattern": "(?=Q)", "close_pattern": "(?=Q)"}}}
+    plain, fast = tokenizer_pair(Recipe("bpe", (AddedSpec("<|im_end|>", "special"),)))
+    ids = plain.encode("abQ", add_special_tokens=False)
+    original = response_parser.ResponseParser
+    with loop_guarded_interpreter():
+        with pytest.raises(InterpreterLoop):
+            plain.parse_response(ids, looping, prefix=[])
+    assert response_parser.ResponseParser is original
+    with pytest.raises(ParserLoopError):
+        fast.parse_response(ids, looping, prefix=[])
+    compare_guarded_parse(plain, fast, ids, looping, prefix=[])
