@@ -541,7 +541,7 @@ class TokenIdDecoder:
         "marked",
         "defused",
         "refuse_unknown_ids",
-        "recover_decode_errors",
+        "_recover_decode_errors",
     )
 
     def __init__(
@@ -565,7 +565,16 @@ class TokenIdDecoder:
         # Ids below 2**32 that name no token: decoded to nothing, as the interpreter does, or
         # (True) refused with TokenIdError, since no model generates them.
         self.refuse_unknown_ids = refuse_unknown_ids
-        self.recover_decode_errors = recover_decode_errors
+        self._recover_decode_errors = recover_decode_errors
+
+    def fresh(self) -> "TokenIdDecoder":
+        """A new decoder of the same tokenizer with the same options, in the initial state."""
+        return TokenIdDecoder(self._profile, self.refuse_unknown_ids, self._recover_decode_errors)
+
+    @property
+    def recover_decode_errors(self) -> bool:
+        """Whether DecodeStream's failure on byte-fallback ids is recovered from (as built)."""
+        return self._recover_decode_errors
 
     @property
     def profile(self) -> TokenizerProfile:

@@ -79,7 +79,7 @@ def _decode_from_anchor(decoder: TokenIdDecoder, prefix: Any, anchor: str) -> st
         if pieces is None:
             return None
         # (a fresh decoder's text from here: the one given back keeps its state, as after a feed)
-        trial = TokenIdDecoder(profile, decoder.refuse_unknown_ids)
+        trial = decoder.fresh()
         text = trial._feed_pieces(pieces) + trial.flush()
         if text.startswith(anchor):
             decoder.marked, decoder.defused = trial.marked, trial.defused

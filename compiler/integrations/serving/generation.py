@@ -583,8 +583,7 @@ class Generation:
         if self._prompt_held and self.reads_ids:
             # The parser decodes the output with a decoder of its own; one like it, in the same
             # state (the prompt's text is flushed), gives the length of the text fed since.
-            own = parser.token_decoder
-            self._prompt_decoder = TokenIdDecoder(own.profile, own.refuse_unknown_ids, own.recover_decode_errors)
+            self._prompt_decoder = parser.token_decoder.fresh()
         # Whether a region is open at the prompt's end: then no delimiter can consume the held
         # text without reporting it (a close of a region that never opened reports nothing).
         boundary = last_boundary(initial_events) if initial_events else -1
