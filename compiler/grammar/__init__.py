@@ -1,0 +1,107 @@
+"""The grammar backend: a template's validated IR compiled into a constrained-decoding grammar, an
+xgrammar structural tag, so that a model writes what the parser reads.
+
+    tag = rtcompile.structural_tag(template, tools, tool_choice="required", tokenizer=tok)
+    compiler = xgrammar.GrammarCompiler(xgrammar.TokenizerInfo.from_huggingface(tok))
+    grammar = compiler.compile_structural_tag(json.dumps(tag))
+
+One module per part of the output:
+
+    request.py     tools, tool_choice and parallel_tool_calls, normalized
+    spelling.py    delimiter text as the parser must see it: control tokens by id, stop tokens
+    delimiters.py  delimiters (literals and patterns) written, captures filled in
+    values.py      arguments typed by their schema, in each content parser's syntax
+    calls.py       the tool-call field's regions, its transform inverted
+    message.py     the whole output: the prompt's state, reasoning, content and calls
+    loops.py       free content with regions in it (triggered tags)
+    formats.py     the structural-tag JSON builders
+
+It reads the template's IR only (rtcompile.frontend), the same facts the parser module is
+generated from, never the template's JSON; the prompt's state comes from the compiled parser itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .errors import GrammarError
+
+__all__ = ["GrammarError", "structural_tag"]
+
+_CACHE: dict[tuple, dict] = {}
+_CACHE_LOCK = threading.Lock()
+_CACHE_SIZE = 256
+
+
+def structural_tag(
+    template: Any,
+    tools: Any = None,
+    *,
+    tool_choice: Any = "auto",
+    parallel_tool_calls: bool = True,
+    prefix: Any = None,
+    tokenizer: Any = None,
+    stop_tokens: Any = None,
+) -> dict:
+    """The xgrammar structural tag (JSON data) under which every output parses, by the template's
+    parser, into a message whose tool calls satisfy the request.
+
+    `template`: as `parse_response` takes it. `tools`: OpenAI-style function tools. `tool_choice`:
+    "auto", "required", "none" or {"type": "function", "function": {"name": ...}}.
+    `parallel_tool_calls=False`: at most one call (exactly one when forced). `prefix`: the prompt
+    (text, or token ids with a tokenizer): the grammar starts where the parser is after it.
+    `tokenizer`: a fast transformers tokenizer: delimiters that are control tokens are matched by
+    id. `stop_tokens`: the ids (or spellings) that end generation (default: the tokenizer's end of
+    sequence): the grammar never writes them, it ends there.
+
+    Raises GrammarError (a ValueError) for a request or template the grammar cannot express."""
+    from rtcompile import api, frontend
+
+    from . import formats
+    from .message import MessageWriter
+    from .request import normalize
+    from .spelling import Speller
+
+    module = api.load(template)
+    request = normalize(tools, tool_choice, parallel_tool_calls)
+    speller = Speller.for_tokenizer(tokenizer, stop_tokens)
+    state = prompt_state(module, prefix, tokenizer)
+    key = (module.TEMPLATE_SHA256, request.key(), state, tuple(sorted(speller.control.items())), speller.stops)
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return _copy(cached)
+    ir = _ir_of(module, frontend)
+    tag = formats.structural_tag(MessageWriter(ir, speller, request).output(*state))
+    with _CACHE_LOCK:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = tag
+    return _copy(tag)
+
+
+def prompt_state(module: Any, prefix: Any, tokenizer: Any) -> tuple[str | None, bool]:
+    """Where the parser is after the prompt: the field whose region is open (None: outside every
+    region), and whether nothing but whitespace follows the prompt's start anchor (an opener
+    anchored with `^` can still match)."""
+    if prefix is None:
+        return None, True
+    options = {"tokenizer": tokenizer} if tokenizer is not None else {}
+    parser = module.ResponseParser(prefix, errors="keep", **options)
+    return parser.current_field, not parser.initial_events and not parser.unread_text.strip()
+
+
+_IRS: dict[str, Any] = {}
+
+
+def _ir_of(module: Any, frontend: Any) -> Any:
+    ir = _IRS.get(module.TEMPLATE_SHA256)
+    if ir is None:
+        ir = _IRS.setdefault(module.TEMPLATE_SHA256, frontend.lower(module.TEMPLATE))
+    return ir
+
+
+def _copy(tag: dict) -> dict:
+    import copy
+
+    return copy.deepcopy(tag)

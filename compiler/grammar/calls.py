@@ -1,0 +1,346 @@
+"""The tool-call field's regions, written for the tools a request allows.
+
+The field's transform says where a call's name, id and arguments sit (`frontend.facts.call_shape`);
+the grammar writes the inverse: the name where the transform reads it (a capture of the open
+pattern, or a key of the content), the arguments where it reads them, typed by the tool's schema.
+Each content parser has its writer:
+
+- json: xgrammar's `json_schema` of the content the transform reads (`{"name": const, "arguments":
+  schema}` for qwen3's `"function": "{content}"`), or JsonWriter for json's dialects;
+- xml-inline: one tag per parameter, the tag pattern written with the key filled in and the value
+  typed by the schema (in schema order, required ones present);
+- kv-lines: one `key<sep>value` line per parameter;
+- python-call-list: `[name(key=value, ...), ...]` with JSON values.
+
+A region is `opener content closer`: the closer is written unless it is a stop token (the output
+ends there) or a lookahead that the next call's opener satisfies (`Closing`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import regex
+
+from rtcompile.frontend import facts, ir
+from rtcompile.runtime import regex_syntax as rs
+
+from . import charclass as C
+from . import formats as F
+from .delimiters import Written, blocking_literals, parse, unfactored, write_delimiter, write_pattern
+from .errors import GrammarError
+from .request import Tool
+from .spelling import Speller
+from .values import COMMA, Dialect, JsonWriter, ordered_members, raw_value, standard_schema
+
+CALL_LIST_NAME = regex.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[-.][A-Za-z0-9_]+)*")
+LAYOUT = C.LAYOUT_WHITESPACE
+
+
+@dataclass(frozen=True)
+class Closing:
+    """How a region ends. `written`: the closer the grammar writes (None: the output's end, or the
+    next opener, closes it); `by_next`: literals a lookahead alternative closes the region before
+    (the next call's opener can close it); `blocking`: text the region's content must not hold."""
+
+    written: F.Format | None
+    by_next: tuple[str, ...]
+    blocking: tuple[str, ...]
+
+
+def closing(delimiter: ir.Delimiter | None, speller: Speller, where: str) -> Closing:
+    if delimiter is None:
+        return Closing(None, (), ())
+    blocking = blocking_literals(delimiter, where)
+    if delimiter.literals is not None:
+        kept = [literal for literal in delimiter.literals if not speller.is_stop(literal)]
+        return Closing(F.choice(*(speller.write(k) for k in kept)) if kept else None, (), blocking)
+    lead, branches = _branches(parse(delimiter.pattern, where).root)
+    written, by_next = [], []
+    for branch in branches:
+        look = _lookahead_only(branch)
+        if look is not None:
+            by_next.extend(filter(None, [_literal_text(look)]))
+            continue
+        literal = _literal_text(branch)
+        if literal is not None and speller.is_stop(literal):
+            continue  # (a stop token: the output ends there)
+        written.append(rs.to_source(rs.Seq(lead + branch.items)))
+    if not written:
+        return Closing(None, tuple(by_next), blocking)
+    return Closing(write_pattern("|".join(written), speller, where).format, tuple(by_next), blocking)
+
+
+def _branches(root: rs.Seq) -> tuple[tuple, list[rs.Seq]]:
+    """A pattern as (leading optional repeats, alternatives): `\\s*(?:<a>|<b>)` is `\\s*` before
+    each of `<a>`, `<b>`."""
+    items = list(root.items)
+    lead = []
+    while items and isinstance(items[0], rs.Repeat) and items[0].min == 0:
+        lead.append(items.pop(0))
+    if len(items) == 1 and isinstance(items[0], rs.Group) and items[0].index is None:
+        items = list(items[0].body.items)
+    items = unfactored(items)
+    if len(items) == 1 and isinstance(items[0], rs.Alternation):
+        return tuple(lead), list(items[0].branches)
+    return (), [root]
+
+
+def _lookahead_only(seq: rs.Seq) -> rs.Seq | None:
+    items = seq.items
+    if len(items) == 1 and isinstance(items[0], rs.Look) and not items[0].behind and not items[0].negated:
+        return items[0].body
+    return None
+
+
+def _literal_text(seq: rs.Seq) -> str | None:
+    """The text a sequence of plain characters matches (None if it is anything else)."""
+    if not all(isinstance(node, rs.Char) for node in seq.items):
+        return None
+    return "".join(node.char for node in seq.items)
+
+
+class CallWriter:
+    """Writes the regions of the tool-call `field` for a request's tools."""
+
+    def __init__(self, field: ir.Field, speller: Speller):
+        self.field = field
+        self.where = f"fields.{field.name}"
+        self.speller = speller
+        self.shape = facts.call_shape(field)
+        self.closing = closing(field.close, speller, f"{self.where}.close")
+        self.content = field.content.parser
+        self.args = field.content.args if isinstance(field.content.args, dict) else {}
+        if field.open is None:
+            raise GrammarError(self.where, "a tool-call field without an open delimiter cannot be written")
+        if self.shape.arguments.kind != facts.PATH:
+            raise GrammarError(self.where, "the transform takes the arguments from no place in the content")
+        if self.shape.name.kind not in (facts.PATH, facts.CAPTURE, facts.LITERAL):
+            raise GrammarError(self.where, "the transform takes the call's name from no single place")
+
+    # ---- what the message writer asks
+
+    def callable_tools(self, tools: tuple[Tool, ...]) -> tuple[Tool, ...]:
+        """The tools whose calls this field can write (a literal name allows one)."""
+        if self.shape.name.kind == facts.LITERAL:
+            return tuple(t for t in tools if t.name == self.shape.name.value)
+        return tools
+
+    def region(self, tools: tuple[Tool, ...], low: int = 1, high: int | None = None, closed: bool = True) -> F.Format:
+        """One region calling one of `tools` (transform_each: `low` to `high` calls in a list),
+        with its closer (where it is written) or without (the output's end closes it)."""
+        closer = self.closing.written if closed and self.closing.written is not None else F.EMPTY
+        if self.shape.each:
+            opener = self.opener(None)
+            return F.sequence(opener.format, self.listed(tools, low, high, opener.tail), closer)
+        return F.choice(*(F.sequence(self._opened(tool), closer) for tool in tools))
+
+    def _opened(self, tool: Tool) -> F.Format:
+        opener = self.opener(tool)
+        return F.sequence(opener.format, self.arguments(tool, opener.tail))
+
+    def opener(self, tool: Tool | None) -> Written:
+        captures = {}
+        if tool is not None and self.shape.name.kind == facts.CAPTURE:
+            captures[self.shape.name.value] = tool.name
+        where = f"{self.where}.open" + (f" (tool {tool.name!r})" if tool is not None else "")
+        return write_delimiter(self.field.open, self.speller, where, captures)
+
+    # ---- content
+
+    def arguments(self, tool: Tool, tail: C.CharClass | None) -> F.Format:
+        where = f"{self.where} (tool {tool.name!r})"
+        if self.content == "json":
+            schema = self.content_schema(tool, where)
+            return self.json_content(schema, tail, where)
+        if self.content in ("xml-inline", "kv-lines"):
+            if self.shape.arguments.value != () or self.shape.name.kind == facts.PATH:
+                raise GrammarError(where, f"{self.content} content must be the arguments themselves")
+            if self.content == "xml-inline":
+                return self.xml_content(tool, tail, where)
+            return self.lines_content(tool, tail, where)
+        raise GrammarError(where, f"a {self.content} region cannot hold tool calls")
+
+    def content_schema(self, tool: Tool, where: str) -> Any:
+        """The schema of the content the transform turns into a call of `tool`."""
+        parts: list[tuple[tuple, Any]] = []
+        if self.shape.name.kind == facts.PATH:
+            parts.append((self.shape.name.value, {"type": "string", "const": tool.name}))
+        parts.append((self.shape.arguments.value, standard_schema(tool.parameters)))
+        if self.shape.id is not None and self.shape.id.kind == facts.PATH:
+            parts.append((self.shape.id.value, {"type": "string"}))
+        return _schema_of_paths(parts, where)
+
+    def json_content(self, schema: Any, tail: C.CharClass | None, where: str) -> F.Format:
+        excludes = self.closing.blocking
+        if self.args.get("string_delims") or self.args.get("unquoted_keys"):
+            writer = self.json_writer(excludes, where)
+            value = writer.value(schema, where)
+        else:
+            value = F.json_schema(schema, excludes)
+        return F.sequence(_lead(tail), value, F.regex(f"[{_esc(LAYOUT)}]*"))
+
+    def json_writer(self, excludes: tuple[str, ...], where: str) -> JsonWriter:
+        delims = self.args.get("string_delims") or []
+        pair = None
+        if delims:
+            first = delims[0]
+            if not (isinstance(first, (list, tuple)) and len(first) == 2 and all(isinstance(s, str) and s for s in first)):
+                raise GrammarError(where, "string_delims must hold [open, close] pairs of non-empty strings")
+            pair = (first[0], first[1])
+        dialect = Dialect(pair, bool(self.args.get("unquoted_keys")), excludes)
+        return JsonWriter(dialect, self.speller.write)
+
+    def listed(self, tools: tuple[Tool, ...], low: int, high: int | None, tail: C.CharClass | None) -> F.Format:
+        """transform_each: a list of `low` to `high` calls."""
+        where = self.where
+        if self.content == "python-call-list":
+            return F.sequence(_lead(tail), self.call_list(tools, low, high, where), F.regex(f"[{_esc(LAYOUT)}]*"))
+        if self.content != "json":
+            raise GrammarError(where, f"transform_each over {self.content} content cannot hold tool calls")
+        item = {"anyOf": [self.content_schema(tool, f"{where} (tool {tool.name!r})") for tool in tools]}
+        if len(tools) == 1:
+            item = item["anyOf"][0]
+        schema: dict = {"type": "array", "items": item, "minItems": low}
+        if high is not None:
+            schema["maxItems"] = high
+        if self.args.get("string_delims") or self.args.get("unquoted_keys"):
+            writer = self.json_writer(self.closing.blocking, where)
+            calls = F.choice(*(writer.value(self.content_schema(t, where), where) for t in tools))
+            return F.sequence(_lead(tail), F.const("["), _counted(calls, COMMA, low, high), F.const("]"))
+        return F.sequence(_lead(tail), F.json_schema(schema, self.closing.blocking), F.regex(f"[{_esc(LAYOUT)}]*"))
+
+    def call_list(self, tools: tuple[Tool, ...], low: int, high: int | None, where: str) -> F.Format:
+        if (self.shape.name.value, self.shape.arguments.value) != (("name",), ("arguments",)):
+            raise GrammarError(where, "the transform must read each call's 'name' and 'arguments'")
+        writer = JsonWriter(Dialect(excludes=self.closing.blocking, python=True), self.speller.write)
+        calls = []
+        for tool in tools:
+            tool_where = f"{where} (tool {tool.name!r})"
+            if not CALL_LIST_NAME.fullmatch(tool.name):
+                raise GrammarError(tool_where, "the name cannot be written in a python call list")
+            properties, required = _object_members(tool.parameters, tool_where)
+            members = []
+            for key, sub in properties.items():
+                if not CALL_LIST_NAME.fullmatch(key):
+                    raise GrammarError(tool_where, f"the argument {key!r} cannot be written as a keyword")
+                members.append((F.sequence(F.const(key + "="), writer.value(sub, f"{tool_where}.{key}")), key in required))
+            calls.append(F.sequence(F.const(tool.name + "("), ordered_members(members, COMMA), F.const(")")))
+        return F.sequence(F.const("["), _counted(F.choice(*calls), COMMA, low, high), F.const("]"))
+
+    def xml_content(self, tool: Tool, tail: C.CharClass | None, where: str) -> F.Format:
+        pattern = self.args.get("tag_pattern")
+        if not isinstance(pattern, str):
+            raise GrammarError(where, "xml-inline content needs a tag_pattern")
+        if "value_parser_by" in self.args or self.args.get("merge_duplicates") not in (None, False):
+            if "value_parser_by" in self.args:
+                raise GrammarError(where, "value_parser_by (a parser chosen by the model's text) cannot be written")
+        properties, required = _object_members(tool.parameters, where)
+        tags = []
+        for key, sub in properties.items():
+            value_where = f"{where}.{key}"
+            writer = self._value_writer(sub, value_where)
+            written = write_pattern(pattern, self.speller, value_where, {"key": key, "value": writer})
+            tags.append((written.format, key in required))
+        glue = F.regex(f"[{_esc(LAYOUT)}]*")
+        return F.sequence(_lead(tail), ordered_members(tags, glue), glue)
+
+    def lines_content(self, tool: Tool, tail: C.CharClass | None, where: str) -> F.Format:
+        line_sep = self.args.get("line_sep", "\n")
+        kv_sep = self.args.get("kv_sep", ":")
+        if not (isinstance(line_sep, str) and line_sep and isinstance(kv_sep, str) and kv_sep):
+            raise GrammarError(where, "kv-lines needs non-empty line_sep and kv_sep")
+        properties, required = _object_members(tool.parameters, where)
+        lines = []
+        for key, sub in properties.items():
+            if kv_sep in key or line_sep in key or key != key.strip() or not key:
+                raise GrammarError(where, f"the key {key!r} cannot be written on a kv-lines line")
+            writer = self._value_writer(sub, f"{where}.{key}", stripped=True)
+            lines.append((F.sequence(F.const(key + kv_sep), writer(line_sep)), key in required))
+        separator = self.speller.write(line_sep)
+        return F.sequence(_lead(tail), F.optional(separator), ordered_members(lines, separator), F.optional(separator))
+
+    def _value_writer(self, schema: Any, where: str, stripped: bool = False):
+        parser = self.args.get("value_parser")
+        name = parser.get("name", "text") if isinstance(parser, dict) else None
+        if name not in (None, "text", "json"):
+            raise GrammarError(where, f"values read by the {name!r} parser cannot be written")
+        blocking = self.closing.blocking
+
+        def write(terminator: str) -> F.Format:
+            excludes = [terminator, *blocking]
+            if name == "json":
+                return F.json_schema(standard_schema(schema), excludes)
+            text = (lambda: _trimmed_text(excludes)) if stripped or name == "text" else (lambda: F.any_text(excludes))
+            return raw_value(schema, text, where)
+
+        return write
+
+
+def _trimmed_text(excludes: list[str]) -> F.Format:
+    """Text that stripping leaves as it is (the value parser strips): empty, or starting and ending
+    with a non-whitespace character."""
+    edge = C.CharClass(C.WHITESPACE.chars, negated=True).source()
+    return F.optional(F.sequence(F.regex(edge), F.optional(F.sequence(F.any_text(excludes), F.regex(edge)))))
+
+
+def _lead(tail: C.CharClass | None) -> F.Format:
+    """Layout whitespace before a region's content, none of it continuing a capture before it."""
+    chars = "".join(c for c in LAYOUT if tail is None or not tail.contains(c))
+    return F.regex(f"[{_esc(chars)}]*") if chars else F.EMPTY
+
+
+def _esc(chars: str) -> str:
+    return "".join({"\t": "\\t", "\n": "\\n", "\r": "\\r"}.get(c, c) for c in chars)
+
+
+def _counted(item: F.Format, separator: F.Format, low: int, high: int | None) -> F.Format:
+    """`low` to `high` items with separators between (at least one)."""
+    more_low = max(low - 1, 0)
+    more_high = None if high is None else high - 1
+    if more_high == 0:
+        return item
+    return F.sequence(item, F.repeat(F.sequence(separator, item), more_low, more_high))
+
+
+def _object_members(schema: Any, where: str) -> tuple[dict, set]:
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        raise GrammarError(where, "the parameters must be an object schema")
+    properties = schema.get("properties", {}) or {}
+    required = set(schema.get("required", []) or [])
+    if not isinstance(properties, dict) or not required <= set(properties):
+        raise GrammarError(where, "every required parameter must be declared in 'properties'")
+    return properties, required
+
+
+def _schema_of_paths(parts: list[tuple[tuple, Any]], where: str) -> Any:
+    """The object schema holding each (path, schema): nested objects, every key required."""
+    if any(path == () for path, _ in parts):
+        if len(parts) > 1:
+            raise GrammarError(where, "the content is the arguments and also holds the call's name or id")
+        return parts[0][1]
+    tree: dict = {}
+    for path, schema in parts:
+        node = tree
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict) or "__schema__" in node:
+                raise GrammarError(where, "the transform reads a key inside a value it also reads whole")
+        if path[-1] in node:
+            raise GrammarError(where, "the transform reads one key for two parts of a call")
+        node[path[-1]] = {"__schema__": schema}
+    return _tree_schema(tree)
+
+
+def _tree_schema(node: dict) -> Any:
+    if "__schema__" in node:
+        return node["__schema__"]
+    # Keys the transform does not read may stand beside those it reads (Mistral's chat template
+    # writes each call's "id" after its arguments): the transform ignores them.
+    return {
+        "type": "object",
+        "properties": {key: _tree_schema(child) for key, child in node.items()},
+        "required": list(node),
+        "additionalProperties": True,
+    }

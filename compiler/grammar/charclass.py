@@ -1,0 +1,118 @@
+"""Sets of characters as the grammar needs them: from a pattern's classes, written as xgrammar regex
+classes, and tested for overlap (does the text after a greedy capture stop it?)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rtcompile.runtime.twin import REGEX_WHITESPACE
+
+from .errors import GrammarError
+
+# The whitespace the grammar itself writes where a pattern allows `\s` (a subset of every engine's).
+LAYOUT_WHITESPACE = " \t\n\r"
+
+
+@dataclass(frozen=True)
+class CharClass:
+    """`chars` and `ranges` (inclusive pairs) name characters; `negated` takes the complement."""
+
+    chars: frozenset[str] = frozenset()
+    ranges: tuple[tuple[str, str], ...] = ()
+    negated: bool = False
+    # Only some characters of the pattern's class (\d, \w written as ASCII): fine to write, wrong
+    # to complement.
+    approximate: bool = False
+
+    def contains(self, char: str) -> bool:
+        inside = char in self.chars or any(low <= char <= high for low, high in self.ranges)
+        return inside != self.negated
+
+    def is_empty(self) -> bool:
+        return not self.negated and not self.chars and not self.ranges
+
+    def disjoint(self, other: "CharClass") -> bool:
+        """Whether no character is in both (False when unsure)."""
+        if self.negated and other.negated:
+            return False
+        if self.negated or other.negated:
+            positive, negative = (other, self) if self.negated else (self, other)
+            excluded = CharClass(negative.chars, negative.ranges)
+            return all(excluded.contains(c) for c in positive.chars) and all(
+                _range_within(r, excluded) for r in positive.ranges
+            )
+        if any(other.contains(c) for c in self.chars) or any(self.contains(c) for c in other.chars):
+            return False
+        return not any(a <= d and c <= b for a, b in self.ranges for c, d in other.ranges)
+
+    def without(self, chars: str) -> "CharClass":
+        """This class less `chars` (a positive class of explicit characters only)."""
+        assert not self.negated and not self.ranges
+        return CharClass(self.chars - set(chars))
+
+    def source(self) -> str:
+        """The class as a regex class (xgrammar's regex dialect, which `re` reads alike)."""
+        if self.negated and not self.chars and not self.ranges:
+            return r"[\s\S]"
+        body = "".join(_escape(c) for c in sorted(self.chars))
+        body += "".join(f"{_escape(low)}-{_escape(high)}" for low, high in self.ranges)
+        return "[" + ("^" if self.negated else "") + body + "]"
+
+
+def _range_within(bounds: tuple[str, str], cls: CharClass) -> bool:
+    low, high = bounds
+    if any(a <= low and high <= b for a, b in cls.ranges):
+        return True
+    if ord(high) - ord(low) > 512:
+        return False
+    return all(cls.contains(chr(code)) for code in range(ord(low), ord(high) + 1))
+
+
+def _escape(char: str) -> str:
+    if char in "\\]^-[":
+        return "\\" + char
+    code = ord(char)
+    if code < 0x20 or code == 0x7F or 0x80 <= code:
+        return f"\\u{code:04x}" if code <= 0xFFFF else char
+    return char
+
+
+def of_char(char: str) -> CharClass:
+    return CharClass(frozenset(char))
+
+
+ANY = CharClass(negated=True)
+WHITESPACE = CharClass(frozenset(REGEX_WHITESPACE))
+LAYOUT = CharClass(frozenset(LAYOUT_WHITESPACE))
+DIGIT = CharClass(ranges=(("0", "9"),), approximate=True)  # (a subset of \d: ASCII digits)
+WORD = CharClass(frozenset("_"), (("0", "9"), ("A", "Z"), ("a", "z")), approximate=True)  # (of \w)
+
+
+def of_category(name: str, where: str) -> CharClass:
+    """A class for `\\s`, `\\S`, `\\d`, `\\w` that only holds characters the pattern's class holds."""
+    if name == "space":
+        return WHITESPACE
+    if name == "not_space":
+        return CharClass(WHITESPACE.chars, negated=True)
+    if name == "digit":
+        return DIGIT
+    if name == "word":
+        return WORD
+    raise GrammarError(where, f"the character class \\{'D' if name == 'not_digit' else 'W'} cannot be written")
+
+
+def union(classes: list[CharClass], negated: bool, where: str) -> CharClass:
+    """The union of classes (each positive), complemented when `negated`. A negated class must
+    be exact, so it may hold only explicit characters, ranges and `\\s`."""
+    chars: set[str] = set()
+    ranges: list[tuple[str, str]] = []
+    for cls in classes:
+        if cls.negated:
+            if negated or len(classes) > 1:
+                raise GrammarError(where, "a negated category inside a character class cannot be written")
+            return cls
+        chars |= cls.chars
+        ranges.extend(cls.ranges)
+    if negated and any(cls.approximate for cls in classes):
+        raise GrammarError(where, "a negated class of \\d or \\w cannot be written exactly")
+    return CharClass(frozenset(chars), tuple(ranges), negated, any(c.approximate for c in classes))

@@ -1,0 +1,461 @@
+"""Delimiters written by the grammar: literal lists and patterns, with captures filled in.
+
+A literal delimiter is written as one of its literals. A pattern is written as what it matches:
+its characters, classes, groups, alternatives and repeats become formats (a repeated class one
+regex format, `\\s` written as layout whitespace), and the named groups a tool call reads (the
+call's name) are written as their value:
+
+    <\\|tool_call>call:(?P<name>[^{<\\s]+)     with name=get_weather
+    ->  token(<|tool_call>) "call:get_weather"
+
+A value is written only where the pattern provably captures exactly it: the value matches the
+group's own pattern, and after a greedy class (`[^{<\\s]+`) the next character the grammar writes
+is outside that class (`Written.tail` carries the class to whatever follows the delimiter).
+Lookarounds are not written (what follows must satisfy them: the tests parse what the grammar
+accepts); a `^` or `\\A` at a pattern's start makes the delimiter one that only matches where the
+parser's text starts (`Written.at_start`). Anything else (back references, conditionals, `$`,
+`\\b`, classes that cannot be written exactly) is a GrammarError naming the delimiter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import regex
+
+from rtcompile.frontend import ir
+from rtcompile.runtime import regex_syntax as rs
+
+from . import charclass as C
+from . import formats as F
+from .errors import GrammarError
+from .spelling import Speller
+
+
+@dataclass(frozen=True)
+class Written:
+    """How the grammar writes one delimiter."""
+
+    format: F.Format
+    # The pattern starts with ^ or \A: it only matches where the parser's text starts.
+    at_start: bool = False
+    # A greedy capture ends the delimiter: what the grammar writes next must start outside it.
+    tail: C.CharClass | None = None
+    # Lookaheads were left out: what follows must satisfy them.
+    assumes: tuple[str, ...] = field(default=())
+
+
+def write_delimiter(delimiter: ir.Delimiter, speller: Speller, where: str, captures: dict | None = None) -> Written:
+    """How to write `delimiter`; `captures`: group name -> the text it must capture."""
+    if delimiter.literals is not None:
+        return Written(F.choice(*(speller.write(literal) for literal in delimiter.literals)))
+    return write_pattern(delimiter.pattern, speller, where, captures)
+
+
+def write_pattern(source: str, speller: Speller, where: str, captures: dict | None = None) -> Written:
+    """How to write what `source` matches; `captures`: group name -> the text it must capture, or
+    a function of the value's terminator returning the format that writes the value (a lazy
+    `(?P<value>.*?)` group, as in xml-inline tag patterns)."""
+    return _Converter(speller, captures or {}, parse(source, where), where).written()
+
+
+def parse(source: str, where: str) -> rs.Syntax:
+    syntax = rs.parse(source, regex.DOTALL)
+    if syntax is None:
+        raise GrammarError(where, "a pattern in a syntax only the regex module reads cannot be written")
+    return syntax
+
+
+def blocking_literals(delimiter: ir.Delimiter, where: str) -> tuple[str, ...]:
+    """Literals such that text holding none of them holds no match of `delimiter` (every match
+    holds one of them): what the text of a region must not contain so it does not close early."""
+    if delimiter.literals is not None:
+        return delimiter.literals
+    found = _blocking(parse(delimiter.pattern, where).root)
+    if found is None:
+        raise GrammarError(where, "the pattern can match without any fixed text: text before it cannot avoid it")
+    return tuple(dict.fromkeys(found))
+
+
+def _blocking(seq: rs.Seq) -> list[str] | None:
+    """One literal per way the sequence can match (the longest run of characters it must hold)."""
+    runs: list[str] = []
+    current: list[str] = []
+    alternatives: list[list[str]] = []
+    for node in _mandatory_items(seq):  # (None: a break between runs)
+        if isinstance(node, rs.Char):
+            current.append(node.char)
+            continue
+        if current:
+            runs.append("".join(current))
+            current = []
+        if isinstance(node, rs.Alternation):
+            branches = [_blocking(b) for b in node.branches]
+            if all(b is not None for b in branches):
+                alternatives.append([literal for b in branches for literal in b])
+    if current:
+        runs.append("".join(current))
+    if runs:
+        return [max(runs, key=len)]
+    if alternatives:
+        return min(alternatives, key=len)
+    return None
+
+
+def _mandatory_items(seq: rs.Seq) -> list:
+    """The sequence's items with mandatory groups (and positive lookaheads) opened up."""
+    out = []
+    for node in unfactored(seq.items):
+        if isinstance(node, rs.Group):
+            out.extend(_mandatory_items(node.body))
+        elif isinstance(node, rs.Look) and not node.behind and not node.negated:
+            out.extend(_mandatory_items(node.body))
+        elif isinstance(node, rs.Repeat) and node.min >= 1:
+            out.extend(_mandatory_items(node.body))
+            out.append(None)  # (what repeats may come again: a run ends here)
+        else:
+            out.append(node)
+    return out
+
+
+def name_of(converter: "_Converter", node: rs.Group) -> str:
+    return converter.names.get(node.index, "")
+
+
+class _Converter:
+    """Writes a parsed pattern. Each sequence is converted knowing what follows it in the
+    enclosing groups (`follow`), so a greedy capture is checked against the first characters of
+    everything that may come next; an alternative that fails the check is left out."""
+
+    def __init__(self, speller: Speller, captures: dict, syntax: rs.Syntax, where: str):
+        self.speller = speller
+        self.captures = captures
+        self.root = syntax.root
+        self.names = syntax.group_names
+        self.dotall = bool(syntax.flags & regex.DOTALL)
+        self.where = where
+        self.assumes: list[str] = []
+        self.tails: list[C.CharClass] = []
+
+    def written(self) -> Written:
+        items = list(self.root.items)
+        at_start = False
+        while items and isinstance(items[0], rs.Anchor) and items[0].kind in ("start", "start_string"):
+            at_start = True
+            items.pop(0)
+        body = self.sequence(items, [])
+        tail = C.union(self.tails, False, self.where) if self.tails else None
+        return Written(body, at_start=at_start, tail=tail, assumes=tuple(self.assumes))
+
+    def sequence(self, items: list, follow: list, before: str = "") -> F.Format:
+        """`before`: the text known to precede the sequence right before it ("" if unknown), which
+        a lookbehind is checked against."""
+        items = _optional_literals_distributed(unfactored(items))
+        out: list[F.Format] = []
+        text: list[str] = []
+        known = before
+        for index, node in enumerate(items):
+            rest = list(items[index + 1 :]) + follow
+            writer = self._capture_writer(node)
+            if writer is not None:
+                if text:
+                    out.append(self.speller.write("".join(text)))
+                    text = []
+                out.append(writer(self._terminator(node, rest)))
+                known = ""
+                continue
+            value = self._capture_value(node)
+            if isinstance(node, rs.Char) or value is not None:
+                text.append(node.char if value is None else value)
+                known += node.char if value is None else value
+                if value is not None and _is_lazy_any(node.body):
+                    terminator = self._terminator(node, rest)
+                    if (value + terminator).find(terminator) != len(value):
+                        raise GrammarError(self.where, f"the {name_of(self, node)!r} group cannot capture {value!r}")
+                elif value is not None:
+                    self._check_follow(self._greedy_tail(node.body), rest)
+                continue
+            written = self.node(node, rest, known)
+            if written == F.EMPTY and isinstance(node, rs.Look):
+                continue  # (a lookaround writes nothing: the known text stands)
+            if text:
+                out.append(self.speller.write("".join(text)))
+                text = []
+            out.append(written)
+            known = ""
+        if text:
+            out.append(self.speller.write("".join(text)))
+        return F.sequence(*out)
+
+    def _check_follow(self, tail: C.CharClass | None, rest: list) -> None:
+        if tail is None:
+            return
+        firsts, nullable = _firsts(rest, self.captures, self.names, self.dotall, self.where)
+        if any(not first.disjoint(tail) for first in firsts):
+            raise GrammarError(self.where, "a capture is followed by text its pattern could go on matching")
+        if nullable:
+            self.tails.append(tail)
+
+    def _capture_writer(self, node):
+        """A capture written by a function of its terminator (an xml-inline value), else None."""
+        if not isinstance(node, rs.Group) or node.index is None:
+            return None
+        writer = self.captures.get(self.names.get(node.index))
+        return writer if callable(writer) else None
+
+    def _terminator(self, node: rs.Group, rest: list) -> str:
+        """The literal that ends a lazily captured value: the first text every continuation starts
+        with (optional characters before it skipped), which the value must not contain."""
+        name = self.names.get(node.index)
+        if not _is_lazy_any(node.body):
+            raise GrammarError(self.where, f"the {name!r} group must be a lazy '.*?' to hold a written value")
+        literal = []
+        for item in rest:
+            if isinstance(item, rs.Char):
+                literal.append(item.char)
+                continue
+            if literal:
+                break
+            if _firsts([item], self.captures, self.names, self.dotall, self.where)[1]:
+                continue  # (a nullable item before the terminator: `\n?`)
+            break
+        terminator = "".join(literal)
+        if not terminator or _has_border(terminator):
+            raise GrammarError(self.where, f"nothing after the {name!r} group ends its value unambiguously")
+        return terminator
+
+    def _capture_value(self, node) -> str | None:
+        if not isinstance(node, rs.Group) or node.index is None:
+            return None
+        name = self.names.get(node.index)
+        if name not in self.captures:
+            return None
+        value = self.captures[name]
+        if not value or regex.fullmatch(rs.to_source(node.body), value, regex.DOTALL) is None:
+            raise GrammarError(self.where, f"the {name!r} group cannot capture {value!r}")
+        if not _is_lazy_any(node.body) and not _captures_exactly(node.body):
+            raise GrammarError(self.where, f"the {name!r} group's pattern cannot be written with a fixed value")
+        return value
+
+    def _greedy_tail(self, body: rs.Seq) -> C.CharClass | None:
+        items = body.items
+        if len(items) == 1 and isinstance(items[0], rs.Repeat):
+            return _class_of(items[0].body.items[0], self.dotall, self.where)
+        return None
+
+    def node(self, node, follow: list, known: str = "") -> F.Format:
+        if isinstance(node, rs.Group):
+            return self.sequence(list(node.body.items), follow, known)
+        if isinstance(node, rs.Alternation):
+            return self.alternation(node, follow, known)
+        if isinstance(node, rs.Repeat):
+            return self.repeat(node, follow)
+        if isinstance(node, rs.Look):
+            if node.behind:
+                literal = "".join(n.char for n in node.body.items) if all(isinstance(n, rs.Char) for n in node.body.items) else None
+                if literal is not None and known.endswith(literal) != node.negated:
+                    return F.EMPTY  # (what the grammar wrote right before decides it)
+                raise GrammarError(self.where, "a lookbehind that what is written before does not decide cannot be written")
+            self.assumes.append(rs.to_source(node))
+            return F.EMPTY
+        if isinstance(node, (rs.Anchor, rs.Backref, rs.Conditional, rs.Atomic)):
+            raise GrammarError(self.where, f"{rs.to_source(node)!r} in a pattern cannot be written")
+        return F.regex(_class_of(node, self.dotall, self.where).source())
+
+    def alternation(self, node: rs.Alternation, follow: list, known: str = "") -> F.Format:
+        written: list[F.Format] = []
+        first_error: GrammarError | None = None
+        for branch in node.branches:
+            tails, assumes = len(self.tails), len(self.assumes)
+            try:
+                written.append(self.sequence(list(branch.items), follow, known))
+            except GrammarError as error:  # (another alternative may do)
+                del self.tails[tails:], self.assumes[assumes:]
+                first_error = first_error or error
+        if not written:
+            raise first_error
+        return F.choice(*written)
+
+    def repeat(self, node: rs.Repeat, follow: list) -> F.Format:
+        items = node.body.items
+        if len(items) == 1 and _is_single_char(items[0]):
+            cls = _class_of(items[0], self.dotall, self.where)
+            if cls == C.WHITESPACE:
+                cls = C.LAYOUT
+            return F.regex(cls.source() + _quantifier(node.min, node.max))
+        # (a repeated body is followed by itself, then by what follows the repeat)
+        body = self.sequence(list(items), [node] + follow)
+        if (node.min, node.max) == (0, 1):
+            return F.optional(body)
+        if (node.min, node.max) == (0, None):
+            return F.star(body)
+        if (node.min, node.max) == (1, None):
+            return F.plus(body)
+        return F.repeat(body, node.min, node.max)
+
+
+def opener_firsts(delimiter: ir.Delimiter, where: str) -> list[C.CharClass]:
+    """The classes of the first characters an anchored opener matches after its leading
+    whitespace, positive lookaheads read as what follows."""
+    root = parse(delimiter.pattern, where).root
+    items = [n for n in root.items if not (isinstance(n, rs.Anchor) and n.kind in ("start", "start_string"))]
+    while items and isinstance(items[0], rs.Repeat) and items[0].min == 0 and _only_whitespace(items[0]):
+        items.pop(0)
+    opened = []
+    for node in items:
+        if isinstance(node, rs.Look) and not node.behind and not node.negated:
+            opened.extend(node.body.items)
+        else:
+            opened.append(node)
+    return _firsts(opened, {}, {}, True, where)[0]
+
+
+def _only_whitespace(node: rs.Repeat) -> bool:
+    items = node.body.items
+    if len(items) == 1 and isinstance(items[0], rs.CharSet) and not items[0].negated and len(items[0].items) == 1:
+        items = items[0].items
+    return len(items) == 1 and isinstance(items[0], rs.Category) and items[0].name == "space"
+
+
+def _optional_literals_distributed(items: list) -> list:
+    """`(?:L)?X`, where X holds a lookbehind, as `(?:LX|X)`: each alternative then knows the text
+    the lookbehind looks at (Mistral's `(?:\\[CALL_ID\\])?(?P<id>(?<=\\[CALL_ID\\])...|)`)."""
+    out: list = []
+    index = 0
+    while index < len(items):
+        node = items[index]
+        following = items[index + 1] if index + 1 < len(items) else None
+        if (
+            isinstance(node, rs.Repeat)
+            and (node.min, node.max) == (0, 1)
+            and node.body.items
+            and all(isinstance(n, rs.Char) for n in node.body.items)
+            and following is not None
+            and any(isinstance(n, rs.Look) and n.behind for n in rs.walk(following))
+        ):
+            out.append(rs.Alternation((rs.Seq(node.body.items + (following,)), rs.Seq((following,)))))
+            index += 2
+            continue
+        out.append(node)
+        index += 1
+    return out
+
+
+def unfactored(items) -> list:
+    """Items with the characters right before an alternative moved into each of its branches.
+
+    Python's parser factors a common prefix out of alternatives (`<\\|a\\|>|<\\|b\\|>` becomes
+    `<\\|(?:a\\|>|b\\|>)`); a control token must be whole to be written by its id."""
+    out: list = []
+    for node in items:
+        if isinstance(node, rs.Alternation):
+            run: list = []
+            while out and isinstance(out[-1], rs.Char):
+                run.insert(0, out.pop())
+            if run:
+                node = rs.Alternation(tuple(rs.Seq(tuple(run) + branch.items) for branch in node.branches))
+        out.append(node)
+    return out
+
+
+def _quantifier(low: int, high: int | None) -> str:
+    if (low, high) == (0, None):
+        return "*"
+    if (low, high) == (1, None):
+        return "+"
+    if (low, high) == (0, 1):
+        return "?"
+    return "{%d,%s}" % (low, "" if high is None else high)
+
+
+def _is_single_char(node) -> bool:
+    return isinstance(node, (rs.Char, rs.NotChar, rs.AnyChar, rs.CharSet, rs.Category))
+
+
+def _class_of(node, dotall: bool, where: str) -> C.CharClass:
+    if isinstance(node, rs.Char):
+        return C.of_char(node.char)
+    if isinstance(node, rs.NotChar):
+        return C.CharClass(frozenset(node.char), negated=True)
+    if isinstance(node, rs.AnyChar):
+        return C.ANY if dotall else C.CharClass(frozenset("\n"), negated=True)
+    if isinstance(node, rs.Category):
+        return C.of_category(node.name, where)
+    if isinstance(node, rs.CharSet):
+        parts = []
+        for item in node.items:
+            if isinstance(item, rs.Char):
+                parts.append(C.of_char(item.char))
+            elif isinstance(item, rs.Range):
+                parts.append(C.CharClass(ranges=((item.low, item.high),)))
+            else:
+                parts.append(C.of_category(item.name, where))
+        return C.union(parts, node.negated, where)
+    raise GrammarError(where, f"{rs.to_source(node)!r} is not a character class")
+
+
+def _is_lazy_any(body: rs.Seq) -> bool:
+    items = body.items
+    return (
+        len(items) == 1
+        and isinstance(items[0], rs.Repeat)
+        and items[0].mode == "lazy"
+        and items[0].min == 0
+        and items[0].max is None
+        and len(items[0].body.items) == 1
+        and isinstance(items[0].body.items[0], rs.AnyChar)
+    )
+
+
+def _has_border(text: str) -> bool:
+    """Whether a proper prefix of `text` is also its suffix (then a value ending in that prefix
+    would move where the terminator is found)."""
+    return any(text[:size] == text[-size:] for size in range(1, len(text)))
+
+
+def _captures_exactly(body: rs.Seq) -> bool:
+    """Whether a group's pattern, given a value it matches in full, captures exactly that value
+    when followed by a character outside its class: one repeated class (greedy), or literals."""
+    items = body.items
+    if all(isinstance(item, rs.Char) for item in items):
+        return True
+    return len(items) == 1 and isinstance(items[0], rs.Repeat) and _is_single_char(items[0].body.items[0]) and (
+        len(items[0].body.items) == 1 and items[0].mode != "lazy"
+    )
+
+
+def _firsts(items: list, captures: dict, names: dict, dotall: bool, where: str) -> tuple[list[C.CharClass], bool]:
+    """The classes the text of `items` can start with, and whether it can be empty."""
+    out: list[C.CharClass] = []
+    for node in items:
+        classes, nullable = _node_firsts(node, captures, names, dotall, where)
+        out.extend(classes)
+        if not nullable:
+            return out, False
+    return out, True
+
+
+def _node_firsts(node, captures: dict, names: dict, dotall: bool, where: str) -> tuple[list[C.CharClass], bool]:
+    if isinstance(node, rs.Group):
+        name = names.get(node.index) if node.index is not None else None
+        if name in captures and captures[name]:
+            return [C.of_char(captures[name][0])], False
+        return _firsts(list(node.body.items), captures, names, dotall, where)
+    if isinstance(node, rs.Alternation):
+        out: list[C.CharClass] = []
+        nullable = False
+        for branch in node.branches:
+            if branch.items and isinstance(branch.items[0], rs.Look) and branch.items[0].behind:
+                continue  # (never written; a lookbehind of what the grammar writes cannot hold there)
+            classes, empty = _firsts(list(branch.items), captures, names, dotall, where)
+            out.extend(classes)
+            nullable |= empty
+        return out, nullable
+    if isinstance(node, rs.Repeat):
+        classes, empty = _firsts(list(node.body.items), captures, names, dotall, where)
+        return classes, empty or node.min == 0
+    if isinstance(node, (rs.Look, rs.Anchor)):
+        return [], True
+    if _is_single_char(node):
+        return [_class_of(node, dotall, where)], False
+    return [C.ANY], False  # (anything else is refused when written)

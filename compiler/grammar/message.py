@@ -1,0 +1,279 @@
+"""The whole output as the grammar writes it: where the prompt left the parser, then reasoning,
+content and tool calls in the order the request allows.
+
+The parser's own rules decide the shape. Outside every region, text goes to the implicit field
+(content) and any field's opener opens its region; inside a region only its closer counts; the
+output's end closes whatever region is open. So:
+
+- with an implicit field, `auto` and `none` are a loop of free content and regions (loops.py);
+- without one (gpt-oss: text outside regions is dropped), a loop of regions, each optionally
+  preceded by the start anchor (how such formats begin each part of a message);
+- `required` and a named tool: reasoning first where the template has it (free, never
+  suppressed), content that opens no region, the calls (with the implicit field's own markers,
+  kimi's and DeepSeek's call sections, around them), and content after them;
+  `parallel_tool_calls=False` allows one call (and a list of one);
+- an opener anchored at the parser's start (`^\\s*(?=\\[...)`, Llama's pythonic calls) comes
+  first or never: content is kept from starting like it.
+
+A region's closer is written unless it is a stop token (the output ends there) or a lookahead that
+the next call's opener satisfies (calls then follow one another directly).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rtcompile.frontend import facts, ir
+
+from . import formats as F
+from .calls import CallWriter, closing
+from .delimiters import blocking_literals, opener_firsts, write_delimiter
+from .errors import GrammarError
+from .request import Request
+from .spelling import Speller
+
+REASONING = "reasoning_content"
+TOOL_CALLS = "tool_calls"
+TEXT_PARSERS = ("text",)
+LAYOUT = F.regex("[ \\t\\n\\r]*")
+
+
+@dataclass(frozen=True)
+class Region:
+    """A region as written: `closed` with its closer (None when the closer is never written),
+    `open_end` without it, ending the output."""
+
+    closed: F.Format | None
+    open_end: F.Format
+
+
+class MessageWriter:
+    def __init__(self, template: ir.Template, speller: Speller, request: Request):
+        self.template = template
+        self.speller = speller
+        self.request = request
+        self.implicit = template.fields[template.implicit] if template.implicit is not None else None
+        self.reasoning = facts.field_named(template, REASONING)
+        self.call_field = facts.field_named(template, TOOL_CALLS)
+        self.calls: CallWriter | None = None
+        self.tools: tuple = ()
+        if self.call_field is not None and request.callable:
+            self.calls = CallWriter(self.call_field, speller)
+            self.tools = self.calls.callable_tools(request.callable)
+            if not self.tools:
+                raise GrammarError(f"fields.{self.call_field.name}", "names no tool of the request")
+        elif request.forced:
+            raise GrammarError("fields", f"the template has no {TOOL_CALLS!r} field to write calls in")
+        for field in template.fields:
+            if not field.optional:
+                raise GrammarError(f"fields.{field.name}", "a required field cannot be guaranteed by the grammar")
+
+    # ---- the whole output
+
+    def output(self, open_field: str | None, at_start: bool = True) -> F.Format:
+        """The output after a prompt that left `open_field` open (None: outside every region);
+        `at_start`: the prompt left nothing after its start anchor (a `^` opener can still match)."""
+        outside = open_field is None or (self.implicit is not None and open_field == self.implicit.name)
+        if self.call_field is not None and self._calls_at_start():
+            if not (outside and at_start):
+                if self.request.forced:
+                    raise GrammarError(f"fields.{self.call_field.name}.open", "calls open only where the output starts, and the prompt leaves text there")
+                self.calls = None  # (the opener can no longer match: no call, whatever follows)
+            elif self.request.forced:
+                return self.call_block()
+            else:
+                return self.at_start_output()
+        if outside:
+            return self.body(reasoning_done=False)
+        return self.rest_of_region(facts.field_named(self.template, open_field))
+
+    def rest_of_region(self, field: ir.Field) -> F.Format:
+        """The prompt opened `field`: the rest of its text, its closer, then the rest."""
+        where = f"fields.{field.name}"
+        if field is self.call_field or field.content.parser not in TEXT_PARSERS:
+            raise GrammarError(where, "the prompt leaves this region open: the grammar cannot finish it")
+        close = closing(field.close, self.speller, f"{where}.close")
+        rest = self.free_text(close.blocking, after_token=True)
+        if close.written is None:
+            if self.request.forced:
+                raise GrammarError(where, "the prompt opens a region only the output's end closes")
+            return rest
+        tail = F.sequence(close.written, self.body(reasoning_done=field is self.reasoning))
+        return F.sequence(rest, tail if self.request.forced else F.optional(tail))
+
+    def body(self, reasoning_done: bool) -> F.Format:
+        if self.request.forced:
+            return self.forced(reasoning_done)
+        from .loops import region_loop, triggered_loop
+
+        if self.implicit is None:
+            return region_loop(self)
+        return triggered_loop(self, with_calls=True)
+
+    # ---- calls that open only where the parser's text starts
+
+    def _calls_at_start(self) -> bool:
+        field = self.call_field
+        return write_delimiter(field.open, self.speller, f"fields.{field.name}.open").at_start
+
+    def at_start_output(self) -> F.Format:
+        """The calls first, or content that cannot start like their opener."""
+        where = f"fields.{self.call_field.name}.open"
+        if self.implicit is None:
+            raise GrammarError(where, "calls that open only at the start need a content field beside them")
+        from .loops import triggered_loop
+
+        calls = self.calls
+        self.calls = None  # (the loop after the start holds no call)
+        guard = F.regex(opening_guard(self.call_field.open, where))
+        content = F.optional(F.sequence(guard, triggered_loop(self, with_calls=False, text_only=True)))
+        if calls is None:
+            return content
+        self.calls = calls
+        return F.choice(self.call_block(), content)
+
+    # ---- required / named
+
+    def forced(self, reasoning_done: bool) -> F.Format:
+        """Reasoning (free), content that opens no region, the calls, content after them."""
+        lead = LAYOUT if self.implicit is not None else F.EMPTY
+        if self.reasoning is not None and not reasoning_done:
+            region = self.text_region(self.reasoning)
+            if region is not None and region.closed is not None:
+                lead = F.sequence(lead, F.optional(F.sequence(self.glue(), region.closed)))
+        before = after = F.EMPTY
+        if self.implicit is not None:
+            openers = self.opener_texts()
+            before = F.optional(self.free_text(openers, after_token=not _ends_in_text(lead)))
+            after = F.optional(F.sequence(self.markers(), self.free_text(openers, after_token=False)))
+        closed, open_end = self.call_blocks()
+        calls = F.choice(F.sequence(closed, after), open_end) if closed is not None else open_end
+        return F.sequence(lead, before, self.markers(), self.glue(), calls)
+
+    def opener_texts(self) -> tuple[str, ...]:
+        """Text free content must not hold so that it opens no region: every opener's necessary
+        literal, and the text it starts with (free text that could also be the start of a region
+        keeps xgrammar's matcher from following the region)."""
+        from .loops import opener_starts
+
+        out: list[str] = []
+        for field in self.template.fields:
+            if field.open is not None:
+                out.extend(blocking_literals(field.open, f"fields.{field.name}.open"))
+                out.extend(opener_starts(self, field))
+        return tuple(dict.fromkeys(out))
+
+    def call_block(self) -> F.Format:
+        """At least one call, the last one closed or ended by the output's end."""
+        closed, open_end = self.call_blocks()
+        return F.choice(closed, open_end) if closed is not None else open_end
+
+    def call_blocks(self) -> tuple[F.Format | None, F.Format]:
+        """The calls of a forced request (or of an opener only at the start), at least one: ending
+        with a written closer (None where closers are never written), and ending with the output's
+        end (the last call's closer left to it)."""
+        calls = self.calls
+        parallel = self.request.parallel
+        high = None if parallel else 1
+        if calls.shape.each:
+            closed = calls.region(self.tools, 1, high) if calls.closing.written is not None else None
+            return closed, calls.region(self.tools, 1, high, closed=False)
+        one_closed = calls.region(self.tools)
+        one_open = calls.region(self.tools, closed=False)
+        if calls.closing.written is None:
+            if parallel and self._calls_follow_directly():
+                return None, F.sequence(one_open, F.star(one_open))
+            return None, one_open
+        if not parallel:
+            return one_closed, one_open
+        earlier = F.star(F.sequence(one_closed, self.markers(), self.glue()))
+        return F.sequence(earlier, one_closed), F.sequence(earlier, one_open)
+
+    def _calls_follow_directly(self) -> bool:
+        """Whether a call's lookahead closer is satisfied by the next call's opener."""
+        calls = self.calls
+        opener = blocking_literals(calls.field.open, f"fields.{calls.field.name}.open")
+        return any(any(o.startswith(b) or b.startswith(o) for o in opener) for b in calls.closing.by_next)
+
+    def markers(self) -> F.Format:
+        """Layout whitespace and the implicit field's closers that are no stop tokens (call
+        sections): what may stand around calls outside every region."""
+        if self.implicit is None:
+            return F.EMPTY
+        close = closing(self.implicit.close, self.speller, f"fields.{self.implicit.name}.close")
+        if close.written is None:
+            return LAYOUT
+        return F.sequence(LAYOUT, F.star(F.sequence(close.written, LAYOUT)))
+
+    def glue(self) -> F.Format:
+        """What may come between regions where text outside regions is dropped: the start anchor,
+        which such formats write before each part of a message."""
+        if self.implicit is not None:
+            return F.EMPTY
+        anchors = facts.delimiter_literals(self.template.start_anchor)
+        if not anchors:
+            return F.EMPTY
+        return F.optional(F.choice(*(self.speller.write(a) for a in anchors)))
+
+    # ---- regions
+
+    def text_region(self, field: ir.Field) -> Region | None:
+        """A region of a text field, or None for a field the grammar never opens."""
+        if field.open is None or field.content.parser not in TEXT_PARSERS or field.transform_each:
+            return None
+        where = f"fields.{field.name}"
+        opener = write_delimiter(field.open, self.speller, f"{where}.open")
+        close = closing(field.close, self.speller, f"{where}.close")
+        text = self.free_text(close.blocking, after_token=not _ends_in_text(opener.format))
+        body = F.sequence(opener.format, text)
+        return Region(F.sequence(body, close.written) if close.written is not None else None, body)
+
+    def call_region(self) -> Region:
+        """The call field's region for the loops: one call, or a list (transform_each)."""
+        calls = self.calls
+        high = None if self.request.parallel else 1
+        if calls.shape.each:
+            body = calls.region(self.tools, 1, high, closed=False)
+        else:
+            body = calls.region(self.tools, closed=False)
+        closed = calls.region(self.tools, 1, high) if calls.shape.each else calls.region(self.tools)
+        return Region(closed if calls.closing.written is not None else None, body)
+
+    def call_tail(self) -> F.Format:
+        """The calls that end the output (after content): as `call_block`."""
+        return self.call_block()
+
+    def free_text(self, blocking: tuple[str, ...], after_token: bool) -> F.Format:
+        """Any text holding none of `blocking`. Read token by token (`any_tokens`, excluding
+        ids: the spelled-out tokens stay text, as the parser reads them) where each holds a control
+        token and the text starts at a token boundary (`after_token`), else character by character
+        (`any_text`, which excludes ids and spellings alike)."""
+        ids = self.speller.excluded_ids(list(blocking))
+        if after_token and ids is not None and self.speller.control:
+            return F.any_tokens(ids)
+        return F.any_text(blocking)
+
+
+def _ends_in_text(fmt: F.Format) -> bool:
+    """Whether a format may end inside a token: anything but a control token last."""
+    if fmt == F.EMPTY:
+        return False
+    if fmt.get("type") == "sequence":
+        return _ends_in_text(fmt["elements"][-1])
+    if fmt.get("type") == "or":
+        return any(_ends_in_text(e) for e in fmt["elements"])
+    if fmt.get("type") == "optional":
+        return _ends_in_text(fmt["content"])
+    return fmt.get("type") != "token"
+
+
+def opening_guard(delimiter: ir.Delimiter, where: str) -> str:
+    """A regex class of the first characters content may start with so that an opener anchored
+    at the start (`^\\s*(?:<\\|python_tag\\|>\\s*)?(?=\\{...)`) cannot match there: no
+    whitespace, and none of the characters the opener goes on with (its lookahead included)."""
+    from .charclass import WHITESPACE, union
+
+    classes = opener_firsts(delimiter, where)
+    if any(cls.negated for cls in classes):
+        raise GrammarError(where, "the opener may start with almost anything: content cannot avoid it")
+    return union([WHITESPACE, *classes], True, where).source()

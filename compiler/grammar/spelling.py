@@ -1,0 +1,91 @@
+"""How the grammar writes delimiter text: control tokens by their ids, everything else as text.
+
+With a tokenizer, a control token (the interpreter's: special tokens and the added tokens the chat
+template writes, `rtcompile.runtime.token_ids`) is a delimiter only when the model generated its
+id; so every control-token spelling inside a delimiter becomes a `token` format, and the same
+spelling in text the grammar writes is never a `const_string` (which xgrammar's matcher would also
+accept spelled out in ordinary tokens). Without a tokenizer every delimiter is text.
+
+Stop tokens end the output: xgrammar allows them wherever the grammar may end and never as an
+element, so a delimiter that is only a stop token is never written; the grammar ends there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import regex
+
+from . import formats as F
+
+
+class Speller:
+    """`control`: control-token spelling -> id; `stops`: the spellings of the stop tokens."""
+
+    def __init__(self, control: dict[str, int], stops: frozenset[str]):
+        self.control = control
+        self.stops = stops
+        ordered = sorted(control, key=len, reverse=True)
+        self._split = regex.compile("(" + "|".join(map(regex.escape, ordered)) + ")") if ordered else None
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: Any, stop_tokens: Any = None) -> "Speller":
+        if tokenizer is None:
+            stops = frozenset(s for s in (stop_tokens or ()) if isinstance(s, str))
+            return cls({}, stops)
+        from rtcompile.runtime.token_ids import profile_for
+
+        profile = profile_for(tokenizer)
+        control = {spelling: token_id for token_id, spelling in profile.control_ids.items()}
+        return cls(control, _stop_spellings(tokenizer, stop_tokens))
+
+    def pieces(self, text: str) -> list[str | int]:
+        """`text` cut into text pieces and control-token ids, in order."""
+        if self._split is None:
+            return [text] if text else []
+        out: list[str | int] = []
+        for index, part in enumerate(self._split.split(text)):
+            if index % 2:
+                out.append(self.control[part])
+            elif part:
+                out.append(part)
+        return out
+
+    def write(self, text: str) -> F.Format:
+        """The format that writes exactly `text` as the parser must see it."""
+        return F.sequence(*(F.token(p) if isinstance(p, int) else F.const(p) for p in self.pieces(text)))
+
+    def first_id(self, text: str) -> int | None:
+        """The id of the control token `text` starts with, if any."""
+        pieces = self.pieces(text)
+        return pieces[0] if pieces and isinstance(pieces[0], int) else None
+
+    def is_stop(self, text: str) -> bool:
+        return text in self.stops
+
+    def excluded_ids(self, literals: list[str]) -> list[int] | None:
+        """Ids that keep free text from forming any of `literals` when free text is written as
+        tokens (each literal holds a control token: excluding its id is enough), else None."""
+        ids = []
+        for literal in literals:
+            first = next((p for p in self.pieces(literal) if isinstance(p, int)), None)
+            if first is None:
+                return None
+            ids.append(first)
+        return ids
+
+
+def _stop_spellings(tokenizer: Any, stop_tokens: Any) -> frozenset[str]:
+    """The spellings of the stop tokens: those given (ids or spellings), else the tokenizer's
+    end-of-sequence token."""
+    if stop_tokens is None:
+        stop_tokens = [tokenizer.eos_token_id] if getattr(tokenizer, "eos_token_id", None) is not None else []
+    out = set()
+    for stop in stop_tokens:
+        if isinstance(stop, str):
+            out.add(stop)
+        elif isinstance(stop, int):
+            spelling = tokenizer.convert_ids_to_tokens(stop)
+            if isinstance(spelling, str):
+                out.add(spelling)
+    return frozenset(out)

@@ -1,0 +1,367 @@
+"""Argument values written by the grammar, typed by the tool's JSON schema.
+
+Three writers, one per way a content parser reads values:
+
+- `JsonWriter`: JSON in a content parser's dialect, written from the schema: standard JSON strings
+  with JSON's escapes but no `\\u` (python-call-list refuses lone surrogates), or strings between
+  custom delimiters (json's `string_delims`) and bare keys (`unquoted_keys`). Integers stay within
+  what every reader takes (|n| < 2**53), numbers have no exponent (no overflow to infinity).
+- `raw_value`: the text of an xml-inline or kv-lines value that the interpreter casts with the
+  tool's schema (`_coerce`): an integer as digits, a boolean as true/false, an object as JSON text,
+  a string as free text that does not contain the value's terminator.
+- Standard JSON content goes to xgrammar's own `json_schema` format instead (see calls.py).
+
+A schema keyword that a writer cannot enforce is a GrammarError naming the tool and the keyword:
+the grammar never accepts arguments the schema rejects.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import formats as F
+from .errors import GrammarError
+
+# Keywords that say nothing about validity (or only about what the writers never write).
+_ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly"}
+_HANDLED = {"type", "enum", "const", "properties", "required", "additionalProperties", "items", "anyOf", "nullable"}
+_TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
+
+INTEGER = r"-?(0|[1-9][0-9]{0,14})"  # (below 2**53 in magnitude: 15 digits at most)
+NUMBER = r"-?(0|[1-9][0-9]{0,14})(\.[0-9]{1,15})?"
+BOOLEAN_WORDS = ("true", "false")
+
+
+def standard_schema(schema: Any) -> Any:
+    """The schema as JSON Schema proper, for xgrammar's json_schema format: OpenAPI's `nullable`
+    (what transformers' get_json_schema writes for Optional parameters, and what the interpreter
+    reads as "null" allowed) becomes a "null" type."""
+    if isinstance(schema, list):
+        return [standard_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: standard_schema(value) for key, value in schema.items() if key != "nullable"}
+    if "properties" in schema and isinstance(schema["properties"], dict):
+        out["properties"] = {key: standard_schema(value) for key, value in schema["properties"].items()}
+    if schema.get("nullable") is True:
+        declared = out.get("type")
+        if isinstance(declared, str):
+            out["type"] = [declared, "null"] if declared != "null" else "null"
+        elif isinstance(declared, list):
+            out["type"] = declared if "null" in declared else [*declared, "null"]
+        else:
+            out = {"anyOf": [out, {"type": "null"}]}
+        if "enum" in out and None not in out["enum"]:
+            out["enum"] = [*out["enum"], None]
+    return out
+
+
+def schema_types(schema: Any, where: str) -> tuple[str, ...]:
+    """The types a schema allows (all of them for an untyped schema)."""
+    if not isinstance(schema, dict):
+        if schema is True:
+            return _TYPES
+        raise GrammarError(where, f"a schema must be an object, got {schema!r}")
+    unknown = set(schema) - _HANDLED - _ANNOTATIONS
+    if unknown:
+        raise GrammarError(where, f"the schema keyword {sorted(unknown)[0]!r} cannot be enforced in this format")
+    declared = schema.get("type", list(_TYPES))
+    types = [declared] if isinstance(declared, str) else list(declared)
+    if schema.get("nullable") and "null" not in types:
+        types.append("null")
+    for name in types:
+        if name not in _TYPES:
+            raise GrammarError(where, f"unknown type {name!r}")
+    return tuple(types)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How a JSON-like content parser spells strings and keys."""
+
+    # (open, close) of the strings the grammar writes; None: standard JSON strings.
+    string_delims: tuple[str, str] | None = None
+    unquoted_keys: bool = False
+    # Strings no written string may contain (the region's closer, control tokens...).
+    excludes: tuple[str, ...] = ()
+    # python-call-list: strings in either quote, Python's True/False/None beside JSON's words.
+    python: bool = False
+
+
+class JsonWriter:
+    """Writes JSON values valid against a schema, in a dialect."""
+
+    def __init__(self, dialect: Dialect, write_text: Callable[[str], F.Format]):
+        self.dialect = dialect
+        self.write_text = write_text  # (literal text as the speller writes it: control tokens by id)
+
+    def value(self, schema: Any, where: str) -> F.Format:
+        if isinstance(schema, dict) and "anyOf" in schema:
+            rest = {k: v for k, v in schema.items() if k != "anyOf"}
+            return F.choice(*(self.value({**rest, **branch}, where) for branch in schema["anyOf"]))
+        if schema is True or schema == {} or (isinstance(schema, dict) and set(schema) <= _ANNOTATIONS):
+            return self.any_value("value")
+        types = schema_types(schema, where)
+        if isinstance(schema, dict) and ("enum" in schema or "const" in schema):
+            values = schema["enum"] if "enum" in schema else [schema["const"]]
+            return F.choice(*(self.literal(v, where) for v in values if _type_of(v) in types or _int_as_number(v, types)))
+        return F.choice(*(self.typed(name, schema if isinstance(schema, dict) else {}, where) for name in types))
+
+    def typed(self, name: str, schema: dict, where: str) -> F.Format:
+        if name == "object":
+            if "properties" not in schema and schema.get("additionalProperties", True) is not False:
+                return self.any_value("object")
+            return self.object(schema, where)
+        if name == "array":
+            if "items" not in schema:
+                return self.any_value("array")
+            items = schema.get("items", True)
+            item = self.value(items, f"{where}.items")
+            return F.sequence(F.const("["), F.optional(F.sequence(item, F.star(F.sequence(COMMA, item)))), F.const("]"))
+        if name == "string":
+            return self.string()
+        if name == "integer":
+            return F.regex(INTEGER)
+        if name == "number":
+            return F.regex(NUMBER)
+        if name == "boolean":
+            return F.choice(*(F.const(w) for w in (("true", "false", "True", "False") if self.dialect.python else ("true", "false"))))
+        return F.choice(F.const("null"), F.const("None")) if self.dialect.python else F.const("null")
+
+    def object(self, schema: dict, where: str) -> F.Format:
+        properties = schema.get("properties", {})
+        required = set(schema.get("required", []))
+        if not isinstance(properties, dict) or not required <= set(properties):
+            raise GrammarError(where, "every required property must be declared in 'properties'")
+        members = {key: (self.member(key, sub, f"{where}.{key}"), key in required) for key, sub in properties.items()}
+        orders = [list(members)]
+        if sorted(members) != orders[0]:  # (chat templates that sort keys, Gemma's among them)
+            orders.append(sorted(members))
+        return F.choice(*(F.sequence(F.const("{"), ordered_members([members[k] for k in order], COMMA), F.const("}")) for order in orders))
+
+    def member(self, key: str, schema: Any, where: str) -> F.Format:
+        return F.sequence(self._key(key), F.regex(": ?"), self.value(schema, where))
+
+    def string(self) -> F.Format:
+        """A string that holds no excluded text (the region's closer, spelled out or as a control
+        token's id): its characters avoid each excluded text's first two characters in a row."""
+        avoided = self.dialect.excludes
+        if self.dialect.string_delims is not None:
+            opening, closing = self.dialect.string_delims
+            # (the interpreter refuses text holding its sentinels \x01 and \x02)
+            body = _avoiding((*avoided, closing), "\x01\x02", None)
+            return F.sequence(self.write_text(opening), F.regex(body), self.write_text(closing))
+        double = '"' + _avoiding(avoided, '"\\', '"') + '"'
+        if not self.dialect.python:
+            return F.regex(double)
+        single = "'" + _avoiding(avoided, "'\\", "'") + "'"
+        return F.choice(F.regex(double), F.regex(single))
+
+    def any_value(self, kind: str) -> F.Format:
+        """Any value of `kind` ("object", "array"; "value": any) in the dialect: an EBNF
+        grammar, since values nest without bound."""
+        firsts = "".join(sorted({text[0] for text in self.dialect.excludes if text}))
+        strings = ['"\\"" dchar* "\\""']
+        if self.dialect.python:
+            strings.append("\"'\" schar* \"'\"")
+        if self.dialect.string_delims is not None:
+            opening, closing = self.dialect.string_delims
+            body = "[^" + _class_chars(firsts + closing[0] + "\x01\x02") + "]*"
+            strings.append(f"{_ebnf(self.write_text(opening))} {body} {_ebnf(self.write_text(closing))}")
+        words = ["true", "false", "null"] + (["True", "False", "None"] if self.dialect.python else [])
+        key = "string | [A-Za-z_] [A-Za-z0-9_]*" if self.dialect.unquoted_keys else "string"
+        rules = [
+            f"root ::= {kind}",
+            "value ::= object | array | string | number | " + " | ".join(f'"{w}"' for w in words),
+            'object ::= "{" ws ( member ( ws "," ws member )* )? ws "}"',
+            f'member ::= key ws ":" ws value',
+            f"key ::= {key}",
+            'array ::= "[" ws ( value ( ws "," ws value )* )? ws "]"',
+            "string ::= " + " | ".join(strings),
+            'dchar ::= [^' + _class_chars(firsts + '"\\') + '\\u0000-\\u001f] | "\\\\" ["\\\\/bfnrt]',
+            "schar ::= [^" + _class_chars(firsts + "'\\") + "\\u0000-\\u001f] | \"\\\\\" ['\"\\\\/bfnrt]",
+            'number ::= "-"? ("0" | [1-9] [0-9]{0,14}) ("." [0-9]{1,15})?',
+            "ws ::= [ ]?",
+        ]
+        return {"type": "grammar", "grammar": "\n".join(rules) + "\n"}
+
+    def literal(self, value: Any, where: str) -> F.Format:
+        """A constant (enum or const) written in the dialect."""
+        if isinstance(value, str):
+            if self.dialect.string_delims is not None:
+                opening, closing = self.dialect.string_delims
+                if closing in value or "\x01" in value or "\x02" in value:
+                    raise GrammarError(where, f"the value {value!r} cannot be written between {closing!r}")
+                return F.sequence(self.write_text(opening), F.const(value), self.write_text(closing))
+            if self.dialect.python:
+                return F.choice(F.const(json.dumps(value)), F.const(_single_quoted(value)))
+            return F.const(json.dumps(value))
+        if isinstance(value, bool) or value is None:
+            if self.dialect.python:
+                return F.choice(F.const(json.dumps(value)), F.const(repr(value)))
+            return F.const(json.dumps(value))
+        if isinstance(value, (int, float)):
+            return F.const(json.dumps(value))
+        if isinstance(value, list):
+            return F.sequence(F.const("["), _joined([self.literal(v, where) for v in value]), F.const("]"))
+        if isinstance(value, dict):
+            parts = [F.sequence(self._key(k), F.const(":"), self.literal(v, where)) for k, v in value.items()]
+            return F.sequence(F.const("{"), _joined(parts), F.const("}"))
+        raise GrammarError(where, f"the constant {value!r} cannot be written")
+
+    def _key(self, key: str) -> F.Format:
+        if self.dialect.unquoted_keys and key.isidentifier() and key.isascii():
+            return F.const(key)
+        return F.const(json.dumps(key))
+
+
+def _avoiding(words: tuple[str, ...], excluded: str, quote: str | None) -> str:
+    """A regex of text holding none of `words` nor any character of `excluded` (with JSON's
+    escapes where `quote` is a quote, control characters refused): each word's first character
+    may appear, but never followed by its second (one-character words are refused outright)."""
+    control = "\\u0000-\\u001f" if quote is not None else ""
+    singles = {w for w in words if len(w) == 1}
+    seconds: dict[str, set[str]] = {}
+    for word in words:
+        if len(word) > 1:
+            seconds.setdefault(word[0], set()).add(word[1])
+    firsts = "".join(sorted(seconds))
+    plain = "[^" + _class_chars(excluded + "".join(sorted(singles)) + firsts) + control + "]"
+    escape = ("\\\\[" + _class_chars(quote + '\\/bfnrt' + ("'" if quote == "'" else "")) + "]") if quote else None
+    units = [plain] + ([escape] if escape else [])
+    for first, banned in sorted(seconds.items()):
+        after = "[^" + _class_chars(excluded + "".join(sorted(singles)) + firsts + "".join(sorted(banned))) + control + "]"
+        units.append(_class_chars(first) + "+" + (f"(?:{after}|{escape})" if escape else after))
+    trailing = "".join(f"{_class_chars(first)}*" for first in sorted(seconds)[:1])
+    return "(?:" + "|".join(units) + ")*" + trailing
+
+
+def _single_quoted(text: str) -> str:
+    """A Python-style single-quoted literal with JSON's escapes (what python-call-list reads)."""
+    body = json.dumps(text)[1:-1].replace('\\"', '"').replace("'", "\\'")
+    return "'" + body + "'"
+
+
+def _ebnf(fmt: F.Format) -> str:
+    """A format of literal pieces (text, control tokens) as an EBNF sequence."""
+    parts = fmt["elements"] if fmt.get("type") == "sequence" else [fmt]
+    out = []
+    for part in parts:
+        if part.get("type") == "token":
+            out.append(f"Token({part['token']})")
+        else:
+            out.append(json.dumps(part["value"]))
+    return " ".join(out)
+
+
+def _class_chars(chars: str) -> str:
+    """Characters escaped for a regex class."""
+    out = []
+    for char in dict.fromkeys(chars):
+        code = ord(char)
+        if char in "\\]^-[":
+            out.append("\\" + char)
+        elif code < 0x20 or code >= 0x7F:
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else char)
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _joined(parts: list[F.Format]) -> F.Format:
+    out: list[F.Format] = []
+    for index, part in enumerate(parts):
+        if index:
+            out.append(F.const(","))
+        out.append(part)
+    return F.sequence(*out)
+
+
+# A separator as chat templates write it (JSON's ", " of Python's json.dumps, or compact).
+COMMA = F.regex(", ?")
+
+
+def ordered_members(members: list[tuple[F.Format, bool]], separator: F.Format, index: int = 0, first: bool = True) -> F.Format:
+    """Members from `index` on, in order, optional ones optional, `separator` between two."""
+    if index == len(members):
+        return F.EMPTY
+    member, required = members[index]
+    if not first:
+        written = F.sequence(separator, member)
+        rest = ordered_members(members, separator, index + 1, first=False)
+        return F.sequence(written if required else F.optional(written), rest)
+    present = F.sequence(member, ordered_members(members, separator, index + 1, first=False))
+    if required:
+        return present
+    return F.choice(present, ordered_members(members, separator, index + 1, first=True))
+
+
+def _type_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _int_as_number(value: Any, types: tuple[str, ...]) -> bool:
+    return _type_of(value) == "integer" and "number" in types
+
+
+# ---- raw values: xml-inline and kv-lines text cast by the schema ------------------------------------
+
+
+def raw_value(schema: Any, text: Callable[[], F.Format], where: str) -> F.Format:
+    """The text of a value the interpreter casts with `schema` into a valid argument; `text()`: free
+    text for a string (its terminator excluded by the caller)."""
+    types = schema_types(schema, where)
+    cast_types = cast_order(schema)
+    if isinstance(schema, dict) and ("enum" in schema or "const" in schema):
+        values = schema["enum"] if "enum" in schema else [schema["const"]]
+        return F.choice(*(_raw_literal(v, cast_types, where) for v in values))
+    if "string" in types:
+        if "object" in types or "array" in types:
+            raise GrammarError(where, "a string that may also be an object or array cannot be written as text")
+        # Text that a type listed beside "string" takes becomes that type; any other text stays a
+        # string: every text is then a valid value.
+        return text()
+    written = []
+    for name in types:
+        if name == "integer":
+            written.append(F.regex(INTEGER))
+        elif name == "number":
+            written.append(F.regex(NUMBER))
+        elif name == "boolean":  # (the cast lowercases: chat templates write Python's True too)
+            written.append(F.choice(*(F.const(word) for word in ("true", "false", "True", "False"))))
+        elif name == "null":
+            written.append(F.choice(F.const("null"), F.const("None")))
+        else:  # object, array: json.loads of the text
+            sub = {"type": name, **{k: v for k, v in (schema if isinstance(schema, dict) else {}).items() if k not in ("type", "nullable")}}
+            written.append(F.json_schema(standard_schema(sub)))
+    return F.choice(*written)
+
+
+def cast_order(schema: Any) -> tuple[str, ...]:
+    """The types the interpreter casts a text value by, in its order."""
+    from rtcompile.runtime.coerce import schema_types as runtime_schema_types
+
+    return runtime_schema_types(schema)
+
+
+def _raw_literal(value: Any, cast_types: tuple[str, ...], where: str) -> F.Format:
+    """An enum member written as text that the interpreter's cast turns back into it."""
+    from rtcompile.runtime.coerce import coerce_value
+
+    text = value if isinstance(value, str) else json.dumps(value)
+    cast = coerce_value(text, cast_types) if cast_types else text
+    if cast != value or type(cast) is not type(value):
+        raise GrammarError(where, f"the enum value {value!r} cannot be written as text the cast gives back")
+    return F.const(text)
