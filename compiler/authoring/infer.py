@@ -186,16 +186,19 @@ class Prober:
 
     def _shared_tail(self, history: list[dict], prompt: str, tools: list) -> str:
         """What the prompt ends with after its last message, found by rendering the same history
-        with that message's text changed at its end, and with other tools: the prompts share it
-        (from its first markup on, so no part of the message is taken). Tool instructions a
-        template writes after the history are in it only as far as they do not name the tools,
-        so example calls in them stay before the anchor. Empty when the message is not rendered."""
-        varied = copy.deepcopy(history)
-        varied[-1]["content"] = str(varied[-1].get("content") or "") + " Varied probe ending~"
-        variants = [(varied, tools)]
+        with that message saying something else (nothing, one word, several lines), and with other
+        tools: the prompts share it (from its first markup on, so no part of the message is
+        taken). Tool instructions a template writes after the history are in it only as far as
+        they do not name the tools, so example calls in them stay before the anchor. Empty when
+        the message is not rendered."""
+        variants = []
+        for words in v.USER_MESSAGES:
+            varied = copy.deepcopy(history)
+            varied[-1]["content"] = words
+            variants.append((varied, tools))
         if tools:
             variants.append((history, v.tools_for([{"role": "assistant", "tool_calls": [OTHER_TOOL_CALL]}])))
-        shared = len(prompt)
+        shared, moved = len(prompt), False
         for messages, offered in variants:
             try:
                 other = self.renderer.render(
@@ -203,14 +206,31 @@ class Prober:
                 )
             except RenderError:
                 continue
-            if messages is varied and other == prompt:
-                return ""
+            moved = moved or (messages is not history and other != prompt)
             shared = min(shared, _common_suffix(prompt, other))
+        if not moved:
+            return ""
         tail = prompt[len(prompt) - shared :]
         markup = MARKUP_RE.search(tail)
         if markup:
             return tail[markup.start() :]
         return tail if tail.strip() else ""
+
+    def fixed_text_before_reply(self, context: int) -> str | None:
+        """The text between the last message's words and the reply in finished conversations of
+        `context` (an index into `verify.anchor_contexts`), the same whatever those words are
+        (nothing, one word, several lines): what no user message moves. None when fewer than two
+        such conversations render."""
+        texts = []
+        for words in v.USER_MESSAGES:
+            _, history, tools = v.anchor_contexts(words)[context]
+            for name, text in v.realistic_prompts(self.renderer, self.conventions, history, tools):
+                if name == "the conversation's prompt":
+                    texts.append(text)
+        if len(texts) < 2:
+            return None
+        shared = min(_common_suffix(texts[0], other) for other in texts[1:])
+        return texts[0][len(texts[0]) - shared :]
 
 
 # ---- the parts -----------------------------------------------------------------------------------
@@ -598,8 +618,8 @@ def infer(renderer: ChatRenderer) -> Inference:
     for note in notes:
         result.note("chat template", "note", note)
     prompt, prompts_added = _generation_prompts(prober)
-    reasoning = _infer_reasoning(prober, prompts_added, result)
-    anchors = _start_anchors(prompt, prompts_added, reasoning, result)
+    reasoning = _infer_reasoning(prober, [added for _, added in prompts_added], result)
+    anchors = _start_anchors(prober, prompt, prompts_added, reasoning, result)
     content_field, content_closes = _infer_content(prober, anchors, reasoning, result)
     label = _role_label(prober, reasoning, result)
     headers = _turn_headers(prober, anchors, result)
@@ -656,19 +676,20 @@ def _drop_calls_found_in_plain_answers(prober: Prober, result: Inference) -> Non
             return
 
 
-def _generation_prompts(prober: Prober) -> tuple[str, list[str]]:
+def _generation_prompts(prober: Prober) -> tuple[str, list[tuple[int, str]]]:
     """The prompt of a one-question conversation, and what the generation prompt adds there,
-    there with tools offered, and after a tool result."""
+    there with tools offered, and after a tool result: (context, added), the context an index
+    into `verify.anchor_contexts`."""
     question = [v._user("What is the weather in Paris?")]
     try:
         prompt, added = prober.generation_prompt(question)
     except RenderError as e:
         raise RenderError(f"the chat template cannot render a conversation of one user message: {e}") from None
-    prompts_added = [added]
+    prompts_added = [(0, added)]
     offered = v.tools_for([{"role": "assistant", "tool_calls": [PROBE_CALL]}])
-    for history, tools in ((question, offered), (_after_tool_result(), None)):
+    for context, history, tools in ((1, question, offered), (2, _after_tool_result(), None)):
         try:
-            prompts_added.append(prober.generation_prompt(history, tools)[1])
+            prompts_added.append((context, prober.generation_prompt(history, tools)[1]))
         except RenderError:
             pass  # a template without tools or tool results: the other anchors are enough
     return prompt, prompts_added
@@ -706,11 +727,13 @@ def _infer_reasoning(prober: Prober, prompts_added: list[str], result: Inference
     return None
 
 
-def _start_anchors(prompt: str, prompts_added: list[str], reasoning, result: Inference) -> list[str]:
-    """The generation prompts, less a reasoning block they open: the parser reads that block
-    from the prefix, after the anchor."""
+def _start_anchors(prober: Prober, prompt: str, prompts_added: list[tuple[int, str]], reasoning, result: Inference) -> list[str]:
+    """The generation prompts, less a reasoning block they open (the parser reads that block from
+    the prefix, after the anchor), and less any text a prompt with the user's words in it does
+    not hold (`_fixed_anchors`). An anchor that ends with another one is left out: wherever it
+    matches, the shorter one matches at the same end."""
     anchors = []
-    for text in prompts_added:
+    for context, text in prompts_added:
         at = text.find(reasoning[0]) if reasoning else -1
         if at > 0:
             block = text[at:]
@@ -718,8 +741,9 @@ def _start_anchors(prompt: str, prompts_added: list[str], reasoning, result: Inf
             result.note("prefilled", "derived", f"the generation prompt {opened} ({block!r}); the parser reads it from the prefix")
             text = text[:at]
         if text.strip():
-            anchors.append(text)
+            anchors += _fixed_anchors(text, prober.fixed_text_before_reply(context), reasoning, result)
     anchors = _unique(anchors)
+    anchors = [a for a in anchors if not any(b != a and a.endswith(b) for b in anchors)]
     if anchors:
         result.template["start_anchor"] = _literal_or_list(anchors)
         result.note("start_anchor", "derived", ", ".join(repr(a) for a in anchors))
@@ -727,6 +751,35 @@ def _start_anchors(prompt: str, prompts_added: list[str], reasoning, result: Inf
         result.template["start_anchor"] = prompt[-1:] or "\n"
         result.note("start_anchor", "not derived", "the prompt ends with nothing token-like; using its last character")
     return anchors
+
+
+def _fixed_anchors(candidate: str, fixed: str | None, reasoning, result: Inference) -> list[str]:
+    """Start anchors built only from text that is the same for every user message. `candidate` is
+    what the generation prompt adds; `fixed` is the text finished conversations hold between the
+    user's words and the reply, whatever the words (None when unknown). Where a generation prompt
+    writes more than that (an empty exchange before the assistant's header, `<｜User｜>` "\\n"
+    `<｜Assistant｜>`, which a prompt with the user's words in it never holds), the anchor is the
+    longest part of the candidate, from a markup on, that `fixed` holds. Where no part of it is
+    there (tool instructions the generation prompt writes after the history), both are kept: the
+    candidate for the generation prompt, and `fixed` from its first markup, less a reasoning block
+    it opens, for the conversation as it goes on."""
+    if fixed is None or candidate in fixed:
+        return [candidate]
+    for match in MARKUP_RE.finditer(candidate):
+        tail = candidate[match.start() :]
+        if match.start() > 0 and tail in fixed:
+            result.note("start_anchor", "derived", f"{tail!r}: the generation prompt writes {candidate[: match.start()]!r} "
+                        "before it, which a prompt with the user's words in it does not hold")
+            return [tail]
+    first = MARKUP_RE.search(fixed)
+    own = fixed[first.start() :] if first else ""
+    if reasoning and reasoning[0] in own:
+        own = own[: own.find(reasoning[0])]
+    if not own.strip():
+        return [candidate]
+    result.note("start_anchor", "derived", f"{own!r} too: what every finished conversation holds before the reply, "
+                f"where the generation prompt's {candidate!r} is not")
+    return [candidate, own]
 
 
 def _infer_content(prober: Prober, anchors: list[str], reasoning, result: Inference) -> tuple[dict, list[str]]:

@@ -523,8 +523,10 @@ def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, to
     turn is what the finished conversation adds after the generation prompt (less whitespace the
     prompt ends with and the finished turn does not have there); or, where the chat template shows
     the model text the finished conversation does not hold at that place (`_inserted_turn`), what
-    the finished turn inserts into the history, less the opener it starts with. Text a render
-    holds whatever the message is never becomes part of the turn."""
+    the finished turn inserts into the history, less the opener it starts with; or, where the
+    history already opens the turn and the generation prompt opens it again (`_reopened_turn`),
+    what the finished turn adds to the history, parsed after the history. Text a render holds
+    whatever the message is never becomes part of the turn."""
     history = to_chat_conversation(case.history, None, conventions)
     conversation = to_chat_conversation(case.history, case.message, conventions)
     try:
@@ -532,26 +534,74 @@ def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, to
         full = renderer.render(conversation, tools=tools, add_generation_prompt=False)
     except RenderError as e:
         return RenderedTurn(unrenderable=f"the chat template fails on this conversation ({e})")
+    located = _locate_turn(renderer, history, tools, prompt, full)
+    if isinstance(located, str):
+        return RenderedTurn(unrenderable=located)
+    start, end, prefix = located
+    generation = _cut_at_turn_end(renderer, conversation, conventions, tools, case.message, full, start, end)
+    missing = _parts_missing(case.message, generation, conventions)
+    if missing:
+        return RenderedTurn(unrenderable=missing)
+    if _content_renders_as_reasoning(renderer, case, conventions, tools, full):
+        return RenderedTurn(unrenderable="the chat template renders content beside tool calls exactly like reasoning")
+    ids = [call["id"] for call in conversation[-1].get("tool_calls", [])]
+    return RenderedTurn(prefix=prefix, generation=generation, expected=copy.deepcopy(case.message), given_ids=ids)
+
+
+def _locate_turn(renderer: ChatRenderer, history: list[dict], tools, prompt: str, full: str) -> tuple[int, int, str] | str:
+    """(start, end, the prompt the turn follows) of the finished turn in `full`, or why the chat
+    template cannot round-trip it."""
     if full.startswith(prompt):
-        start, end = len(prompt), len(full)
-    elif prompt != prompt.rstrip() and full.startswith(prompt.rstrip()):
+        return len(prompt), len(full), prompt
+    if prompt != prompt.rstrip() and full.startswith(prompt.rstrip()):
         # The prompt ends in whitespace the finished turn does not have at that place (template
         # layout after the generation prompt): the turn is what follows, less that whitespace.
-        start, end = len(prompt.rstrip()), len(full)
-        while start < end and full[start].isspace():
+        start = len(prompt.rstrip())
+        while start < len(full) and full[start].isspace():
             start += 1
-    else:
-        inserted = _inserted_turn(renderer, history, tools, prompt, full)
-        if inserted is None:
-            at = common_prefix_length(prompt, full)
-            return RenderedTurn(
-                unrenderable="the finished turn is rendered differently from the generation prompt "
-                f"(prompt continues {prompt[at:at + 40]!r}, finished turn {full[at:at + 40]!r})"
-            )
-        start, end = inserted
+        return start, len(full), prompt
+    try:
+        base = renderer.render(history, tools=tools, add_generation_prompt=False)
+    except RenderError:
+        base = None
+    inserted = _inserted_turn(base, prompt, full) if base is not None else None
+    if inserted is not None:
+        return (*inserted, prompt)
+    if base is not None and _reopened_turn(base, prompt, full):
+        return len(base), len(full), base
+    at = common_prefix_length(prompt, full)
+    return (
+        "the finished turn is rendered differently from the generation prompt "
+        f"(prompt continues {prompt[at:at + 40]!r}, finished turn {full[at:at + 40]!r})"
+    )
+
+
+def _reopened_turn(base: str, prompt: str, full: str) -> bool:
+    """Whether the history's render already opens the assistant's turn and the generation prompt
+    writes more before opening it again: an empty exchange after the user's turn (a published
+    DeepSeek-V3.2 chat template writes `<｜User｜>question<｜Assistant｜><think>` for the question,
+    then `<｜User｜>` "\\n" `<｜Assistant｜><think>` as its generation prompt). The finished
+    conversation continues the history there, so the turn is what it adds to the history, and
+    the prompt that turn was written after is the history's render."""
+    if not prompt.startswith(base) or not full.startswith(base) or len(full) <= len(base):
+        return False
+    added = prompt[len(base) :]
+    shared = 0
+    while shared < min(len(base), len(added)) and base[-1 - shared] == added[-1 - shared]:
+        shared += 1
+    # Both end with the same markup (the assistant's header, a reasoning block it opens), not
+    # just a stray character they happen to share; and the prompt writes more before it.
+    return bool(MARKUP_RE.search(added, len(added) - shared)) and added[: len(added) - shared].strip() != ""
+
+
+def _cut_at_turn_end(
+    renderer: ChatRenderer, conversation: list[dict], conventions: Conventions, tools, message: dict,
+    full: str, start: int, end: int,
+) -> str:
+    """The turn from `start`, up to where it ends: where a longer conversation's render parts from
+    this one (what the template writes after the turn's end marker was never generated)."""
     rest = full[start:end]
     generation = rest.rstrip()
-    message = case.message
     try:
         longer = renderer.render(
             conversation + to_chat_conversation([], _next_message(conversation[-1], conventions), conventions),
@@ -559,42 +609,40 @@ def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, to
             add_generation_prompt=False,
         )
     except RenderError:
-        longer = None
-    if longer is not None and longer[:start] == full[:start]:
-        longer_rest = longer[start:]
-        shared = min(common_prefix_length(rest, longer_rest), len(rest))
-        cut = _trim_to_token(rest[:shared], diverged=shared < len(rest))
-        if _parts_missing(message, cut) is None:
-            generation = cut
-            if shared == len(rest) and not _ends_like_turns(renderer, tools):
-                # No end-of-turn marker at all (GLM): the model stops at the next turn's opener.
-                opener = _TOKEN_AT_START.match(longer_rest, len(rest))
-                if opener:
-                    generation = cut + opener.group(1)
-    missing = _parts_missing(message, generation, conventions)
-    if missing:
-        return RenderedTurn(unrenderable=missing)
-    if message.get("content") and message.get("tool_calls") and not message.get("reasoning_content"):
-        # Content beside calls that renders exactly like reasoning (gpt-oss's analysis channel)
-        # cannot be told apart from reasoning by any parser.
-        as_reasoning = {k: v for k, v in message.items() if k != "content"}
-        as_reasoning["reasoning_content"] = message["content"]
-        try:
-            other = renderer.render(
-                to_chat_conversation(case.history, as_reasoning, conventions), tools=tools, add_generation_prompt=False
-            )
-        except RenderError:
-            other = None
-        if other == full:
-            return RenderedTurn(unrenderable="the chat template renders content beside tool calls exactly like reasoning")
-    chat_message = conversation[-1]
-    ids = [call["id"] for call in chat_message.get("tool_calls", [])]
-    return RenderedTurn(prefix=prompt, generation=generation, expected=copy.deepcopy(message), given_ids=ids)
+        return generation
+    if longer[:start] != full[:start]:
+        return generation
+    longer_rest = longer[start:]
+    shared = min(common_prefix_length(rest, longer_rest), len(rest))
+    cut = _trim_to_token(rest[:shared], diverged=shared < len(rest))
+    if _parts_missing(message, cut) is not None:
+        return generation
+    if shared == len(rest) and not _ends_like_turns(renderer, tools):
+        # No end-of-turn marker at all (GLM): the model stops at the next turn's opener.
+        opener = _TOKEN_AT_START.match(longer_rest, len(rest))
+        if opener:
+            return cut + opener.group(1)
+    return cut
 
 
-def _inserted_turn(
-    renderer: ChatRenderer, history: list[dict], tools, prompt: str, full: str
-) -> tuple[int, int] | None:
+def _content_renders_as_reasoning(renderer: ChatRenderer, case: Case, conventions: Conventions, tools, full: str) -> bool:
+    """Whether content beside calls renders exactly like reasoning (gpt-oss's analysis channel):
+    then no parser can tell the two apart."""
+    message = case.message
+    if not (message.get("content") and message.get("tool_calls") and not message.get("reasoning_content")):
+        return False
+    as_reasoning = {k: v for k, v in message.items() if k != "content"}
+    as_reasoning["reasoning_content"] = message["content"]
+    try:
+        other = renderer.render(
+            to_chat_conversation(case.history, as_reasoning, conventions), tools=tools, add_generation_prompt=False
+        )
+    except RenderError:
+        return False
+    return other == full
+
+
+def _inserted_turn(base: str, prompt: str, full: str) -> tuple[int, int] | None:
     """(start, end) of the finished turn in `full`, after the turn's opener, where the chat template
     shows the model something the finished conversation does not hold at that place (before the
     history, too: a system block written only for generation); None when `full` is not one of
@@ -605,10 +653,6 @@ def _inserted_turn(
       the turn starts with the generation prompt;
     - text written in the generation prompt only, before the turn's opener (instructions, then
       the assistant header): the finished turn follows the history and starts with that opener."""
-    try:
-        base = renderer.render(history, tools=tools, add_generation_prompt=False)
-    except RenderError:
-        return None
     if len(full) <= len(base):
         return None
     if not prompt.startswith(base):
@@ -892,6 +936,104 @@ def _describe(message: dict) -> str:
     return "generated: " + ", ".join(parts)
 
 
+# ---- the start anchor in realistic prompts -------------------------------------------------------
+
+# What a user may write: nothing, one word, several lines. Each ends differently, so the text the
+# renders share after it is the chat template's own, whatever the user wrote.
+USER_MESSAGES = ("", "Kumquat", "Several lines:\nfirst\nsecond.")
+ANCHOR_PROBE_REPLY = "Anchor probe reply."
+
+
+def anchor_contexts(words: str) -> list[tuple[str, list[dict], list]]:
+    """The conversations an answer follows, their last message saying `words`: after a question,
+    after a question with tools offered, after a tool result. (description, history, tools)."""
+    call = function_call("probe_lookup", {"probe_city": "Zanzibarville", "probe_days": 7})
+    offered = tools_for([{"role": "assistant", "tool_calls": [call]}])
+    after_tool = [
+        _user("What is the weather in Paris?"),
+        {"role": "assistant", "tool_calls": [call]},
+        {"role": "tool", "name": "probe_lookup", "content": words},
+    ]
+    return [
+        ("after the user's message", [_user(words)], []),
+        ("after the user's message, with tools offered", [_user(words)], offered),
+        ("after the tool result", after_tool, tools_for(after_tool)),
+    ]
+
+
+def realistic_prompts(renderer: ChatRenderer, conventions: Conventions, history: list[dict], tools) -> list[tuple[str, str]]:
+    """The prompts a turn after `history` is parsed after, as (name, text): the generation prompt
+    (what a server sends), and the conversation as it goes on, up to the answer (what the model
+    saw before each of its turns in a finished conversation, and what the finished turn is
+    parsed after where the generation prompt is not). A render the template refuses is left out."""
+    prompts = []
+    try:
+        generation_prompt = renderer.render(to_chat_conversation(history, None, conventions), tools=tools, add_generation_prompt=True)
+        prompts.append(("the generation prompt", generation_prompt))
+    except RenderError:
+        pass
+    reply = {"role": "assistant", "content": ANCHOR_PROBE_REPLY}
+    try:
+        finished = renderer.render(to_chat_conversation(history, reply, conventions), tools=tools, add_generation_prompt=False)
+    except RenderError:
+        return prompts
+    if ANCHOR_PROBE_REPLY in finished:
+        prompts.append(("the conversation's prompt", finished[: finished.rfind(ANCHOR_PROBE_REPLY)]))
+    return prompts
+
+
+@dataclass
+class AnchorCheck:
+    anchor: str  # the template's start anchor, as written
+    checked: int = 0
+    missing: list[str] = field(default_factory=list)  # where it is missing, one line each
+    not_found: bool = False  # missing altogether somewhere (not only before the message)
+
+
+def _anchor_text(template: dict) -> str:
+    if "start_anchor_pattern" in template:
+        return f"pattern {template['start_anchor_pattern']!r}"
+    anchor = template.get("start_anchor")
+    return repr(anchor) if isinstance(anchor, str) else " or ".join(repr(a) for a in anchor or [])
+
+
+def check_start_anchor(template: dict, renderer: ChatRenderer, conventions: Conventions) -> AnchorCheck:
+    """Whether the template's start anchor is found where the turn starts in every realistic
+    prompt: after the last message's words (a question of no, one or several lines of words,
+    with and without tools, or a tool result), in the generation prompt and in the conversation
+    as it goes on. The parser reads from the anchor's last match; where it is missing the whole
+    prompt is read as the answer (tool instructions and their example calls too), and where it is
+    found only before the message, the message is. A render bound stops the check where it is."""
+    from rtcompile import frontend
+
+    anchor_re = re.compile(frontend.lower(template).start_anchor.alternation, re.DOTALL)
+    check = AnchorCheck(_anchor_text(template))
+    try:
+        for words in USER_MESSAGES:
+            for description, history, tools in anchor_contexts(words):
+                for name, text in realistic_prompts(renderer, conventions, history, tools):
+                    check.checked += 1
+                    problem = _anchor_problem(anchor_re, text, words)
+                    if problem:
+                        check.not_found = check.not_found or problem == "not found"
+                        check.missing.append(f"{name} {description} {_short(words, 24)} ({problem})")
+    except RenderAborted:
+        pass  # the cases report a template that exhausts a render bound
+    return check
+
+
+def _anchor_problem(anchor_re, text: str, words: str) -> str | None:
+    last_end = None
+    for match in anchor_re.finditer(text):
+        last_end = match.end()
+    if last_end is None:
+        return "not found"
+    at = text.rfind(words) if words else -1
+    if at >= 0 and last_end < at + len(words):
+        return "found only before the message"
+    return None
+
+
 # ---- the report ----------------------------------------------------------------------------------
 
 
@@ -915,18 +1057,45 @@ class VerifyReport:
     conventions: Conventions
     notes: list[str]
     results: list[CaseResult]
+    anchor: AnchorCheck | None = None
 
     def count(self, status: str) -> int:
         return sum(1 for result in self.results if result.status == status)
 
     @property
+    def anchor_problems(self) -> list[str]:
+        return list(self.anchor.missing) if self.anchor else []
+
+    @property
+    def anchor_prompts_checked(self) -> int:
+        return self.anchor.checked if self.anchor else 0
+
+    @property
     def ok(self) -> bool:
-        return self.count(FAILED) == 0
+        """No case failed, and the start anchor is found in every realistic prompt (a template
+        whose anchor is missing there fails even when the chat template round-trips no case)."""
+        return self.count(FAILED) == 0 and not self.anchor_problems
 
     def summary(self) -> str:
-        return (
+        text = (
             f"{self.count(PASSED)} passed, {self.count(FAILED)} failed, "
             f"{self.count(UNRENDERABLE)} not round-trippable by the chat template"
+        )
+        if self.anchor_problems:
+            text += f"; start anchor missing from {len(self.anchor_problems)} of {self.anchor_prompts_checked} realistic prompts"
+        return text
+
+    def anchor_warning(self) -> str | None:
+        """One line that says the start anchor is missing, what that does, and the first place."""
+        if not self.anchor_problems:
+            return None
+        consequence = (
+            "the parser reads the whole prompt as the answer" if self.anchor.not_found
+            else "the parser reads the last message as part of the answer"
+        )
+        return (
+            f"  FAIL  start anchor {self.anchor.anchor} is missing from {len(self.anchor_problems)} of "
+            f"{self.anchor_prompts_checked} realistic prompts ({consequence}); first: {self.anchor_problems[0]}"
         )
 
     def to_json(self) -> dict:
@@ -936,6 +1105,12 @@ class VerifyReport:
             "variables": self.variables,
             "conventions": self.conventions.__dict__,
             "notes": self.notes,
+            "ok": self.ok,
+            "start_anchor": {
+                "anchor": self.anchor.anchor if self.anchor else None,
+                "checked": self.anchor_prompts_checked,
+                "missing": self.anchor_problems,
+            },
             "passed": self.count(PASSED),
             "failed": self.count(FAILED),
             "not_round_trippable": self.count(UNRENDERABLE),
@@ -944,6 +1119,9 @@ class VerifyReport:
 
     def format_text(self) -> str:
         lines = [f"verify {self.template} against {self.chat_template}"]
+        warning = self.anchor_warning()
+        if warning:
+            lines.append(warning)
         if self.variables:
             lines.append("  with " + ", ".join(f"{k}={v!r}" for k, v in sorted(self.variables.items())))
         for note in self.notes:
@@ -1014,6 +1192,7 @@ def verify(
             conventions=conventions,
             notes=notes,
             results=results,
+            anchor=check_start_anchor(template, renderer, conventions),
         )
     finally:
         if owned:
@@ -1070,7 +1249,8 @@ def cli(argv: list[str]) -> int:
     parser = ArgumentParser(
         prog="python -m rtcompile verify",
         description="Prove a response template against a chat template by round trip: render "
-        "conversations, parse each rendered assistant turn back, compare. Exit 0 only when no case failed.",
+        "conversations, parse each rendered assistant turn back, compare; and check that the start anchor is "
+        "found in realistic prompts. Exit 0 only when no case failed and the anchor is found everywhere.",
     )
     parser.add_argument("template", metavar="TEMPLATE", help="response template JSON, tokenizer dir or bundled name")
     parser.add_argument(
