@@ -6,15 +6,13 @@ import json
 
 import pytest
 
-pytest.importorskip("transformers", reason="infer renders with transformers (the `test` extra installs it)")
-
-from rtcompile.authoring import infer as infer_module  # noqa: E402
-from rtcompile.authoring import verify as v  # noqa: E402
-from rtcompile.__main__ import main  # noqa: E402
-from rtcompile.authoring.chat_render import ChatRenderer, ChatTemplate, load_chat_template  # noqa: E402
-from rtcompile.library import template_for, template_names  # noqa: E402
-from test_verify import CHATML, REOPENED  # noqa: E402
-from test_verify_bundled import CHAT_TEMPLATES, TABLE  # noqa: E402
+from rtcompile.authoring import infer as infer_module
+from rtcompile.authoring import verify as v
+from rtcompile.__main__ import main
+from rtcompile.authoring.chat_render import ChatRenderer, ChatTemplate, load_chat_template
+from rtcompile.library import template_for, template_names
+from test_verify import CHATML, REOPENED
+from test_verify_bundled import CHAT_TEMPLATES, TABLE
 
 # Calls as XML-style parameter tags inside a wrapper, reasoning in [THINK]..[/THINK], a role line.
 XML_PARAMS = """

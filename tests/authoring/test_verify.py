@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-pytest.importorskip("transformers", reason="verify renders with transformers (the `test` extra installs it)")
-
-from rtcompile.authoring import verify as v  # noqa: E402
-from rtcompile.__main__ import main  # noqa: E402
-from rtcompile.authoring.chat_render import (  # noqa: E402
+from rtcompile.authoring import verify as v
+from rtcompile.__main__ import main
+from rtcompile.authoring.chat_render import (
     ChatRenderer,
     ChatTemplate,
     ChatTemplateError,
@@ -388,13 +385,6 @@ def test_cli_bad_input_is_one_line_and_status_2(files, capsys, args, message, mo
     assert main(["verify", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
-
-
-def test_ci_has_transformers_and_hypothesis():
-    """The round trip needs both; CI installs them through the `test` extra."""
-    if os.environ.get("CI"):
-        import hypothesis  # noqa: F401
-        import transformers  # noqa: F401
 
 
 def test_cli_a_tokenizer_directory_holds_both_templates(tmp_path, capsys):

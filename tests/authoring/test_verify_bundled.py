@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("transformers", reason="verify renders with transformers (the `test` extra installs it)")
-
-from rtcompile.authoring import verify as v  # noqa: E402
-from rtcompile.authoring.chat_render import ChatRenderer, load_chat_template  # noqa: E402
-from rtcompile.library import template_for, template_names  # noqa: E402
+from rtcompile.authoring import verify as v
+from rtcompile.authoring.chat_render import ChatRenderer, load_chat_template
+from rtcompile.library import template_for, template_names
 
 REPO = Path(__file__).resolve().parents[2]
 CHAT_TEMPLATES = REPO / "tests" / "template_cases" / "chat_templates"
