@@ -994,106 +994,158 @@ def _list_field(text: str, listed, reasoning, result: Inference) -> tuple[dict, 
     return field, after[:2]
 
 
+@dataclass
+class CallSplit:
+    """The text of a call turn around the calls, split by comparing one call with two."""
+
+    per_open: str  # before each call's own text
+    per_close: str  # after each call's arguments, its own close
+    separator: str  # between one call's close and the next call's opener
+    section_open: str  # before the first call's opener: the section around all calls
+    section_tokens: list[str]  # markup after the calls: the section's close, the turn's end
+    between: str  # from the end of one call's arguments up to the next call (or the turn's end)
+
+
 def _per_call_field(g1: str, g2: str | None, given, reasoning, content_field, parsers, result) -> tuple[dict | None, list[str]]:
     """One region per call: the text shared by the run-up to the first call and the text
     between two calls is each call's opener; what is left before is the section's opener, and
-    likewise at the other end."""
-    parallel = g2 is not None
-    exact = True
-    shape1 = _call_shape(g1, PROBE_CALL, given, parsers)
-    if shape1 is None:
-        exact = False
-        shape1 = _call_shape(g1, PROBE_CALL, given, parsers, exact=False)
-    if shape1 is None:
+    likewise at the other end (`_split_calls`). Calls with no opener of their own are listed in
+    the section or where the turn starts (`_listed_in_section`)."""
+    shape, exact = _first_call_shape(g1, given, parsers)
+    if shape is None:
         result.note("tool_calls", "not derived", f"no argument syntax reproduces the probe's arguments from {g1[:120]!r}")
         return None, []
-    shape2a = shape2b = None
-    if parallel:
-        shape2a = _call_shape(g2, PROBE_CALL, given, parsers, exact=exact)
-        if shape2a:
-            rest = g2[shape2a.end :]
-            shape2b = _call_shape(rest, PROBE_CALL_2, given[1:] + given, parsers, exact=exact)
-    lead1, trail1 = g1[: shape1.start], g1[shape1.end :]
-    if shape2a and shape2b:
-        inter = g2[shape2a.end : shape2a.end + shape2b.start]
-        trail = g2[shape2a.end + shape2b.end :]
-        per_open = inter[len(inter) - _common_suffix(inter, lead1) :]
-        close_end = _split_at_tokens(inter, v.common_prefix_length(inter, trail))
-        per_close = inter[:close_end]
-        open_start = len(inter) - len(per_open)
-        for match in MARKUP_RE.finditer(inter):
-            if match.start() < open_start < match.end():
-                open_start = match.end()  # the shared text starts inside a token: keep it whole
-        per_open = inter[max(open_start, close_end) :] if per_open else per_open
-        if len(per_open) + len(per_close) > len(inter):
-            per_open = inter[len(per_close) :]
-        separator = inter[len(per_close) : len(inter) - len(per_open)]
-    else:
-        per_open, separator = lead1, ""
-        closing = tokens_in(trail1)
-        per_close = trail1[: trail1.find(closing[0]) + len(closing[0])] if closing else ""
-    section_open = lead1[: len(lead1) - len(per_open)] if lead1.endswith(per_open) else ""
-    section_rest = trail1[len(per_close) :] if trail1.startswith(per_close) else trail1
-    section_tokens = tokens_in(section_rest)
-    if shape2a and shape2b:
-        # Markup a template writes after two calls only (a section close it forgets after one)
-        # still ends the calls.
-        trail_rest = trail[len(per_close) :] if trail.startswith(per_close) else trail
-        section_tokens = _unique(section_tokens + tokens_in(trail_rest))
-    if content_field.get("open") and per_open.strip().startswith(content_field["open"]):
-        per_open = per_open.strip()[len(content_field["open"]) :]
-    if not per_open.strip() and (section_open.strip() or shape1.content == "xml-inline" or parallel):
+    shapes = _parallel_shapes(g2, given, parsers, exact) if g2 is not None else None
+    split = _split_calls(g1, g2, shape, shapes)
+    if content_field.get("open") and split.per_open.strip().startswith(content_field["open"]):
+        split.per_open = split.per_open.strip()[len(content_field["open"]) :]
+    if not split.per_open.strip() and (split.section_open.strip() or shape.content == "xml-inline" or g2 is not None):
         # No opener of its own: the first call follows the block's opener (or starts the turn),
         # each next one follows the call before it.
-        between = inter if shape2a and shape2b else trail1
-        if section_open.strip():
-            block = (r"\s*" + literal_pattern(section_open.strip()) + r"\s*", repr(section_open.strip()))
-        else:
-            block = (_turn_start(reasoning) + r"\s*", "the start of the turn")
-        listed = _listed_in_section(g1, shape1, block, per_close, between, trail1, section_tokens, result)
+        block = _block_start(split.section_open, reasoning)
+        listed = _listed_in_section(g1, shape, block, split.per_close, split.between, g1[shape.end :], split.section_tokens, result)
         if not exact:
             _mark_guessed(result, g1)
         return listed
-    open_pattern = r"\s*"
-    if separator.strip():
-        open_pattern += "(?:" + literal_pattern(separator.strip()) + r")?\s*"
-    if section_open.strip():
-        open_pattern += "(?:" + literal_pattern(section_open.strip()) + r")?\s*"
-    if per_open.strip():
-        open_pattern += literal_pattern(per_open.strip())
-    elif shape1.open_pattern == "":
-        # No opener at all (Llama 3 writes the JSON bare): a call only where the turn starts.
-        start_text = g1[shape1.start : g1.find('"', shape1.start) + 1 or shape1.start + 1]
-        open_pattern = _turn_start(reasoning) + r"\s*(?=" + literal_pattern(start_text) + ")"
-    else:
-        # A bare name before the arguments: only where the turn starts, and only when the
-        # arguments follow, or every word of an answer would open a call.
-        open_pattern = _turn_start(reasoning) + r"\s*"
-        shape1.open_pattern += "(?=" + re.escape(g1[shape1.content_span[0]]) + ")"
-    open_pattern += shape1.open_pattern
-    field = {"open_pattern": open_pattern}
-    if per_close.strip():
-        field["close_pattern"] = r"\s*" + literal_pattern(per_close.strip())
-    elif per_open.strip():
-        ends = "|".join(re.escape(t) for t in section_tokens[:1])
-        field["close_pattern"] = "(?=" + literal_pattern(per_open.strip()) + ")" + (f"|{ends}" if ends else "")
-    elif section_tokens:
-        field["close"] = section_tokens[0]
-    field.update({"repeats": True, "content": shape1.content})
-    if shape1.content_args:
-        field["content_args"] = shape1.content_args
-    field["transform"] = shape1.transform
+    field = {"open_pattern": _call_open_pattern(g1, shape, split, reasoning), **_call_close(split)}
+    field.update({"repeats": True, "content": shape.content})
+    if shape.content_args:
+        field["content_args"] = shape.content_args
+    field["transform"] = shape.transform
     result.note(
         "tool_calls", "derived",
-        f"each call {per_open.strip()!r}...{per_close.strip()!r}, arguments as {shape1.content}"
-        + (f" {shape1.content_args}" if shape1.content_args else "")
-        + (f", all calls inside {section_open.strip()!r}" if section_open.strip() else ""),
+        f"each call {split.per_open.strip()!r}...{split.per_close.strip()!r}, arguments as {shape.content}"
+        + (f" {shape.content_args}" if shape.content_args else "")
+        + (f", all calls inside {split.section_open.strip()!r}" if split.section_open.strip() else ""),
     )
     if not exact:
         _mark_guessed(result, g1)
-    if parallel:
-        result.note("parallel calls", "derived", f"separated by {separator!r}" if shape2b else "rendered, but not split")
-    return field, section_tokens
+    if g2 is not None:
+        result.note("parallel calls", "derived", f"separated by {split.separator!r}" if shapes else "rendered, but not split")
+    return field, split.section_tokens
+
+
+def _first_call_shape(g1: str, given, parsers) -> tuple[CallShape | None, bool]:
+    """The call in the one-call render, and whether its values came back exactly (False: the
+    template alters them, and the shape only gives the names and keys back)."""
+    shape = _call_shape(g1, PROBE_CALL, given, parsers)
+    if shape is not None:
+        return shape, True
+    return _call_shape(g1, PROBE_CALL, given, parsers, exact=False), False
+
+
+def _parallel_shapes(g2: str, given, parsers, exact: bool) -> tuple[CallShape, CallShape] | None:
+    """The two calls of the two-call render (the second one's positions relative to the end of
+    the first one's arguments), or None when they cannot both be found."""
+    first = _call_shape(g2, PROBE_CALL, given, parsers, exact=exact)
+    if not first:
+        return None
+    second = _call_shape(g2[first.end :], PROBE_CALL_2, given[1:] + given, parsers, exact=exact)
+    return (first, second) if second else None
+
+
+def _split_calls(g1: str, g2: str | None, shape: CallShape, shapes) -> CallSplit:
+    """Split the call turn's text around the calls: with two calls, what is between them is one
+    call's close, the separator and the next one's opener; with one, the opener is all that
+    leads up to the call and the close is the first markup after it."""
+    lead, trail = g1[: shape.start], g1[shape.end :]
+    if shapes:
+        first, second = shapes
+        between = g2[first.end : first.end + second.start]
+        per_open, per_close, separator = _split_between_calls(between, lead, g2[first.end + second.end :])
+    else:
+        per_open, separator, between = lead, "", trail
+        closing = tokens_in(trail)
+        per_close = trail[: trail.find(closing[0]) + len(closing[0])] if closing else ""
+    section_open = lead[: len(lead) - len(per_open)] if lead.endswith(per_open) else ""
+    section_tokens = tokens_in(_less_prefix(trail, per_close))
+    if shapes:
+        # Markup a template writes after two calls only (a section close it forgets after one)
+        # still ends the calls.
+        section_tokens = _unique(section_tokens + tokens_in(_less_prefix(g2[shapes[0].end + shapes[1].end :], per_close)))
+    return CallSplit(per_open, per_close, separator, section_open, section_tokens, between)
+
+
+def _split_between_calls(between: str, lead: str, trail: str) -> tuple[str, str, str]:
+    """(opener, close, separator) from the text between two calls: the opener is what it ends
+    with that also leads up to the first call, the close what it starts with that also follows
+    the last call; neither cuts a token, and what is left between them is the separator."""
+    per_open = between[len(between) - _common_suffix(between, lead) :]
+    close_end = _split_at_tokens(between, v.common_prefix_length(between, trail))
+    per_close = between[:close_end]
+    open_start = len(between) - len(per_open)
+    for match in MARKUP_RE.finditer(between):
+        if match.start() < open_start < match.end():
+            open_start = match.end()  # the shared text starts inside a token: keep it whole
+    per_open = between[max(open_start, close_end) :] if per_open else per_open
+    if len(per_open) + len(per_close) > len(between):
+        per_open = between[len(per_close) :]
+    return per_open, per_close, between[len(per_close) : len(between) - len(per_open)]
+
+
+def _less_prefix(text: str, prefix: str) -> str:
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+def _block_start(section_open: str, reasoning) -> tuple[str, str]:
+    """Where calls listed without an opener of their own start: after the section's opener, or
+    where the turn starts. (pattern, description)"""
+    if section_open.strip():
+        return r"\s*" + literal_pattern(section_open.strip()) + r"\s*", repr(section_open.strip())
+    return _turn_start(reasoning) + r"\s*", "the start of the turn"
+
+
+def _call_open_pattern(g1: str, shape: CallShape, split: CallSplit, reasoning) -> str:
+    """The open pattern of a call with an opener of its own (the separator and the section's
+    opener may come before it), or, without one, of a call only where the turn starts."""
+    pattern = r"\s*"
+    if split.separator.strip():
+        pattern += "(?:" + literal_pattern(split.separator.strip()) + r")?\s*"
+    if split.section_open.strip():
+        pattern += "(?:" + literal_pattern(split.section_open.strip()) + r")?\s*"
+    if split.per_open.strip():
+        return pattern + literal_pattern(split.per_open.strip()) + shape.open_pattern
+    if shape.open_pattern == "":
+        # No opener at all (Llama 3 writes the JSON bare): a call only where the turn starts.
+        start_text = g1[shape.start : g1.find('"', shape.start) + 1 or shape.start + 1]
+        return _turn_start(reasoning) + r"\s*(?=" + literal_pattern(start_text) + ")"
+    # A bare name before the arguments: only where the turn starts, and only when the arguments
+    # follow, or every word of an answer would open a call.
+    return _turn_start(reasoning) + r"\s*" + shape.open_pattern + "(?=" + re.escape(g1[shape.content_span[0]]) + ")"
+
+
+def _call_close(split: CallSplit) -> dict:
+    """A call's close: its own close, else the next call's opener or the section's close, else
+    the section's close alone."""
+    per_open, per_close = split.per_open.strip(), split.per_close.strip()
+    if per_close:
+        return {"close_pattern": r"\s*" + literal_pattern(per_close)}
+    if per_open:
+        ends = "|".join(re.escape(t) for t in split.section_tokens[:1])
+        return {"close_pattern": "(?=" + literal_pattern(per_open) + ")" + (f"|{ends}" if ends else "")}
+    if split.section_tokens:
+        return {"close": split.section_tokens[0]}
+    return {}
 
 
 def _mark_guessed(result: Inference, rendered: str) -> None:
