@@ -419,73 +419,83 @@ def _turn_text(renderer: ChatRenderer, history: list[dict], message: dict, conve
     return full[common_prefix_length(prompt, full) :]
 
 
+_CONVENTION_QUESTION = [_user("What is the weather in Paris?")]
+_CONVENTION_CALL = function_call("probe_lookup", {"probe_city": "Zanzibarville", "probe_days": 7})
+_CONVENTION_REASONING = "Pondering the probe question carefully."
+
+
 def discover_conventions(renderer: ChatRenderer) -> tuple[Conventions, list[str]]:
     """The first spelling of each message part whose render shows that part (see the module doc),
     once `accommodate` has made the chat template render; its report lines come first."""
     notes = accommodate(renderer)
-    question = [_user("What is the weather in Paris?")]
-    probe_call = function_call("probe_lookup", {"probe_city": "Zanzibarville", "probe_days": 7})
-    call_message = {"role": "assistant", "tool_calls": [probe_call]}
-    tools = tools_for([call_message])
-    chosen = renders = None
+    tools = tools_for([{"role": "assistant", "tool_calls": [_CONVENTION_CALL]}])
+    chosen = _call_spelling(renderer, tools)
+    if chosen is None:
+        notes.append("no spelling of a tool call is rendered: the chat template renders no tool calls")
+        # A history holding a call (before a tool result) must still render: the first spelling
+        # the template accepts at all.
+        chosen = _call_spelling(renderer, tools, shown=False) or Conventions()
+    answer_spelling = _reasoning_spelling(renderer, chosen, tools, {"content": "Probe answer."})
+    call_spelling = _reasoning_spelling(renderer, chosen, tools, {"tool_calls": [_CONVENTION_CALL]})
+    conventions = Conventions(chosen.arguments_as, chosen.empty_content, chosen.id_style, answer_spelling, call_spelling)
+    if answer_spelling is None and call_spelling is None:
+        notes.append("the chat template never renders reasoning in a finished turn")
+    elif answer_spelling is not None and _drops_earlier_reasoning(renderer, conventions):
+        notes.append("the chat template drops the reasoning of earlier turns from the history")
+    return conventions, notes
+
+
+def _call_spelling(renderer: ChatRenderer, tools, shown: bool = True) -> Conventions | None:
+    """The first spelling of a call turn (arguments as a dict or JSON, id style, empty content)
+    whose render shows the call's name and values; with `shown` false, the first that renders."""
+    call_message = {"role": "assistant", "tool_calls": [_CONVENTION_CALL]}
+    # A dict printed as its Python repr shows the values too, but no model writes that.
+    repr_of_arguments = str(_CONVENTION_CALL["function"]["arguments"])
     for arguments_as, id_style, empty_content in itertools.product(
         ("dict", "json"), ("functions", "nine"), ("absent", "none", "empty")
     ):
         conventions = Conventions(arguments_as=arguments_as, empty_content=empty_content, id_style=id_style)
         try:
-            turn = _turn_text(renderer, question, call_message, conventions, tools)
+            turn = _turn_text(renderer, _CONVENTION_QUESTION, call_message, conventions, tools)
         except RenderError:
             continue
-        renders = renders or conventions
-        # A dict printed as its Python repr shows the values too, but no model writes that.
-        repr_of_arguments = str(probe_call["function"]["arguments"])
-        if "probe_lookup" in turn and "Zanzibarville" in turn and "None" not in turn and repr_of_arguments not in turn:
-            chosen = conventions
-            break
-    if chosen is None:
-        notes.append("no spelling of a tool call is rendered: the chat template renders no tool calls")
-        # A history holding a call (before a tool result) must still render: the first spelling
-        # the template accepts at all.
-        chosen = renders or Conventions()
-    reasoning = "Pondering the probe question carefully."
-    found = {}
-    for kind, message in (
-        ("answer", {"role": "assistant", "reasoning_content": reasoning, "content": "Probe answer."}),
-        ("call", {"role": "assistant", "reasoning_content": reasoning, "tool_calls": [probe_call]}),
-    ):
-        found[kind] = None
-        for spelling in REASONING_SPELLINGS:
-            if spelling == "tool_plan" and kind == "answer":
-                continue
-            attempt = Conventions(
-                chosen.arguments_as, chosen.empty_content, chosen.id_style, spelling, spelling
-            )
-            try:
-                turn = _turn_text(renderer, question, message, attempt, tools)
-            except RenderError:
-                continue
-            # A list content rendered as its Python repr shows the text too: not a real spelling.
-            if reasoning in turn and "'thinking'" not in turn and '"thinking"' not in turn:
-                found[kind] = spelling
-                break
-    conventions = Conventions(
-        chosen.arguments_as, chosen.empty_content, chosen.id_style, found["answer"], found["call"]
-    )
-    if found["answer"] is None and found["call"] is None:
-        notes.append("the chat template never renders reasoning in a finished turn")
-    elif found["answer"] is not None:
-        earlier = [
-            question[0],
-            {"role": "assistant", "reasoning_content": reasoning, "content": "Probe answer."},
-            _user("And tomorrow?"),
-        ]
+        if not shown or (
+            "probe_lookup" in turn and "Zanzibarville" in turn and "None" not in turn and repr_of_arguments not in turn
+        ):
+            return conventions
+    return None
+
+
+def _reasoning_spelling(renderer: ChatRenderer, chosen: Conventions, tools, rest: dict) -> str | None:
+    """The first reasoning spelling whose render of a turn with reasoning and `rest` (an answer,
+    or calls) shows the reasoning; None when none does."""
+    message = {"role": "assistant", "reasoning_content": _CONVENTION_REASONING, **rest}
+    for spelling in REASONING_SPELLINGS:
+        if spelling == "tool_plan" and "tool_calls" not in rest:
+            continue
+        attempt = Conventions(chosen.arguments_as, chosen.empty_content, chosen.id_style, spelling, spelling)
         try:
-            history = renderer.render(to_chat_conversation(earlier, None, conventions), add_generation_prompt=True)
-            if reasoning not in history:
-                notes.append("the chat template drops the reasoning of earlier turns from the history")
+            turn = _turn_text(renderer, _CONVENTION_QUESTION, message, attempt, tools)
         except RenderError:
-            pass
-    return conventions, notes
+            continue
+        # A list content rendered as its Python repr shows the text too: not a real spelling.
+        if _CONVENTION_REASONING in turn and "'thinking'" not in turn and '"thinking"' not in turn:
+            return spelling
+    return None
+
+
+def _drops_earlier_reasoning(renderer: ChatRenderer, conventions: Conventions) -> bool:
+    """Whether an earlier turn's reasoning is missing from the history a later question renders."""
+    earlier = [
+        _CONVENTION_QUESTION[0],
+        {"role": "assistant", "reasoning_content": _CONVENTION_REASONING, "content": "Probe answer."},
+        _user("And tomorrow?"),
+    ]
+    try:
+        history = renderer.render(to_chat_conversation(earlier, None, conventions), add_generation_prompt=True)
+    except RenderError:
+        return False
+    return _CONVENTION_REASONING not in history
 
 
 # ---- splitting a rendered conversation into prompt and generation --------------------------------
