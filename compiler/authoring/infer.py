@@ -759,12 +759,22 @@ def _fixed_anchors(candidate: str, fixed: str | None, reasoning, result: Inferen
     user's words and the reply, whatever the words (None when unknown). Where a generation prompt
     writes more than that (an empty exchange before the assistant's header, `<｜User｜>` "\\n"
     `<｜Assistant｜>`, which a prompt with the user's words in it never holds), the anchor is the
-    longest part of the candidate, from a markup on, that `fixed` holds. Where no part of it is
+    longest part of the candidate, from a markup on, that `fixed` holds; where it only ends with
+    whitespace `fixed` lacks, the candidate without it is kept beside it. Where no part of it is
     there (tool instructions the generation prompt writes after the history), both are kept: the
     candidate for the generation prompt, and `fixed` from its first markup, less a reasoning block
     it opens, for the conversation as it goes on."""
     if fixed is None or candidate in fixed:
         return [candidate]
+    core = candidate
+    while core and core[-1].isspace() and core not in fixed:
+        core = core[:-1]
+    if core.strip() and core in fixed:
+        # Layout after the generation prompt (`\nASSISTANT: ` then a newline): both are kept, and
+        # where both match the longer one wins, so each prompt is read from its own end.
+        result.note("start_anchor", "derived", f"{core!r} too: the generation prompt ends with whitespace "
+                    f"({candidate[len(core):]!r}) a finished conversation does not hold there")
+        return [candidate, core]
     for match in MARKUP_RE.finditer(candidate):
         tail = candidate[match.start() :]
         if match.start() > 0 and tail in fixed:

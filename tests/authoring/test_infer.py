@@ -651,3 +651,18 @@ def test_the_start_anchor_holds_no_text_of_the_users_turn():
     assert report.anchor_problems == [], report.format_text()
     assert report.count(v.FAILED) == 0, report.format_text()
     assert report.count(v.UNRENDERABLE) == 0, report.format_text()
+
+
+# A plain-text header; the generation prompt ends with a newline the finished turns do not have.
+PLAIN_HEADER = (
+    "{%- for m in messages -%}{{ '\\n' + m.role|upper + ': ' + m.content }}"
+    "{%- if m.role == 'assistant' %} <|endoftext|>{% endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt %}{{ '\\nASSISTANT: \\n' }}{% endif -%}"
+)
+
+
+def test_whitespace_only_the_generation_prompt_ends_with_stays_out_of_one_anchor():
+    inference, report = infer_and_verify(PLAIN_HEADER, examples=2)
+    assert inference.template["start_anchor"] == ["\nASSISTANT: \n", "\nASSISTANT: "]
+    assert report.anchor_problems == [], report.format_text()
+    assert report.count(v.FAILED) == 0 and report.count(v.PASSED) >= 3, report.format_text()
