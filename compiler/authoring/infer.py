@@ -11,7 +11,10 @@ instructions, example calls with placeholder names) is the prompt's, never a cal
   nothing shows the anchor as the text every such prompt ends with whatever its last message
   says and whatever tools it offers, so instructions that name the tools, and example calls in
   them, stay before the anchor. A reasoning block the prompt opens (or opens and closes) stays
-  after the anchor so the parser reads it from the prefix;
+  after the anchor so the parser reads it from the prefix. An anchor holds only text that is the
+  same for every user message (nothing, one word, several lines) and that finished
+  conversations hold between the user's words and the answer (`_fixed_anchors`): a generation
+  prompt that writes an empty exchange before the assistant's header gives only the header;
 - the text before and after the reasoning sentinel: the reasoning delimiters;
 - the text before the answer sentinel (a content opener, when it is markup) and after it: where an
   assistant turn ends, each of its end markers closing the content;
@@ -727,7 +730,9 @@ def _infer_reasoning(prober: Prober, prompts_added: list[str], result: Inference
     return None
 
 
-def _start_anchors(prober: Prober, prompt: str, prompts_added: list[tuple[int, str]], reasoning, result: Inference) -> list[str]:
+def _start_anchors(
+    prober: Prober, prompt: str, prompts_added: list[tuple[int, str]], reasoning, result: Inference
+) -> list[str]:
     """The generation prompts, less a reasoning block they open (the parser reads that block from
     the prefix, after the anchor), and less any text a prompt with the user's words in it does
     not hold (`_fixed_anchors`). An anchor that ends with another one is left out: wherever it
@@ -778,8 +783,9 @@ def _fixed_anchors(candidate: str, fixed: str | None, reasoning, result: Inferen
     for match in MARKUP_RE.finditer(candidate):
         tail = candidate[match.start() :]
         if match.start() > 0 and tail in fixed:
-            result.note("start_anchor", "derived", f"{tail!r}: the generation prompt writes {candidate[: match.start()]!r} "
-                        "before it, which a prompt with the user's words in it does not hold")
+            result.note("start_anchor", "derived", f"{tail!r}: the generation prompt writes "
+                        f"{candidate[: match.start()]!r} before it, which a prompt with the user's words in it "
+                        "does not hold")
             return [tail]
     first = MARKUP_RE.search(fixed)
     own = fixed[first.start() :] if first else ""
@@ -1033,7 +1039,9 @@ def _per_call_field(g1: str, g2: str | None, given, reasoning, content_field, pa
         # No opener of its own: the first call follows the block's opener (or starts the turn),
         # each next one follows the call before it.
         block = _block_start(split.section_open, reasoning)
-        listed = _listed_in_section(g1, shape, block, split.per_close, split.between, g1[shape.end :], split.section_tokens, result)
+        listed = _listed_in_section(
+            g1, shape, block, split.per_close, split.between, g1[shape.end :], split.section_tokens, result
+        )
         if not exact:
             _mark_guessed(result, g1)
         return listed
@@ -1051,7 +1059,8 @@ def _per_call_field(g1: str, g2: str | None, given, reasoning, content_field, pa
     if not exact:
         _mark_guessed(result, g1)
     if g2 is not None:
-        result.note("parallel calls", "derived", f"separated by {split.separator!r}" if shapes else "rendered, but not split")
+        split_by = f"separated by {split.separator!r}" if shapes else "rendered, but not split"
+        result.note("parallel calls", "derived", split_by)
     return field, split.section_tokens
 
 
@@ -1092,7 +1101,8 @@ def _split_calls(g1: str, g2: str | None, shape: CallShape, shapes) -> CallSplit
     if shapes:
         # Markup a template writes after two calls only (a section close it forgets after one)
         # still ends the calls.
-        section_tokens = _unique(section_tokens + tokens_in(_less_prefix(g2[shapes[0].end + shapes[1].end :], per_close)))
+        after_both = g2[shapes[0].end + shapes[1].end :]
+        section_tokens = _unique(section_tokens + tokens_in(_less_prefix(after_both, per_close)))
     return CallSplit(per_open, per_close, separator, section_open, section_tokens, between)
 
 

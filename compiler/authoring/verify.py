@@ -7,13 +7,19 @@ model would have generated. The response template must parse that text back into
 was rendered: once whole (`rtcompile.parse_response`) and once streamed in small chunks
 (`rtcompile.ResponseParser`).
 
+Whatever the cases show, the start anchor is checked in realistic prompts (`check_start_anchor`):
+the last message saying nothing, one word or several lines, in the generation prompt and in the
+conversation as it goes on. Where the anchor is missing the parser reads the whole prompt as the
+answer; the report fails then, with one line that says so, even when no case is round-trippable.
+
 A case the chat template itself cannot round-trip is reported as such, never as a failure of the
 response template. That is detected by rendering, not by knowing the model family:
 
 - the finished turn does not start with the generation prompt (the prompt pre-writes something
   the finished turn does not contain, or the history is rendered differently), and is not the
   history's render with the turn inserted either (`render_turn` takes a turn the prompt shows
-  instructions around: after the history, inside the generation prompt, before the history);
+  instructions around: after the history, inside the generation prompt, before the history), nor
+  the history's render continued where the history already opens the turn (`_reopened_turn`);
 - a part of the message is missing from the rendered turn (reasoning of a turn the template treats
   as history, content beside tool calls, calls beyond the first, tool calls at all);
 - the template raises on the conversation (one call per turn only, alternation rules, ...).
@@ -437,7 +443,9 @@ def discover_conventions(renderer: ChatRenderer) -> tuple[Conventions, list[str]
         chosen = _call_spelling(renderer, tools, shown=False) or Conventions()
     answer_spelling = _reasoning_spelling(renderer, chosen, tools, {"content": "Probe answer."})
     call_spelling = _reasoning_spelling(renderer, chosen, tools, {"tool_calls": [_CONVENTION_CALL]})
-    conventions = Conventions(chosen.arguments_as, chosen.empty_content, chosen.id_style, answer_spelling, call_spelling)
+    conventions = Conventions(
+        chosen.arguments_as, chosen.empty_content, chosen.id_style, answer_spelling, call_spelling
+    )
     if answer_spelling is None and call_spelling is None:
         notes.append("the chat template never renders reasoning in a finished turn")
     elif answer_spelling is not None and _drops_earlier_reasoning(renderer, conventions):
@@ -558,7 +566,9 @@ def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, to
     return RenderedTurn(prefix=prefix, generation=generation, expected=copy.deepcopy(case.message), given_ids=ids)
 
 
-def _locate_turn(renderer: ChatRenderer, history: list[dict], tools, prompt: str, full: str) -> tuple[int, int, str] | str:
+def _locate_turn(
+    renderer: ChatRenderer, history: list[dict], tools, prompt: str, full: str
+) -> tuple[int, int, str] | str:
     """(start, end, the prompt the turn follows) of the finished turn in `full`, or why the chat
     template cannot round-trip it."""
     if full.startswith(prompt):
@@ -635,7 +645,9 @@ def _cut_at_turn_end(
     return cut
 
 
-def _content_renders_as_reasoning(renderer: ChatRenderer, case: Case, conventions: Conventions, tools, full: str) -> bool:
+def _content_renders_as_reasoning(
+    renderer: ChatRenderer, case: Case, conventions: Conventions, tools, full: str
+) -> bool:
     """Whether content beside calls renders exactly like reasoning (gpt-oss's analysis channel):
     then no parser can tell the two apart."""
     message = case.message
@@ -971,20 +983,23 @@ def anchor_contexts(words: str) -> list[tuple[str, list[dict], list]]:
     ]
 
 
-def realistic_prompts(renderer: ChatRenderer, conventions: Conventions, history: list[dict], tools) -> list[tuple[str, str]]:
+def realistic_prompts(
+    renderer: ChatRenderer, conventions: Conventions, history: list[dict], tools
+) -> list[tuple[str, str]]:
     """The prompts a turn after `history` is parsed after, as (name, text): the generation prompt
     (what a server sends), and the conversation as it goes on, up to the answer (what the model
     saw before each of its turns in a finished conversation, and what the finished turn is
     parsed after where the generation prompt is not). A render the template refuses is left out."""
     prompts = []
     try:
-        generation_prompt = renderer.render(to_chat_conversation(history, None, conventions), tools=tools, add_generation_prompt=True)
-        prompts.append(("the generation prompt", generation_prompt))
+        conversation = to_chat_conversation(history, None, conventions)
+        prompts.append(("the generation prompt", renderer.render(conversation, tools=tools, add_generation_prompt=True)))
     except RenderError:
         pass
     reply = {"role": "assistant", "content": ANCHOR_PROBE_REPLY}
     try:
-        finished = renderer.render(to_chat_conversation(history, reply, conventions), tools=tools, add_generation_prompt=False)
+        conversation = to_chat_conversation(history, reply, conventions)
+        finished = renderer.render(conversation, tools=tools, add_generation_prompt=False)
     except RenderError:
         return prompts
     if ANCHOR_PROBE_REPLY in finished:
@@ -1016,8 +1031,13 @@ def check_start_anchor(template: dict, renderer: ChatRenderer, conventions: Conv
     found only before the message, the message is. A render bound stops the check where it is."""
     from rtcompile import frontend
 
-    anchor_re = re.compile(frontend.lower(template).start_anchor.alternation, re.DOTALL)
     check = AnchorCheck(_anchor_text(template))
+    try:
+        anchor_re = re.compile(frontend.lower(template).start_anchor.alternation, re.DOTALL)
+    except (ValueError, TypeError, re.error) as e:  # an invalid template: no anchor to look for
+        check.checked, check.not_found = 1, True
+        check.missing.append(f"every prompt (the template is invalid: {e})")
+        return check
     try:
         for words in USER_MESSAGES:
             for description, history, tools in anchor_contexts(words):
@@ -1092,7 +1112,8 @@ class VerifyReport:
             f"{self.count(UNRENDERABLE)} not round-trippable by the chat template"
         )
         if self.anchor_problems:
-            text += f"; start anchor missing from {len(self.anchor_problems)} of {self.anchor_prompts_checked} realistic prompts"
+            missing, checked = len(self.anchor_problems), self.anchor_prompts_checked
+            text += f"; start anchor missing from {missing} of {checked} realistic prompts"
         return text
 
     def anchor_warning(self) -> str | None:

@@ -289,6 +289,10 @@ def test_a_start_anchor_that_never_occurs_is_reported_even_when_no_case_is_check
     del pattern["start_anchor"]
     pattern["start_anchor_pattern"] = r"<\|im_start\|>assistant\n"
     assert v.verify(pattern, chat(CHATML), examples=0).anchor_problems == []
+    # An invalid template has no anchor to find: said so, not raised.
+    invalid = {"start_anchor": "<|im_start|>assistant\n", "fields": {"content": {"content": "no-such-parser"}}}
+    report = v.verify(invalid, chat(CHATML), examples=0)
+    assert not report.ok and "the template is invalid" in report.anchor_problems[0]
 
 
 def test_cli_a_missing_start_anchor_is_exit_status_1(tmp_path, capsys):
