@@ -227,9 +227,9 @@ class Prober:
         texts = []
         for words in v.USER_MESSAGES:
             _, history, tools = v.anchor_contexts(words)[context]
-            for name, text in v.realistic_prompts(self.renderer, self.conventions, history, tools):
-                if name == "the conversation's prompt":
-                    texts.append(text)
+            text = v.conversation_prompt(self.renderer, self.conventions, history, tools)
+            if text is not None:
+                texts.append(text)
         if len(texts) < 2:
             return None
         shared = min(_common_suffix(texts[0], other) for other in texts[1:])

@@ -987,24 +987,31 @@ def realistic_prompts(
     renderer: ChatRenderer, conventions: Conventions, history: list[dict], tools
 ) -> list[tuple[str, str]]:
     """The prompts a turn after `history` is parsed after, as (name, text): the generation prompt
-    (what a server sends), and the conversation as it goes on, up to the answer (what the model
-    saw before each of its turns in a finished conversation, and what the finished turn is
-    parsed after where the generation prompt is not). A render the template refuses is left out."""
+    (what a server sends), and the conversation's prompt (`conversation_prompt`). A render the
+    template refuses is left out."""
     prompts = []
     try:
         conversation = to_chat_conversation(history, None, conventions)
         prompts.append(("the generation prompt", renderer.render(conversation, tools=tools, add_generation_prompt=True)))
     except RenderError:
         pass
+    finished = conversation_prompt(renderer, conventions, history, tools)
+    if finished is not None:
+        prompts.append(("the conversation's prompt", finished))
+    return prompts
+
+
+def conversation_prompt(renderer: ChatRenderer, conventions: Conventions, history: list[dict], tools) -> str | None:
+    """The conversation as it goes on after `history`, up to a reply: what the model saw before
+    each of its turns in a finished conversation, and what the finished turn is parsed after where
+    the generation prompt is not. None when the template refuses it or does not show the reply."""
     reply = {"role": "assistant", "content": ANCHOR_PROBE_REPLY}
     try:
         conversation = to_chat_conversation(history, reply, conventions)
         finished = renderer.render(conversation, tools=tools, add_generation_prompt=False)
     except RenderError:
-        return prompts
-    if ANCHOR_PROBE_REPLY in finished:
-        prompts.append(("the conversation's prompt", finished[: finished.rfind(ANCHOR_PROBE_REPLY)]))
-    return prompts
+        return None
+    return finished[: finished.rfind(ANCHOR_PROBE_REPLY)] if ANCHOR_PROBE_REPLY in finished else None
 
 
 @dataclass
