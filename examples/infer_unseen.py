@@ -11,12 +11,15 @@ call, an answer after a tool result, unicode in content, unicode in arguments. A
 checkable when the chat template round-trips it (verify's rule: the rendered turn is what the
 finished conversation adds, and it shows every part of the message); it round-trips when both
 parsers, whole and streamed, give the message back. Per family the table shows the checkable
-probes, how many round-tripped, whether the chat template renders calls at all, and whether the
-inferred template has a `tool_calls` field ("-" when there are no calls to read); `--show NAME`
-prints one family's template, what infer derived and tried, and each probe's outcome.
+probes, how many round-tripped, whether the chat template renders calls at all, whether the
+inferred template has a `tool_calls` field ("-" when there are no calls to read), and whether its
+start anchor is found where the turn starts in every realistic prompt (verify's check: the last
+message saying nothing, one word or several lines, in the generation prompt and in the
+conversation as it goes on), which no probe can hide by being unchecked; `--show NAME` prints one
+family's template, what infer derived and tried, and each probe's outcome.
 
-The exit status is 0 only when at least 95 % of the checkable probes round-trip and every family
-whose chat template renders calls got a `tool_calls` field.
+The exit status is 0 only when at least 95 % of the checkable probes round-trip, every family
+whose chat template renders calls got a `tool_calls` field, and no start anchor is missing.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def measure(path: Path, timeout: float) -> dict:
     from rtcompile.authoring import verify as v
     from rtcompile.authoring.chat_render import ChatRenderer, RenderAborted, RenderError, load_chat_template
 
-    row: dict = {"family": path.stem, "probes": [], "template": None, "parts": "", "error": None}
+    row: dict = {"family": path.stem, "probes": [], "template": None, "parts": "", "error": None, "anchor": None}
     renderer = ChatRenderer(load_chat_template(path), timeout=timeout)
     try:
         try:
@@ -69,6 +72,7 @@ def measure(path: Path, timeout: float) -> dict:
             row["error"] = f"infer: {type(e).__name__}: {e}"
         conventions, notes = v.discover_conventions(renderer)
         row["renders_calls"] = not any("renders no tool calls" in note for note in notes)
+        row["anchor"] = v.check_start_anchor(row["template"], renderer, conventions) if row["template"] else None
         for case in probes():
             tools = v.tools_for(case.history + [case.message])
             try:
@@ -94,22 +98,36 @@ def measure(path: Path, timeout: float) -> dict:
 def show(row: dict) -> None:
     print(json.dumps(row["template"], indent=2, ensure_ascii=False))
     print(row["parts"] or row["error"])
+    if row["anchor"]:
+        print(f"  start anchor {row['anchor'].anchor}: missing from {len(row['anchor'].missing)} of "
+              f"{row['anchor'].checked} realistic prompts")
+        for missing in row["anchor"].missing:
+            print(f"    {missing}")
     for probe in row["probes"]:
         print(f"  {probe['status']:<20} {probe['id']:<26} {probe.get('detail') or ''}")
         if probe["status"] == "failed":
             print(f"  {'':<20} generation: {probe.get('generation')!r}")
 
 
+def anchor_cell(row: dict) -> str:
+    """"found" when the start anchor is where the turn starts in every realistic prompt."""
+    check = row["anchor"]
+    if check is None:
+        return "-"
+    return f"missing {len(check.missing)}/{check.checked}" if check.missing else "found"
+
+
 def line(row: dict, markdown: bool) -> str:
     renders = "yes" if row["renders_calls"] else "no"
     calls = "yes" if row["tool_calls_field"] else ("no" if row["renders_calls"] else "-")
-    cells = [row["family"], len(row["probes"]), row["checkable"], row["round_tripped"], renders, calls]
+    anchor = anchor_cell(row)
+    cells = [row["family"], len(row["probes"]), row["checkable"], row["round_tripped"], renders, calls, anchor]
     if markdown:
         return "| " + " | ".join(str(cell) for cell in cells) + " |"
     failed = [p["id"] for p in row["probes"] if p["status"] == "failed"]
     return (
         f"{row['family']:<24} checkable {row['checkable']:>2}/{len(row['probes'])}  round-tripped "
-        f"{row['round_tripped']:>2}  renders calls {renders:<3}  tool_calls field {calls:<3}"
+        f"{row['round_tripped']:>2}  renders calls {renders:<3}  tool_calls field {calls:<3}  start anchor {anchor}"
         + (f"  failed: {', '.join(failed)}" if failed else "")
         + (f"  [{row['error']}]" if row["error"] else "")
     )
@@ -132,10 +150,10 @@ def main(argv: list[str] | None = None) -> int:
             show(measure(path, args.timeout))
         return 0
     if args.markdown:
-        print("| family | probes | checkable | round-tripped | renders calls | tool_calls field |")
-        print("| --- | --- | --- | --- | --- | --- |")
+        print("| family | probes | checkable | round-tripped | renders calls | tool_calls field | start anchor |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
     probes_seen = checkable = round_tripped = 0
-    missing_calls = []
+    missing_calls, missing_anchors = [], []
     for path in paths:
         row = measure(path, args.timeout)
         probes_seen += len(row["probes"])
@@ -143,13 +161,16 @@ def main(argv: list[str] | None = None) -> int:
         round_tripped += row["round_tripped"]
         if row["renders_calls"] and not row["tool_calls_field"]:
             missing_calls.append(row["family"])
+        if row["anchor"] is not None and row["anchor"].missing:
+            missing_anchors.append(row["family"])
         print(line(row, args.markdown))
         sys.stdout.flush()
     share = round_tripped / checkable if checkable else 0.0
     print(f"\n{len(paths)} families, {probes_seen} probes: {checkable} checkable, {round_tripped} round-tripped "
           f"({share:.0%}); families that render calls but got no tool_calls field: "
-          f"{', '.join(missing_calls) or 'none'}")
-    return 0 if share >= TARGET and not missing_calls else 1
+          f"{', '.join(missing_calls) or 'none'}; families whose start anchor is missing from a realistic prompt: "
+          f"{', '.join(missing_anchors) or 'none'}")
+    return 0 if share >= TARGET and not missing_calls and not missing_anchors else 1
 
 
 if __name__ == "__main__":

@@ -11,7 +11,10 @@ instructions, example calls with placeholder names) is the prompt's, never a cal
   nothing shows the anchor as the text every such prompt ends with whatever its last message
   says and whatever tools it offers, so instructions that name the tools, and example calls in
   them, stay before the anchor. A reasoning block the prompt opens (or opens and closes) stays
-  after the anchor so the parser reads it from the prefix;
+  after the anchor so the parser reads it from the prefix. An anchor holds only text that is the
+  same for every user message (nothing, one word, several lines) and that finished
+  conversations hold between the user's words and the answer (`_fixed_anchors`): a generation
+  prompt that writes an empty exchange before the assistant's header gives only the header;
 - the text before and after the reasoning sentinel: the reasoning delimiters;
 - the text before the answer sentinel (a content opener, when it is markup) and after it: where an
   assistant turn ends, each of its end markers closing the content;
@@ -186,16 +189,19 @@ class Prober:
 
     def _shared_tail(self, history: list[dict], prompt: str, tools: list) -> str:
         """What the prompt ends with after its last message, found by rendering the same history
-        with that message's text changed at its end, and with other tools: the prompts share it
-        (from its first markup on, so no part of the message is taken). Tool instructions a
-        template writes after the history are in it only as far as they do not name the tools,
-        so example calls in them stay before the anchor. Empty when the message is not rendered."""
-        varied = copy.deepcopy(history)
-        varied[-1]["content"] = str(varied[-1].get("content") or "") + " Varied probe ending~"
-        variants = [(varied, tools)]
+        with that message saying something else (nothing, one word, several lines), and with other
+        tools: the prompts share it (from its first markup on, so no part of the message is
+        taken). Tool instructions a template writes after the history are in it only as far as
+        they do not name the tools, so example calls in them stay before the anchor. Empty when
+        the message is not rendered."""
+        variants = []
+        for words in v.USER_MESSAGES:
+            varied = copy.deepcopy(history)
+            varied[-1]["content"] = words
+            variants.append((varied, tools))
         if tools:
             variants.append((history, v.tools_for([{"role": "assistant", "tool_calls": [OTHER_TOOL_CALL]}])))
-        shared = len(prompt)
+        shared, moved = len(prompt), False
         for messages, offered in variants:
             try:
                 other = self.renderer.render(
@@ -203,14 +209,31 @@ class Prober:
                 )
             except RenderError:
                 continue
-            if messages is varied and other == prompt:
-                return ""
+            moved = moved or (messages is not history and other != prompt)
             shared = min(shared, _common_suffix(prompt, other))
+        if not moved:
+            return ""
         tail = prompt[len(prompt) - shared :]
         markup = MARKUP_RE.search(tail)
         if markup:
             return tail[markup.start() :]
         return tail if tail.strip() else ""
+
+    def fixed_text_before_reply(self, context: int) -> str | None:
+        """The text between the last message's words and the reply in finished conversations of
+        `context` (an index into `verify.anchor_contexts`), the same whatever those words are
+        (nothing, one word, several lines): what no user message moves. None when fewer than two
+        such conversations render."""
+        texts = []
+        for words in v.USER_MESSAGES:
+            _, history, tools = v.anchor_contexts(words)[context]
+            text = v.conversation_prompt(self.renderer, self.conventions, history, tools)
+            if text is not None:
+                texts.append(text)
+        if len(texts) < 2:
+            return None
+        shared = min(_common_suffix(texts[0], other) for other in texts[1:])
+        return texts[0][len(texts[0]) - shared :]
 
 
 # ---- the parts -----------------------------------------------------------------------------------
@@ -598,8 +621,8 @@ def infer(renderer: ChatRenderer) -> Inference:
     for note in notes:
         result.note("chat template", "note", note)
     prompt, prompts_added = _generation_prompts(prober)
-    reasoning = _infer_reasoning(prober, prompts_added, result)
-    anchors = _start_anchors(prompt, prompts_added, reasoning, result)
+    reasoning = _infer_reasoning(prober, [added for _, added in prompts_added], result)
+    anchors = _start_anchors(prober, prompt, prompts_added, reasoning, result)
     content_field, content_closes = _infer_content(prober, anchors, reasoning, result)
     label = _role_label(prober, reasoning, result)
     headers = _turn_headers(prober, anchors, result)
@@ -656,19 +679,20 @@ def _drop_calls_found_in_plain_answers(prober: Prober, result: Inference) -> Non
             return
 
 
-def _generation_prompts(prober: Prober) -> tuple[str, list[str]]:
+def _generation_prompts(prober: Prober) -> tuple[str, list[tuple[int, str]]]:
     """The prompt of a one-question conversation, and what the generation prompt adds there,
-    there with tools offered, and after a tool result."""
+    there with tools offered, and after a tool result: (context, added), the context an index
+    into `verify.anchor_contexts`."""
     question = [v._user("What is the weather in Paris?")]
     try:
         prompt, added = prober.generation_prompt(question)
     except RenderError as e:
         raise RenderError(f"the chat template cannot render a conversation of one user message: {e}") from None
-    prompts_added = [added]
+    prompts_added = [(0, added)]
     offered = v.tools_for([{"role": "assistant", "tool_calls": [PROBE_CALL]}])
-    for history, tools in ((question, offered), (_after_tool_result(), None)):
+    for context, history, tools in ((1, question, offered), (2, _after_tool_result(), None)):
         try:
-            prompts_added.append(prober.generation_prompt(history, tools)[1])
+            prompts_added.append((context, prober.generation_prompt(history, tools)[1]))
         except RenderError:
             pass  # a template without tools or tool results: the other anchors are enough
     return prompt, prompts_added
@@ -706,11 +730,15 @@ def _infer_reasoning(prober: Prober, prompts_added: list[str], result: Inference
     return None
 
 
-def _start_anchors(prompt: str, prompts_added: list[str], reasoning, result: Inference) -> list[str]:
-    """The generation prompts, less a reasoning block they open: the parser reads that block
-    from the prefix, after the anchor."""
+def _start_anchors(
+    prober: Prober, prompt: str, prompts_added: list[tuple[int, str]], reasoning, result: Inference
+) -> list[str]:
+    """The generation prompts, less a reasoning block they open (the parser reads that block from
+    the prefix, after the anchor), and less any text a prompt with the user's words in it does
+    not hold (`_fixed_anchors`). An anchor that ends with another one is left out: wherever it
+    matches, the shorter one matches at the same end."""
     anchors = []
-    for text in prompts_added:
+    for context, text in prompts_added:
         at = text.find(reasoning[0]) if reasoning else -1
         if at > 0:
             block = text[at:]
@@ -718,8 +746,9 @@ def _start_anchors(prompt: str, prompts_added: list[str], reasoning, result: Inf
             result.note("prefilled", "derived", f"the generation prompt {opened} ({block!r}); the parser reads it from the prefix")
             text = text[:at]
         if text.strip():
-            anchors.append(text)
+            anchors += _fixed_anchors(text, prober.fixed_text_before_reply(context), reasoning, result)
     anchors = _unique(anchors)
+    anchors = [a for a in anchors if not any(b != a and a.endswith(b) for b in anchors)]
     if anchors:
         result.template["start_anchor"] = _literal_or_list(anchors)
         result.note("start_anchor", "derived", ", ".join(repr(a) for a in anchors))
@@ -727,6 +756,46 @@ def _start_anchors(prompt: str, prompts_added: list[str], reasoning, result: Inf
         result.template["start_anchor"] = prompt[-1:] or "\n"
         result.note("start_anchor", "not derived", "the prompt ends with nothing token-like; using its last character")
     return anchors
+
+
+def _fixed_anchors(candidate: str, fixed: str | None, reasoning, result: Inference) -> list[str]:
+    """Start anchors built only from text that is the same for every user message. `candidate` is
+    what the generation prompt adds; `fixed` is the text finished conversations hold between the
+    user's words and the reply, whatever the words (None when unknown). Where a generation prompt
+    writes more than that (an empty exchange before the assistant's header, `<｜User｜>` "\\n"
+    `<｜Assistant｜>`, which a prompt with the user's words in it never holds), the anchor is the
+    longest part of the candidate, from a markup on, that `fixed` holds; where it only ends with
+    whitespace `fixed` lacks, the candidate without it is kept beside it. Where no part of it is
+    there (tool instructions the generation prompt writes after the history), both are kept: the
+    candidate for the generation prompt, and `fixed` from its first markup, less a reasoning block
+    it opens, for the conversation as it goes on."""
+    if fixed is None or candidate in fixed:
+        return [candidate]
+    core = candidate
+    while core and core[-1].isspace() and core not in fixed:
+        core = core[:-1]
+    if core.strip() and core in fixed:
+        # Layout after the generation prompt (`\nASSISTANT: ` then a newline): both are kept, and
+        # where both match the longer one wins, so each prompt is read from its own end.
+        result.note("start_anchor", "derived", f"{core!r} too: the generation prompt ends with whitespace "
+                    f"({candidate[len(core):]!r}) a finished conversation does not hold there")
+        return [candidate, core]
+    for match in MARKUP_RE.finditer(candidate):
+        tail = candidate[match.start() :]
+        if match.start() > 0 and tail in fixed:
+            result.note("start_anchor", "derived", f"{tail!r}: the generation prompt writes "
+                        f"{candidate[: match.start()]!r} before it, which a prompt with the user's words in it "
+                        "does not hold")
+            return [tail]
+    first = MARKUP_RE.search(fixed)
+    own = fixed[first.start() :] if first else ""
+    if reasoning and reasoning[0] in own:
+        own = own[: own.find(reasoning[0])]
+    if not own.strip():
+        return [candidate]
+    result.note("start_anchor", "derived", f"{own!r} too: what every finished conversation holds before the reply, "
+                f"where the generation prompt's {candidate!r} is not")
+    return [candidate, own]
 
 
 def _infer_content(prober: Prober, anchors: list[str], reasoning, result: Inference) -> tuple[dict, list[str]]:
@@ -941,106 +1010,162 @@ def _list_field(text: str, listed, reasoning, result: Inference) -> tuple[dict, 
     return field, after[:2]
 
 
+@dataclass
+class CallSplit:
+    """The text of a call turn around the calls, split by comparing one call with two."""
+
+    per_open: str  # before each call's own text
+    per_close: str  # after each call's arguments, its own close
+    separator: str  # between one call's close and the next call's opener
+    section_open: str  # before the first call's opener: the section around all calls
+    section_tokens: list[str]  # markup after the calls: the section's close, the turn's end
+    between: str  # from the end of one call's arguments up to the next call (or the turn's end)
+
+
 def _per_call_field(g1: str, g2: str | None, given, reasoning, content_field, parsers, result) -> tuple[dict | None, list[str]]:
     """One region per call: the text shared by the run-up to the first call and the text
     between two calls is each call's opener; what is left before is the section's opener, and
-    likewise at the other end."""
-    parallel = g2 is not None
-    exact = True
-    shape1 = _call_shape(g1, PROBE_CALL, given, parsers)
-    if shape1 is None:
-        exact = False
-        shape1 = _call_shape(g1, PROBE_CALL, given, parsers, exact=False)
-    if shape1 is None:
+    likewise at the other end (`_split_calls`). Calls with no opener of their own are listed in
+    the section or where the turn starts (`_listed_in_section`)."""
+    shape, exact = _first_call_shape(g1, given, parsers)
+    if shape is None:
         result.note("tool_calls", "not derived", f"no argument syntax reproduces the probe's arguments from {g1[:120]!r}")
         return None, []
-    shape2a = shape2b = None
-    if parallel:
-        shape2a = _call_shape(g2, PROBE_CALL, given, parsers, exact=exact)
-        if shape2a:
-            rest = g2[shape2a.end :]
-            shape2b = _call_shape(rest, PROBE_CALL_2, given[1:] + given, parsers, exact=exact)
-    lead1, trail1 = g1[: shape1.start], g1[shape1.end :]
-    if shape2a and shape2b:
-        inter = g2[shape2a.end : shape2a.end + shape2b.start]
-        trail = g2[shape2a.end + shape2b.end :]
-        per_open = inter[len(inter) - _common_suffix(inter, lead1) :]
-        close_end = _split_at_tokens(inter, v.common_prefix_length(inter, trail))
-        per_close = inter[:close_end]
-        open_start = len(inter) - len(per_open)
-        for match in MARKUP_RE.finditer(inter):
-            if match.start() < open_start < match.end():
-                open_start = match.end()  # the shared text starts inside a token: keep it whole
-        per_open = inter[max(open_start, close_end) :] if per_open else per_open
-        if len(per_open) + len(per_close) > len(inter):
-            per_open = inter[len(per_close) :]
-        separator = inter[len(per_close) : len(inter) - len(per_open)]
-    else:
-        per_open, separator = lead1, ""
-        closing = tokens_in(trail1)
-        per_close = trail1[: trail1.find(closing[0]) + len(closing[0])] if closing else ""
-    section_open = lead1[: len(lead1) - len(per_open)] if lead1.endswith(per_open) else ""
-    section_rest = trail1[len(per_close) :] if trail1.startswith(per_close) else trail1
-    section_tokens = tokens_in(section_rest)
-    if shape2a and shape2b:
-        # Markup a template writes after two calls only (a section close it forgets after one)
-        # still ends the calls.
-        trail_rest = trail[len(per_close) :] if trail.startswith(per_close) else trail
-        section_tokens = _unique(section_tokens + tokens_in(trail_rest))
-    if content_field.get("open") and per_open.strip().startswith(content_field["open"]):
-        per_open = per_open.strip()[len(content_field["open"]) :]
-    if not per_open.strip() and (section_open.strip() or shape1.content == "xml-inline" or parallel):
+    shapes = _parallel_shapes(g2, given, parsers, exact) if g2 is not None else None
+    split = _split_calls(g1, g2, shape, shapes)
+    if content_field.get("open") and split.per_open.strip().startswith(content_field["open"]):
+        split.per_open = split.per_open.strip()[len(content_field["open"]) :]
+    if not split.per_open.strip() and (split.section_open.strip() or shape.content == "xml-inline" or g2 is not None):
         # No opener of its own: the first call follows the block's opener (or starts the turn),
         # each next one follows the call before it.
-        between = inter if shape2a and shape2b else trail1
-        if section_open.strip():
-            block = (r"\s*" + literal_pattern(section_open.strip()) + r"\s*", repr(section_open.strip()))
-        else:
-            block = (_turn_start(reasoning) + r"\s*", "the start of the turn")
-        listed = _listed_in_section(g1, shape1, block, per_close, between, trail1, section_tokens, result)
+        block = _block_start(split.section_open, reasoning)
+        listed = _listed_in_section(
+            g1, shape, block, split.per_close, split.between, g1[shape.end :], split.section_tokens, result
+        )
         if not exact:
             _mark_guessed(result, g1)
         return listed
-    open_pattern = r"\s*"
-    if separator.strip():
-        open_pattern += "(?:" + literal_pattern(separator.strip()) + r")?\s*"
-    if section_open.strip():
-        open_pattern += "(?:" + literal_pattern(section_open.strip()) + r")?\s*"
-    if per_open.strip():
-        open_pattern += literal_pattern(per_open.strip())
-    elif shape1.open_pattern == "":
-        # No opener at all (Llama 3 writes the JSON bare): a call only where the turn starts.
-        start_text = g1[shape1.start : g1.find('"', shape1.start) + 1 or shape1.start + 1]
-        open_pattern = _turn_start(reasoning) + r"\s*(?=" + literal_pattern(start_text) + ")"
-    else:
-        # A bare name before the arguments: only where the turn starts, and only when the
-        # arguments follow, or every word of an answer would open a call.
-        open_pattern = _turn_start(reasoning) + r"\s*"
-        shape1.open_pattern += "(?=" + re.escape(g1[shape1.content_span[0]]) + ")"
-    open_pattern += shape1.open_pattern
-    field = {"open_pattern": open_pattern}
-    if per_close.strip():
-        field["close_pattern"] = r"\s*" + literal_pattern(per_close.strip())
-    elif per_open.strip():
-        ends = "|".join(re.escape(t) for t in section_tokens[:1])
-        field["close_pattern"] = "(?=" + literal_pattern(per_open.strip()) + ")" + (f"|{ends}" if ends else "")
-    elif section_tokens:
-        field["close"] = section_tokens[0]
-    field.update({"repeats": True, "content": shape1.content})
-    if shape1.content_args:
-        field["content_args"] = shape1.content_args
-    field["transform"] = shape1.transform
+    field = {"open_pattern": _call_open_pattern(g1, shape, split, reasoning), **_call_close(split)}
+    field.update({"repeats": True, "content": shape.content})
+    if shape.content_args:
+        field["content_args"] = shape.content_args
+    field["transform"] = shape.transform
     result.note(
         "tool_calls", "derived",
-        f"each call {per_open.strip()!r}...{per_close.strip()!r}, arguments as {shape1.content}"
-        + (f" {shape1.content_args}" if shape1.content_args else "")
-        + (f", all calls inside {section_open.strip()!r}" if section_open.strip() else ""),
+        f"each call {split.per_open.strip()!r}...{split.per_close.strip()!r}, arguments as {shape.content}"
+        + (f" {shape.content_args}" if shape.content_args else "")
+        + (f", all calls inside {split.section_open.strip()!r}" if split.section_open.strip() else ""),
     )
     if not exact:
         _mark_guessed(result, g1)
-    if parallel:
-        result.note("parallel calls", "derived", f"separated by {separator!r}" if shape2b else "rendered, but not split")
-    return field, section_tokens
+    if g2 is not None:
+        split_by = f"separated by {split.separator!r}" if shapes else "rendered, but not split"
+        result.note("parallel calls", "derived", split_by)
+    return field, split.section_tokens
+
+
+def _first_call_shape(g1: str, given, parsers) -> tuple[CallShape | None, bool]:
+    """The call in the one-call render, and whether its values came back exactly (False: the
+    template alters them, and the shape only gives the names and keys back)."""
+    shape = _call_shape(g1, PROBE_CALL, given, parsers)
+    if shape is not None:
+        return shape, True
+    return _call_shape(g1, PROBE_CALL, given, parsers, exact=False), False
+
+
+def _parallel_shapes(g2: str, given, parsers, exact: bool) -> tuple[CallShape, CallShape] | None:
+    """The two calls of the two-call render (the second one's positions relative to the end of
+    the first one's arguments), or None when they cannot both be found."""
+    first = _call_shape(g2, PROBE_CALL, given, parsers, exact=exact)
+    if not first:
+        return None
+    second = _call_shape(g2[first.end :], PROBE_CALL_2, given[1:] + given, parsers, exact=exact)
+    return (first, second) if second else None
+
+
+def _split_calls(g1: str, g2: str | None, shape: CallShape, shapes) -> CallSplit:
+    """Split the call turn's text around the calls: with two calls, what is between them is one
+    call's close, the separator and the next one's opener; with one, the opener is all that
+    leads up to the call and the close is the first markup after it."""
+    lead, trail = g1[: shape.start], g1[shape.end :]
+    if shapes:
+        first, second = shapes
+        between = g2[first.end : first.end + second.start]
+        per_open, per_close, separator = _split_between_calls(between, lead, g2[first.end + second.end :])
+    else:
+        per_open, separator, between = lead, "", trail
+        closing = tokens_in(trail)
+        per_close = trail[: trail.find(closing[0]) + len(closing[0])] if closing else ""
+    section_open = lead[: len(lead) - len(per_open)] if lead.endswith(per_open) else ""
+    section_tokens = tokens_in(_less_prefix(trail, per_close))
+    if shapes:
+        # Markup a template writes after two calls only (a section close it forgets after one)
+        # still ends the calls.
+        after_both = g2[shapes[0].end + shapes[1].end :]
+        section_tokens = _unique(section_tokens + tokens_in(_less_prefix(after_both, per_close)))
+    return CallSplit(per_open, per_close, separator, section_open, section_tokens, between)
+
+
+def _split_between_calls(between: str, lead: str, trail: str) -> tuple[str, str, str]:
+    """(opener, close, separator) from the text between two calls: the opener is what it ends
+    with that also leads up to the first call, the close what it starts with that also follows
+    the last call; neither cuts a token, and what is left between them is the separator."""
+    per_open = between[len(between) - _common_suffix(between, lead) :]
+    close_end = _split_at_tokens(between, v.common_prefix_length(between, trail))
+    per_close = between[:close_end]
+    open_start = len(between) - len(per_open)
+    for match in MARKUP_RE.finditer(between):
+        if match.start() < open_start < match.end():
+            open_start = match.end()  # the shared text starts inside a token: keep it whole
+    per_open = between[max(open_start, close_end) :] if per_open else per_open
+    if len(per_open) + len(per_close) > len(between):
+        per_open = between[len(per_close) :]
+    return per_open, per_close, between[len(per_close) : len(between) - len(per_open)]
+
+
+def _less_prefix(text: str, prefix: str) -> str:
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+def _block_start(section_open: str, reasoning) -> tuple[str, str]:
+    """Where calls listed without an opener of their own start: after the section's opener, or
+    where the turn starts. (pattern, description)"""
+    if section_open.strip():
+        return r"\s*" + literal_pattern(section_open.strip()) + r"\s*", repr(section_open.strip())
+    return _turn_start(reasoning) + r"\s*", "the start of the turn"
+
+
+def _call_open_pattern(g1: str, shape: CallShape, split: CallSplit, reasoning) -> str:
+    """The open pattern of a call with an opener of its own (the separator and the section's
+    opener may come before it), or, without one, of a call only where the turn starts."""
+    pattern = r"\s*"
+    if split.separator.strip():
+        pattern += "(?:" + literal_pattern(split.separator.strip()) + r")?\s*"
+    if split.section_open.strip():
+        pattern += "(?:" + literal_pattern(split.section_open.strip()) + r")?\s*"
+    if split.per_open.strip():
+        return pattern + literal_pattern(split.per_open.strip()) + shape.open_pattern
+    if shape.open_pattern == "":
+        # No opener at all (Llama 3 writes the JSON bare): a call only where the turn starts.
+        start_text = g1[shape.start : g1.find('"', shape.start) + 1 or shape.start + 1]
+        return _turn_start(reasoning) + r"\s*(?=" + literal_pattern(start_text) + ")"
+    # A bare name before the arguments: only where the turn starts, and only when the arguments
+    # follow, or every word of an answer would open a call.
+    return _turn_start(reasoning) + r"\s*" + shape.open_pattern + "(?=" + re.escape(g1[shape.content_span[0]]) + ")"
+
+
+def _call_close(split: CallSplit) -> dict:
+    """A call's close: its own close, else the next call's opener or the section's close, else
+    the section's close alone."""
+    per_open, per_close = split.per_open.strip(), split.per_close.strip()
+    if per_close:
+        return {"close_pattern": r"\s*" + literal_pattern(per_close)}
+    if per_open:
+        ends = "|".join(re.escape(t) for t in split.section_tokens[:1])
+        return {"close_pattern": "(?=" + literal_pattern(per_open) + ")" + (f"|{ends}" if ends else "")}
+    if split.section_tokens:
+        return {"close": split.section_tokens[0]}
+    return {}
 
 
 def _mark_guessed(result: Inference, rendered: str) -> None:

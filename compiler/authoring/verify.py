@@ -7,13 +7,19 @@ model would have generated. The response template must parse that text back into
 was rendered: once whole (`rtcompile.parse_response`) and once streamed in small chunks
 (`rtcompile.ResponseParser`).
 
+Whatever the cases show, the start anchor is checked in realistic prompts (`check_start_anchor`):
+the last message saying nothing, one word or several lines, in the generation prompt and in the
+conversation as it goes on. Where the anchor is missing the parser reads the whole prompt as the
+answer; the report fails then, with one line that says so, even when no case is round-trippable.
+
 A case the chat template itself cannot round-trip is reported as such, never as a failure of the
 response template. That is detected by rendering, not by knowing the model family:
 
 - the finished turn does not start with the generation prompt (the prompt pre-writes something
   the finished turn does not contain, or the history is rendered differently), and is not the
   history's render with the turn inserted either (`render_turn` takes a turn the prompt shows
-  instructions around: after the history, inside the generation prompt, before the history);
+  instructions around: after the history, inside the generation prompt, before the history), nor
+  the history's render continued where the history already opens the turn (`_reopened_turn`);
 - a part of the message is missing from the rendered turn (reasoning of a turn the template treats
   as history, content beside tool calls, calls beyond the first, tool calls at all);
 - the template raises on the conversation (one call per turn only, alternation rules, ...).
@@ -419,73 +425,85 @@ def _turn_text(renderer: ChatRenderer, history: list[dict], message: dict, conve
     return full[common_prefix_length(prompt, full) :]
 
 
+_CONVENTION_QUESTION = [_user("What is the weather in Paris?")]
+_CONVENTION_CALL = function_call("probe_lookup", {"probe_city": "Zanzibarville", "probe_days": 7})
+_CONVENTION_REASONING = "Pondering the probe question carefully."
+
+
 def discover_conventions(renderer: ChatRenderer) -> tuple[Conventions, list[str]]:
     """The first spelling of each message part whose render shows that part (see the module doc),
     once `accommodate` has made the chat template render; its report lines come first."""
     notes = accommodate(renderer)
-    question = [_user("What is the weather in Paris?")]
-    probe_call = function_call("probe_lookup", {"probe_city": "Zanzibarville", "probe_days": 7})
-    call_message = {"role": "assistant", "tool_calls": [probe_call]}
-    tools = tools_for([call_message])
-    chosen = renders = None
+    tools = tools_for([{"role": "assistant", "tool_calls": [_CONVENTION_CALL]}])
+    chosen = _call_spelling(renderer, tools)
+    if chosen is None:
+        notes.append("no spelling of a tool call is rendered: the chat template renders no tool calls")
+        # A history holding a call (before a tool result) must still render: the first spelling
+        # the template accepts at all.
+        chosen = _call_spelling(renderer, tools, shown=False) or Conventions()
+    answer_spelling = _reasoning_spelling(renderer, chosen, tools, {"content": "Probe answer."})
+    call_spelling = _reasoning_spelling(renderer, chosen, tools, {"tool_calls": [_CONVENTION_CALL]})
+    conventions = Conventions(
+        chosen.arguments_as, chosen.empty_content, chosen.id_style, answer_spelling, call_spelling
+    )
+    if answer_spelling is None and call_spelling is None:
+        notes.append("the chat template never renders reasoning in a finished turn")
+    elif answer_spelling is not None and _drops_earlier_reasoning(renderer, conventions):
+        notes.append("the chat template drops the reasoning of earlier turns from the history")
+    return conventions, notes
+
+
+def _call_spelling(renderer: ChatRenderer, tools, shown: bool = True) -> Conventions | None:
+    """The first spelling of a call turn (arguments as a dict or JSON, id style, empty content)
+    whose render shows the call's name and values; with `shown` false, the first that renders."""
+    call_message = {"role": "assistant", "tool_calls": [_CONVENTION_CALL]}
+    # A dict printed as its Python repr shows the values too, but no model writes that.
+    repr_of_arguments = str(_CONVENTION_CALL["function"]["arguments"])
     for arguments_as, id_style, empty_content in itertools.product(
         ("dict", "json"), ("functions", "nine"), ("absent", "none", "empty")
     ):
         conventions = Conventions(arguments_as=arguments_as, empty_content=empty_content, id_style=id_style)
         try:
-            turn = _turn_text(renderer, question, call_message, conventions, tools)
+            turn = _turn_text(renderer, _CONVENTION_QUESTION, call_message, conventions, tools)
         except RenderError:
             continue
-        renders = renders or conventions
-        # A dict printed as its Python repr shows the values too, but no model writes that.
-        repr_of_arguments = str(probe_call["function"]["arguments"])
-        if "probe_lookup" in turn and "Zanzibarville" in turn and "None" not in turn and repr_of_arguments not in turn:
-            chosen = conventions
-            break
-    if chosen is None:
-        notes.append("no spelling of a tool call is rendered: the chat template renders no tool calls")
-        # A history holding a call (before a tool result) must still render: the first spelling
-        # the template accepts at all.
-        chosen = renders or Conventions()
-    reasoning = "Pondering the probe question carefully."
-    found = {}
-    for kind, message in (
-        ("answer", {"role": "assistant", "reasoning_content": reasoning, "content": "Probe answer."}),
-        ("call", {"role": "assistant", "reasoning_content": reasoning, "tool_calls": [probe_call]}),
-    ):
-        found[kind] = None
-        for spelling in REASONING_SPELLINGS:
-            if spelling == "tool_plan" and kind == "answer":
-                continue
-            attempt = Conventions(
-                chosen.arguments_as, chosen.empty_content, chosen.id_style, spelling, spelling
-            )
-            try:
-                turn = _turn_text(renderer, question, message, attempt, tools)
-            except RenderError:
-                continue
-            # A list content rendered as its Python repr shows the text too: not a real spelling.
-            if reasoning in turn and "'thinking'" not in turn and '"thinking"' not in turn:
-                found[kind] = spelling
-                break
-    conventions = Conventions(
-        chosen.arguments_as, chosen.empty_content, chosen.id_style, found["answer"], found["call"]
-    )
-    if found["answer"] is None and found["call"] is None:
-        notes.append("the chat template never renders reasoning in a finished turn")
-    elif found["answer"] is not None:
-        earlier = [
-            question[0],
-            {"role": "assistant", "reasoning_content": reasoning, "content": "Probe answer."},
-            _user("And tomorrow?"),
-        ]
+        if not shown or (
+            "probe_lookup" in turn and "Zanzibarville" in turn and "None" not in turn and repr_of_arguments not in turn
+        ):
+            return conventions
+    return None
+
+
+def _reasoning_spelling(renderer: ChatRenderer, chosen: Conventions, tools, rest: dict) -> str | None:
+    """The first reasoning spelling whose render of a turn with reasoning and `rest` (an answer,
+    or calls) shows the reasoning; None when none does."""
+    message = {"role": "assistant", "reasoning_content": _CONVENTION_REASONING, **rest}
+    for spelling in REASONING_SPELLINGS:
+        if spelling == "tool_plan" and "tool_calls" not in rest:
+            continue
+        attempt = Conventions(chosen.arguments_as, chosen.empty_content, chosen.id_style, spelling, spelling)
         try:
-            history = renderer.render(to_chat_conversation(earlier, None, conventions), add_generation_prompt=True)
-            if reasoning not in history:
-                notes.append("the chat template drops the reasoning of earlier turns from the history")
+            turn = _turn_text(renderer, _CONVENTION_QUESTION, message, attempt, tools)
         except RenderError:
-            pass
-    return conventions, notes
+            continue
+        # A list content rendered as its Python repr shows the text too: not a real spelling.
+        if _CONVENTION_REASONING in turn and "'thinking'" not in turn and '"thinking"' not in turn:
+            return spelling
+    return None
+
+
+def _drops_earlier_reasoning(renderer: ChatRenderer, conventions: Conventions) -> bool:
+    """Whether an earlier turn's reasoning is missing from the history a later question renders."""
+    earlier = [
+        _CONVENTION_QUESTION[0],
+        {"role": "assistant", "reasoning_content": _CONVENTION_REASONING, "content": "Probe answer."},
+        _user("And tomorrow?"),
+    ]
+    try:
+        history = renderer.render(to_chat_conversation(earlier, None, conventions), add_generation_prompt=True)
+    except RenderError:
+        return False
+    return _CONVENTION_REASONING not in history
 
 
 # ---- splitting a rendered conversation into prompt and generation --------------------------------
@@ -523,8 +541,10 @@ def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, to
     turn is what the finished conversation adds after the generation prompt (less whitespace the
     prompt ends with and the finished turn does not have there); or, where the chat template shows
     the model text the finished conversation does not hold at that place (`_inserted_turn`), what
-    the finished turn inserts into the history, less the opener it starts with. Text a render
-    holds whatever the message is never becomes part of the turn."""
+    the finished turn inserts into the history, less the opener it starts with; or, where the
+    history already opens the turn and the generation prompt opens it again (`_reopened_turn`),
+    what the finished turn adds to the history, parsed after the history. Text a render holds
+    whatever the message is never becomes part of the turn."""
     history = to_chat_conversation(case.history, None, conventions)
     conversation = to_chat_conversation(case.history, case.message, conventions)
     try:
@@ -532,26 +552,76 @@ def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, to
         full = renderer.render(conversation, tools=tools, add_generation_prompt=False)
     except RenderError as e:
         return RenderedTurn(unrenderable=f"the chat template fails on this conversation ({e})")
+    located = _locate_turn(renderer, history, tools, prompt, full)
+    if isinstance(located, str):
+        return RenderedTurn(unrenderable=located)
+    start, end, prefix = located
+    generation = _cut_at_turn_end(renderer, conversation, conventions, tools, case.message, full, start, end)
+    missing = _parts_missing(case.message, generation, conventions)
+    if missing:
+        return RenderedTurn(unrenderable=missing)
+    if _content_renders_as_reasoning(renderer, case, conventions, tools, full):
+        return RenderedTurn(unrenderable="the chat template renders content beside tool calls exactly like reasoning")
+    ids = [call["id"] for call in conversation[-1].get("tool_calls", [])]
+    return RenderedTurn(prefix=prefix, generation=generation, expected=copy.deepcopy(case.message), given_ids=ids)
+
+
+def _locate_turn(
+    renderer: ChatRenderer, history: list[dict], tools, prompt: str, full: str
+) -> tuple[int, int, str] | str:
+    """(start, end, the prompt the turn follows) of the finished turn in `full`, or why the chat
+    template cannot round-trip it."""
     if full.startswith(prompt):
-        start, end = len(prompt), len(full)
-    elif prompt != prompt.rstrip() and full.startswith(prompt.rstrip()):
+        return len(prompt), len(full), prompt
+    if prompt != prompt.rstrip() and full.startswith(prompt.rstrip()):
         # The prompt ends in whitespace the finished turn does not have at that place (template
         # layout after the generation prompt): the turn is what follows, less that whitespace.
-        start, end = len(prompt.rstrip()), len(full)
-        while start < end and full[start].isspace():
+        start = len(prompt.rstrip())
+        while start < len(full) and full[start].isspace():
             start += 1
-    else:
-        inserted = _inserted_turn(renderer, history, tools, prompt, full)
-        if inserted is None:
-            at = common_prefix_length(prompt, full)
-            return RenderedTurn(
-                unrenderable="the finished turn is rendered differently from the generation prompt "
-                f"(prompt continues {prompt[at:at + 40]!r}, finished turn {full[at:at + 40]!r})"
-            )
-        start, end = inserted
+        return start, len(full), prompt
+    try:
+        base = renderer.render(history, tools=tools, add_generation_prompt=False)
+    except RenderError:
+        base = None
+    inserted = _inserted_turn(base, prompt, full) if base is not None else None
+    if inserted is not None:
+        return (*inserted, prompt)
+    if base is not None and _reopened_turn(base, prompt, full):
+        return len(base), len(full), base
+    at = common_prefix_length(prompt, full)
+    return (
+        "the finished turn is rendered differently from the generation prompt "
+        f"(prompt continues {prompt[at:at + 40]!r}, finished turn {full[at:at + 40]!r})"
+    )
+
+
+def _reopened_turn(base: str, prompt: str, full: str) -> bool:
+    """Whether the history's render already opens the assistant's turn and the generation prompt
+    writes more before opening it again: an empty exchange after the user's turn (a published
+    DeepSeek-V3.2 chat template writes `<｜User｜>question<｜Assistant｜><think>` for the question,
+    then `<｜User｜>` "\\n" `<｜Assistant｜><think>` as its generation prompt). The finished
+    conversation continues the history there, so the turn is what it adds to the history, and
+    the prompt that turn was written after is the history's render."""
+    if not prompt.startswith(base) or not full.startswith(base) or len(full) <= len(base):
+        return False
+    added = prompt[len(base) :]
+    shared = 0
+    while shared < min(len(base), len(added)) and base[-1 - shared] == added[-1 - shared]:
+        shared += 1
+    # Both end with the same markup (the assistant's header, a reasoning block it opens), not
+    # just a stray character they happen to share; and the prompt writes more before it.
+    return bool(MARKUP_RE.search(added, len(added) - shared)) and added[: len(added) - shared].strip() != ""
+
+
+def _cut_at_turn_end(
+    renderer: ChatRenderer, conversation: list[dict], conventions: Conventions, tools, message: dict,
+    full: str, start: int, end: int,
+) -> str:
+    """The turn from `start`, up to where it ends: where a longer conversation's render parts from
+    this one (what the template writes after the turn's end marker was never generated)."""
     rest = full[start:end]
     generation = rest.rstrip()
-    message = case.message
     try:
         longer = renderer.render(
             conversation + to_chat_conversation([], _next_message(conversation[-1], conventions), conventions),
@@ -559,42 +629,42 @@ def render_turn(renderer: ChatRenderer, case: Case, conventions: Conventions, to
             add_generation_prompt=False,
         )
     except RenderError:
-        longer = None
-    if longer is not None and longer[:start] == full[:start]:
-        longer_rest = longer[start:]
-        shared = min(common_prefix_length(rest, longer_rest), len(rest))
-        cut = _trim_to_token(rest[:shared], diverged=shared < len(rest))
-        if _parts_missing(message, cut) is None:
-            generation = cut
-            if shared == len(rest) and not _ends_like_turns(renderer, tools):
-                # No end-of-turn marker at all (GLM): the model stops at the next turn's opener.
-                opener = _TOKEN_AT_START.match(longer_rest, len(rest))
-                if opener:
-                    generation = cut + opener.group(1)
-    missing = _parts_missing(message, generation, conventions)
-    if missing:
-        return RenderedTurn(unrenderable=missing)
-    if message.get("content") and message.get("tool_calls") and not message.get("reasoning_content"):
-        # Content beside calls that renders exactly like reasoning (gpt-oss's analysis channel)
-        # cannot be told apart from reasoning by any parser.
-        as_reasoning = {k: v for k, v in message.items() if k != "content"}
-        as_reasoning["reasoning_content"] = message["content"]
-        try:
-            other = renderer.render(
-                to_chat_conversation(case.history, as_reasoning, conventions), tools=tools, add_generation_prompt=False
-            )
-        except RenderError:
-            other = None
-        if other == full:
-            return RenderedTurn(unrenderable="the chat template renders content beside tool calls exactly like reasoning")
-    chat_message = conversation[-1]
-    ids = [call["id"] for call in chat_message.get("tool_calls", [])]
-    return RenderedTurn(prefix=prompt, generation=generation, expected=copy.deepcopy(message), given_ids=ids)
+        return generation
+    if longer[:start] != full[:start]:
+        return generation
+    longer_rest = longer[start:]
+    shared = min(common_prefix_length(rest, longer_rest), len(rest))
+    cut = _trim_to_token(rest[:shared], diverged=shared < len(rest))
+    if _parts_missing(message, cut) is not None:
+        return generation
+    if shared == len(rest) and not _ends_like_turns(renderer, tools):
+        # No end-of-turn marker at all (GLM): the model stops at the next turn's opener.
+        opener = _TOKEN_AT_START.match(longer_rest, len(rest))
+        if opener:
+            return cut + opener.group(1)
+    return cut
 
 
-def _inserted_turn(
-    renderer: ChatRenderer, history: list[dict], tools, prompt: str, full: str
-) -> tuple[int, int] | None:
+def _content_renders_as_reasoning(
+    renderer: ChatRenderer, case: Case, conventions: Conventions, tools, full: str
+) -> bool:
+    """Whether content beside calls renders exactly like reasoning (gpt-oss's analysis channel):
+    then no parser can tell the two apart."""
+    message = case.message
+    if not (message.get("content") and message.get("tool_calls") and not message.get("reasoning_content")):
+        return False
+    as_reasoning = {k: v for k, v in message.items() if k != "content"}
+    as_reasoning["reasoning_content"] = message["content"]
+    try:
+        other = renderer.render(
+            to_chat_conversation(case.history, as_reasoning, conventions), tools=tools, add_generation_prompt=False
+        )
+    except RenderError:
+        return False
+    return other == full
+
+
+def _inserted_turn(base: str, prompt: str, full: str) -> tuple[int, int] | None:
     """(start, end) of the finished turn in `full`, after the turn's opener, where the chat template
     shows the model something the finished conversation does not hold at that place (before the
     history, too: a system block written only for generation); None when `full` is not one of
@@ -605,10 +675,6 @@ def _inserted_turn(
       the turn starts with the generation prompt;
     - text written in the generation prompt only, before the turn's opener (instructions, then
       the assistant header): the finished turn follows the history and starts with that opener."""
-    try:
-        base = renderer.render(history, tools=tools, add_generation_prompt=False)
-    except RenderError:
-        return None
     if len(full) <= len(base):
         return None
     if not prompt.startswith(base):
@@ -892,6 +958,119 @@ def _describe(message: dict) -> str:
     return "generated: " + ", ".join(parts)
 
 
+# ---- the start anchor in realistic prompts -------------------------------------------------------
+
+# What a user may write: nothing, one word, several lines. Each ends differently, so the text the
+# renders share after it is the chat template's own, whatever the user wrote.
+USER_MESSAGES = ("", "Kumquat", "Several lines:\nfirst\nsecond.")
+ANCHOR_PROBE_REPLY = "Anchor probe reply."
+
+
+def anchor_contexts(words: str) -> list[tuple[str, list[dict], list]]:
+    """The conversations an answer follows, their last message saying `words`: after a question,
+    after a question with tools offered, after a tool result. (description, history, tools)."""
+    call = function_call("probe_lookup", {"probe_city": "Zanzibarville", "probe_days": 7})
+    offered = tools_for([{"role": "assistant", "tool_calls": [call]}])
+    after_tool = [
+        _user("What is the weather in Paris?"),
+        {"role": "assistant", "tool_calls": [call]},
+        {"role": "tool", "name": "probe_lookup", "content": words},
+    ]
+    return [
+        ("after the user's message", [_user(words)], []),
+        ("after the user's message, with tools offered", [_user(words)], offered),
+        ("after the tool result", after_tool, tools_for(after_tool)),
+    ]
+
+
+def realistic_prompts(
+    renderer: ChatRenderer, conventions: Conventions, history: list[dict], tools
+) -> list[tuple[str, str]]:
+    """The prompts a turn after `history` is parsed after, as (name, text): the generation prompt
+    (what a server sends), and the conversation's prompt (`conversation_prompt`). A render the
+    template refuses is left out."""
+    prompts = []
+    try:
+        conversation = to_chat_conversation(history, None, conventions)
+        prompts.append(("the generation prompt", renderer.render(conversation, tools=tools, add_generation_prompt=True)))
+    except RenderError:
+        pass
+    finished = conversation_prompt(renderer, conventions, history, tools)
+    if finished is not None:
+        prompts.append(("the conversation's prompt", finished))
+    return prompts
+
+
+def conversation_prompt(renderer: ChatRenderer, conventions: Conventions, history: list[dict], tools) -> str | None:
+    """The conversation as it goes on after `history`, up to a reply: what the model saw before
+    each of its turns in a finished conversation, and what the finished turn is parsed after where
+    the generation prompt is not. None when the template refuses it or does not show the reply."""
+    reply = {"role": "assistant", "content": ANCHOR_PROBE_REPLY}
+    try:
+        conversation = to_chat_conversation(history, reply, conventions)
+        finished = renderer.render(conversation, tools=tools, add_generation_prompt=False)
+    except RenderError:
+        return None
+    return finished[: finished.rfind(ANCHOR_PROBE_REPLY)] if ANCHOR_PROBE_REPLY in finished else None
+
+
+@dataclass
+class AnchorCheck:
+    anchor: str  # the template's start anchor, as written
+    checked: int = 0
+    missing: list[str] = field(default_factory=list)  # where it is missing, one line each
+    not_found: bool = False  # missing altogether somewhere (not only before the message)
+
+
+def _anchor_text(template: dict) -> str:
+    if "start_anchor_pattern" in template:
+        return f"pattern {template['start_anchor_pattern']!r}"
+    anchor = template.get("start_anchor")
+    return repr(anchor) if isinstance(anchor, str) else " or ".join(repr(a) for a in anchor or [])
+
+
+def check_start_anchor(template: dict, renderer: ChatRenderer, conventions: Conventions) -> AnchorCheck:
+    """Whether the template's start anchor is found where the turn starts in every realistic
+    prompt: after the last message's words (a question of no, one or several lines of words,
+    with and without tools, or a tool result), in the generation prompt and in the conversation
+    as it goes on. The parser reads from the anchor's last match; where it is missing the whole
+    prompt is read as the answer (tool instructions and their example calls too), and where it is
+    found only before the message, the message is. A render bound stops the check where it is."""
+    from rtcompile import frontend
+
+    check = AnchorCheck(_anchor_text(template))
+    try:
+        anchor_re = re.compile(frontend.lower(template).start_anchor.alternation, re.DOTALL)
+    except (ValueError, TypeError, re.error) as e:  # an invalid template: no anchor to look for
+        check.checked, check.not_found = 1, True
+        check.missing.append(f"every prompt (the template is invalid: {e})")
+        return check
+    try:
+        for words in USER_MESSAGES:
+            for description, history, tools in anchor_contexts(words):
+                for name, text in realistic_prompts(renderer, conventions, history, tools):
+                    check.checked += 1
+                    problem = _anchor_problem(anchor_re, text, words)
+                    if problem:
+                        check.not_found = check.not_found or problem == "not found"
+                        check.missing.append(f"{name} {description} {_short(words, 24)} ({problem})")
+    except RenderAborted:
+        pass  # the cases report a template that exhausts a render bound
+    return check
+
+
+def _anchor_problem(anchor_re, text: str, words: str) -> str | None:
+    last_end = None
+    for match in anchor_re.finditer(text):
+        last_end = match.end()
+    if last_end is None:
+        return "not found"
+    at = text.rfind(words) if words else -1
+    if at >= 0 and last_end < at + len(words):
+        return "found only before the message"
+    return None
+
+
 # ---- the report ----------------------------------------------------------------------------------
 
 
@@ -915,18 +1094,46 @@ class VerifyReport:
     conventions: Conventions
     notes: list[str]
     results: list[CaseResult]
+    anchor: AnchorCheck | None = None
 
     def count(self, status: str) -> int:
         return sum(1 for result in self.results if result.status == status)
 
     @property
+    def anchor_problems(self) -> list[str]:
+        return list(self.anchor.missing) if self.anchor else []
+
+    @property
+    def anchor_prompts_checked(self) -> int:
+        return self.anchor.checked if self.anchor else 0
+
+    @property
     def ok(self) -> bool:
-        return self.count(FAILED) == 0
+        """No case failed, and the start anchor is found in every realistic prompt (a template
+        whose anchor is missing there fails even when the chat template round-trips no case)."""
+        return self.count(FAILED) == 0 and not self.anchor_problems
 
     def summary(self) -> str:
-        return (
+        text = (
             f"{self.count(PASSED)} passed, {self.count(FAILED)} failed, "
             f"{self.count(UNRENDERABLE)} not round-trippable by the chat template"
+        )
+        if self.anchor_problems:
+            missing, checked = len(self.anchor_problems), self.anchor_prompts_checked
+            text += f"; start anchor missing from {missing} of {checked} realistic prompts"
+        return text
+
+    def anchor_warning(self) -> str | None:
+        """One line that says the start anchor is missing, what that does, and the first place."""
+        if not self.anchor_problems:
+            return None
+        consequence = (
+            "the parser reads the whole prompt as the answer" if self.anchor.not_found
+            else "the parser reads the last message as part of the answer"
+        )
+        return (
+            f"  FAIL  start anchor {self.anchor.anchor} is missing from {len(self.anchor_problems)} of "
+            f"{self.anchor_prompts_checked} realistic prompts ({consequence}); first: {self.anchor_problems[0]}"
         )
 
     def to_json(self) -> dict:
@@ -936,6 +1143,12 @@ class VerifyReport:
             "variables": self.variables,
             "conventions": self.conventions.__dict__,
             "notes": self.notes,
+            "ok": self.ok,
+            "start_anchor": {
+                "anchor": self.anchor.anchor if self.anchor else None,
+                "checked": self.anchor_prompts_checked,
+                "missing": self.anchor_problems,
+            },
             "passed": self.count(PASSED),
             "failed": self.count(FAILED),
             "not_round_trippable": self.count(UNRENDERABLE),
@@ -944,6 +1157,9 @@ class VerifyReport:
 
     def format_text(self) -> str:
         lines = [f"verify {self.template} against {self.chat_template}"]
+        warning = self.anchor_warning()
+        if warning:
+            lines.append(warning)
         if self.variables:
             lines.append("  with " + ", ".join(f"{k}={v!r}" for k, v in sorted(self.variables.items())))
         for note in self.notes:
@@ -1014,6 +1230,7 @@ def verify(
             conventions=conventions,
             notes=notes,
             results=results,
+            anchor=check_start_anchor(template, renderer, conventions),
         )
     finally:
         if owned:
@@ -1070,7 +1287,8 @@ def cli(argv: list[str]) -> int:
     parser = ArgumentParser(
         prog="python -m rtcompile verify",
         description="Prove a response template against a chat template by round trip: render "
-        "conversations, parse each rendered assistant turn back, compare. Exit 0 only when no case failed.",
+        "conversations, parse each rendered assistant turn back, compare; and check that the start anchor is "
+        "found in realistic prompts. Exit 0 only when no case failed and the anchor is found everywhere.",
     )
     parser.add_argument("template", metavar="TEMPLATE", help="response template JSON, tokenizer dir or bundled name")
     parser.add_argument(

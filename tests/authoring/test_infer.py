@@ -6,15 +6,13 @@ import json
 
 import pytest
 
-pytest.importorskip("transformers", reason="infer renders with transformers (the `test` extra installs it)")
-
-from rtcompile.authoring import infer as infer_module  # noqa: E402
-from rtcompile.authoring import verify as v  # noqa: E402
-from rtcompile.__main__ import main  # noqa: E402
-from rtcompile.authoring.chat_render import ChatRenderer, ChatTemplate, load_chat_template  # noqa: E402
-from rtcompile.library import template_for, template_names  # noqa: E402
-from test_verify import CHATML  # noqa: E402
-from test_verify_bundled import CHAT_TEMPLATES, TABLE  # noqa: E402
+from rtcompile.authoring import infer as infer_module
+from rtcompile.authoring import verify as v
+from rtcompile.__main__ import main
+from rtcompile.authoring.chat_render import ChatRenderer, ChatTemplate, load_chat_template
+from rtcompile.library import template_for, template_names
+from test_verify import CHATML, REOPENED
+from test_verify_bundled import CHAT_TEMPLATES, TABLE
 
 # Calls as XML-style parameter tags inside a wrapper, reasoning in [THINK]..[/THINK], a role line.
 XML_PARAMS = """
@@ -629,3 +627,42 @@ def test_a_call_that_writes_its_name_twice():
     by_id = {r.id: r for r in report.results}
     for case in ("one_call", "parallel_calls", "reasoning_call", "content_call"):
         assert by_id[case].status == v.PASSED, report.format_text()
+
+
+USER_MESSAGES = ("", "Hi", "Several lines:\nfirst\nsecond.")
+
+
+def test_the_start_anchor_holds_no_text_of_the_users_turn():
+    """A generation prompt that writes an empty exchange (`<｜User｜>` "\n" `<｜Assistant｜>`) before
+    opening the turn again: an anchor copied from it spans the user's turn, and a prompt with the
+    user's words there never holds it. The anchor keeps only what no user message moves."""
+    inference, report = infer_and_verify(REOPENED, examples=3)
+    anchors = inference.template["start_anchor"]
+    anchors = [anchors] if isinstance(anchors, str) else anchors
+    assert not any("<｜User｜>" in anchor for anchor in anchors), anchors
+    assert "<｜Assistant｜>" in anchors
+    with ChatRenderer(ChatTemplate(REOPENED, "test.jinja")) as renderer:
+        for words in USER_MESSAGES:
+            history = [{"role": "user", "content": words}]
+            finished = renderer.render(history + [{"role": "assistant", "content": "Reply."}], add_generation_prompt=False)
+            before_reply = finished[: finished.rfind("Reply.")]
+            after_words = before_reply.rfind(words) + len(words) if words else 0
+            assert any(before_reply.rfind(anchor) >= after_words for anchor in anchors), (words, anchors)
+    assert report.anchor_problems == [], report.format_text()
+    assert report.count(v.FAILED) == 0, report.format_text()
+    assert report.count(v.UNRENDERABLE) == 0, report.format_text()
+
+
+# A plain-text header; the generation prompt ends with a newline the finished turns do not have.
+PLAIN_HEADER = (
+    "{%- for m in messages -%}{{ '\\n' + m.role|upper + ': ' + m.content }}"
+    "{%- if m.role == 'assistant' %} <|endoftext|>{% endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt %}{{ '\\nASSISTANT: \\n' }}{% endif -%}"
+)
+
+
+def test_whitespace_only_the_generation_prompt_ends_with_stays_out_of_one_anchor():
+    inference, report = infer_and_verify(PLAIN_HEADER, examples=2)
+    assert inference.template["start_anchor"] == ["\nASSISTANT: \n", "\nASSISTANT: "]
+    assert report.anchor_problems == [], report.format_text()
+    assert report.count(v.FAILED) == 0 and report.count(v.PASSED) >= 3, report.format_text()

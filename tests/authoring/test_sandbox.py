@@ -14,10 +14,8 @@ import time
 
 import pytest
 
-pytest.importorskip("transformers", reason="rendering needs transformers (the `test` extra installs it)")
-
-from rtcompile.__main__ import main  # noqa: E402
-from rtcompile.authoring.chat_render import (  # noqa: E402
+from rtcompile.__main__ import main
+from rtcompile.authoring.chat_render import (
     ChatRenderer,
     ChatTemplate,
     RenderAborted,

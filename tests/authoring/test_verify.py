@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-pytest.importorskip("transformers", reason="verify renders with transformers (the `test` extra installs it)")
-
-from rtcompile.authoring import verify as v  # noqa: E402
-from rtcompile.__main__ import main  # noqa: E402
-from rtcompile.authoring.chat_render import (  # noqa: E402
+from rtcompile.authoring import verify as v
+from rtcompile.__main__ import main
+from rtcompile.authoring.chat_render import (
     ChatRenderer,
     ChatTemplate,
     ChatTemplateError,
@@ -155,6 +152,7 @@ def test_a_matching_template_passes_every_case():
     assert report.count(v.FAILED) == 0, report.format_text()
     assert report.count(v.UNRENDERABLE) == 0, report.format_text()
     assert report.count(v.PASSED) == len(v.fixed_cases()) + 6
+    assert report.anchor_problems == [] and report.anchor_prompts_checked >= 6
     assert report.ok
 
 
@@ -190,6 +188,122 @@ def test_a_prompt_the_finished_turn_does_not_start_with_is_detected():
         else:
             assert result.status == v.UNRENDERABLE
             assert "rendered differently from the generation prompt" in result.detail
+
+
+# The user turn already opens the assistant's turn (`<｜User｜>question<｜Assistant｜><think>`), and the
+# generation prompt writes an empty exchange after it and opens the turn again, as a published
+# DeepSeek-V3.2 chat template does. The finished conversation continues the history, where the
+# user's words stand between the two markers; the tools preamble shows example calls.
+REOPENED = """
+{%- if tools -%}
+## Tools
+Call a tool like this:
+<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>$FUNCTION_NAME<｜tool▁sep｜>{"$PARAMETER_NAME": "$VALUE"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+{% for tool in tools %}{{ tool.function | tojson }}
+{% endfor %}
+{%- endif -%}
+{%- for m in messages -%}
+{%- if m.role == 'user' -%}
+<｜User｜>{{ m.content }}<｜Assistant｜><think>
+{%- elif m.role == 'assistant' -%}
+{{ m.reasoning_content or '' }}</think>{{ m.content or '' }}
+{%- if m.tool_calls -%}
+<｜tool▁calls▁begin｜>
+{%- for c in m.tool_calls -%}
+<｜tool▁call▁begin｜>{{ c.function.name }}<｜tool▁sep｜>{{ c.function.arguments | tojson }}<｜tool▁call▁end｜>
+{%- endfor -%}
+<｜tool▁calls▁end｜>
+{%- endif -%}
+<｜end▁of▁sentence｜>
+{%- elif m.role == 'tool' -%}
+<｜tool▁output▁begin｜>{{ m.content }}<｜tool▁output▁end｜><think>
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}<｜User｜>{{ "\\n" }}<｜Assistant｜><think>{%- endif -%}
+""".strip()
+
+REOPENED_TEMPLATE = {
+    # After a tool result the last `<｜Assistant｜>` opens the turn before the calls: the tool
+    # output's close marks where the next turn starts.
+    "start_anchor": ["<｜Assistant｜>", "<｜tool▁output▁end｜>"],
+    "defaults": {"role": "assistant"},
+    "fields": {
+        "reasoning_content": {"open": "<think>", "close": "</think>", "content": "text"},
+        "tool_calls": {
+            "open_pattern": r"(?:<｜tool▁calls▁begin｜>)?<｜tool▁call▁begin｜>(?P<name>[^<]+)<｜tool▁sep｜>",
+            "close": "<｜tool▁call▁end｜>",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
+        },
+        "content": {"content": "text", "close_pattern": r"\s*(?:<｜end▁of▁sentence｜>|<｜tool▁calls▁end｜>)"},
+    },
+}
+
+
+def test_a_generation_prompt_that_opens_the_turn_again_round_trips_after_the_history():
+    report = v.verify(REOPENED_TEMPLATE, chat(REOPENED), examples=4)
+    assert report.count(v.UNRENDERABLE) == 0, report.format_text()
+    assert report.count(v.FAILED) == 0, report.format_text()
+    assert report.anchor_problems == [] and report.ok
+    # The prompt each case is parsed after is the history the finished turn continues: the
+    # user's words, then the markers that open the turn (never the generation prompt's empty
+    # exchange, which the finished conversation does not hold).
+    case = next(c for c in v.fixed_cases() if c.id == "answer")
+    with ChatRenderer(chat(REOPENED)) as renderer:
+        conventions, _ = v.discover_conventions(renderer)
+        rendered = v.render_turn(renderer, case, conventions, v.tools_for(case.history + [case.message]))
+    assert rendered.prefix.endswith("Answer briefly.<｜Assistant｜><think>")
+    assert rendered.generation == "</think>It is sunny in Paris.<｜end▁of▁sentence｜>"
+
+
+# An anchor that spans the user's turn: found in the generation prompt's empty exchange only.
+SPANNING_ANCHOR = {**REOPENED_TEMPLATE, "start_anchor": "<｜User｜>\n<｜Assistant｜>"}
+
+
+def test_a_start_anchor_missing_from_realistic_prompts_fails_loudly():
+    report = v.verify(SPANNING_ANCHOR, chat(REOPENED), examples=0)
+    assert report.anchor_problems, report.format_text()
+    assert not report.ok
+    text = report.format_text()
+    # One line near the top says it, and the summary repeats it.
+    warning = text.splitlines()[1]
+    assert warning.startswith("  FAIL  start anchor '<｜User｜>\\n<｜Assistant｜>' is missing from ")
+    assert "the parser reads the whole prompt as the answer" in warning
+    assert "start anchor missing" in text.splitlines()[-1]
+    assert all("after the user's message" in problem or "after the tool result" in problem
+               for problem in report.anchor_problems)
+    json_report = report.to_json()
+    assert json_report["ok"] is False and json_report["start_anchor"]["missing"] == report.anchor_problems
+
+
+def test_a_start_anchor_that_never_occurs_is_reported_even_when_no_case_is_checked():
+    # A typo: one newline too many. Every case fails too, but the report says why first.
+    typo = json.loads(json.dumps(RESPONSE_TEMPLATE))
+    typo["start_anchor"] = "<|im_start|>assistant\n\n"
+    report = v.verify(typo, chat(CHATML), examples=0)
+    assert len(report.anchor_problems) == report.anchor_prompts_checked > 0
+    assert not report.ok
+    # A pattern anchor is checked by the same rule.
+    pattern = json.loads(json.dumps(RESPONSE_TEMPLATE))
+    del pattern["start_anchor"]
+    pattern["start_anchor_pattern"] = r"<\|im_start\|>assistant\n"
+    assert v.verify(pattern, chat(CHATML), examples=0).anchor_problems == []
+    # An invalid template has no anchor to find: said so, not raised.
+    invalid = {"start_anchor": "<|im_start|>assistant\n", "fields": {"content": {"content": "no-such-parser"}}}
+    report = v.verify(invalid, chat(CHATML), examples=0)
+    assert not report.ok and "the template is invalid" in report.anchor_problems[0]
+
+
+def test_cli_a_missing_start_anchor_is_exit_status_1(tmp_path, capsys):
+    (tmp_path / "chat.jinja").write_text(REOPENED, encoding="utf-8")
+    (tmp_path / "spanning.json").write_text(json.dumps(SPANNING_ANCHOR))
+    (tmp_path / "good.json").write_text(json.dumps(REOPENED_TEMPLATE))
+    args = ["--chat-template", str(tmp_path / "chat.jinja"), "--examples", "0"]
+    assert main(["verify", str(tmp_path / "spanning.json"), *args]) == 1
+    assert "FAIL  start anchor" in capsys.readouterr().out
+    assert main(["verify", str(tmp_path / "good.json"), *args]) == 0
+    assert "start anchor" not in capsys.readouterr().out
 
 
 def test_spellings_are_found_by_rendering():
@@ -275,13 +389,6 @@ def test_cli_bad_input_is_one_line_and_status_2(files, capsys, args, message, mo
     assert main(["verify", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
-
-
-def test_ci_has_transformers_and_hypothesis():
-    """The round trip needs both; CI installs them through the `test` extra."""
-    if os.environ.get("CI"):
-        import hypothesis  # noqa: F401
-        import transformers  # noqa: F401
 
 
 def test_cli_a_tokenizer_directory_holds_both_templates(tmp_path, capsys):

@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("transformers", reason="verify renders with transformers (the `test` extra installs it)")
-
-from rtcompile.authoring import verify as v  # noqa: E402
-from rtcompile.authoring.chat_render import ChatRenderer, load_chat_template  # noqa: E402
-from rtcompile.library import template_for, template_names  # noqa: E402
+from rtcompile.authoring import verify as v
+from rtcompile.authoring.chat_render import ChatRenderer, load_chat_template
+from rtcompile.library import template_for, template_names
 
 REPO = Path(__file__).resolve().parents[2]
 CHAT_TEMPLATES = REPO / "tests" / "template_cases" / "chat_templates"
@@ -59,6 +57,8 @@ def test_bundled_template_round_trips(label, file_name, bundled, variables):
     with ChatRenderer(load_chat_template(CHAT_TEMPLATES / file_name), variables) as renderer:
         report = v.verify(template_for(bundled), renderer, variables=variables, examples=3)
     assert report.count(v.PASSED) >= 1, report.format_text()
+    # The hand-written anchors are found where the turn starts in every realistic prompt.
+    assert report.anchor_problems == [] and report.anchor_prompts_checked > 0, report.format_text()
     if label in LOSSY_CALLS:
         cases = {case.id: case for case in v.fixed_cases()}
         for result in report.results:
