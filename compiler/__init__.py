@@ -2,7 +2,8 @@
 
 The pipeline, one folder per stage: `frontend/` (a template in, a validated IR out), `codegen/`
 (the IR in, a module's source out), then `cache` (compiled modules on disk, verified) and `api`
-(the public entry points, which orchestrate them). Generated modules run on `rtcompile.runtime`
+(the public entry points, which orchestrate them). `grammar/` is the second backend: the same IR
+in, a constrained-decoding grammar (an xgrammar structural tag) out. Generated modules run on `rtcompile.runtime`
 alone. The users of the public API have homes of their own: `integrations/` (vLLM, SGLang,
 transformers, OpenAI deltas), `batch/` (datasets) and `authoring/` (verify, infer).
 
@@ -20,6 +21,8 @@ _EXPORTS = {
     "load": "api",
     "parse_response": "api",
     "TemplateError": "frontend.canonical",
+    "structural_tag": "grammar",
+    "GrammarError": "grammar",
     "template_for": "library",
     "read_template": "library",
     "list_templates": "library",

@@ -12,6 +12,7 @@
     python -m rtcompile serve [ARGS ...]                     # transformers serve, compiled parsers
     python -m rtcompile verify TEMPLATE --chat-template CT   # prove a template by round trip
     python -m rtcompile infer CHAT_TEMPLATE -o template.json # derive a template, then verify it
+    python -m rtcompile grammar TEMPLATE --tools FILE        # the constrained-decoding grammar
 
 Errors are one line on stderr naming the file and the JSON path, with exit status 2; the output
 file is written atomically and only on success.
@@ -28,7 +29,7 @@ from .frontend import lint
 from .arguments import EXIT_USAGE, ArgumentParser, UsageError, fail, read_template_argument
 from .version import __version__
 
-SUBCOMMANDS = ("list", "regenerate", "cache", "verify", "infer", "parse", "serve")
+SUBCOMMANDS = ("list", "regenerate", "cache", "verify", "infer", "parse", "serve", "grammar")
 EXIT_BROKEN_PIPE = 1  # (the Python docs' choice for a reader that closed the pipe early)
 
 
@@ -41,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
             from .integrations.transformers import serve
 
             status = serve.main(argv[1:])
+        elif argv and argv[0] == "grammar":  # rtcompile.grammar: the structural tag of a request
+            from .grammar import cli as grammar_cli
+
+            status = grammar_cli.main(argv[1:])
         elif argv and argv[0] == "parse":  # rtcompile.batch: datasets of finished generations
             from .batch import cli
 
@@ -65,7 +70,7 @@ def _compile_parser() -> ArgumentParser:
         prog="python -m rtcompile",
         description="Compile a response template into a Python parser module (a drop-in for "
         "transformers' chat_parsing). Subcommands: list, regenerate, cache, parse, verify, infer, "
-        "serve (python -m rtcompile SUBCOMMAND --help).",
+        "serve, grammar (python -m rtcompile SUBCOMMAND --help).",
         epilog="TEMPLATE is a response-template JSON file, a tokenizer_config.json (or tokenizer "
         "directory) with a response_template, or the name / model_type of a bundled template. "
         "A file whose name is a subcommand must be given as ./NAME.",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -21,6 +22,40 @@ import torch
 import xgrammar as xgr
 
 from rtcompile.grammar.values import standard_schema
+
+
+# Token-like pieces of delimiter text (what real tokenizers have as added tokens): <|x|>, <|x>,
+# <x|>, [X_Y], <｜x｜>, <x>, </x>, ]~b], [e~[.
+TOKEN_LIKE = re.compile(r"<\|[^|<>\s]*\|>|<\|[^<>\s|]+>|<[^<>\s|]+\|>|\[[A-Z_]+\]|<｜[^｜]+｜>|</?[a-z_:]+>|</s>|<eos>|\]~b\]|\[e~\[")
+
+
+def family_tokenizer(template: dict, stops: tuple[str, ...] = (), base: str = "bpe") -> tuple[Any, list[int]]:
+    """A byte-level BPE tokenizer with the template's token-like delimiter pieces (and `stops`) as
+    special tokens, and the ids of `stops` (default: the token-like pieces that end a turn)."""
+    from tokenizer_pool import AddedSpec, build_tokenizer
+
+    text = json.dumps(template, ensure_ascii=False).replace("\\\\", "")
+    controls = set(TOKEN_LIKE.findall(text)) | set(stops)
+    stops = stops or tuple(sorted(c for c in controls if c in TURN_ENDS)) or (END_OF_OUTPUT,)
+    controls = sorted(controls | set(stops))
+    tokenizer = build_tokenizer(base, [AddedSpec(c, "special") for c in controls])
+    return tokenizer, [tokenizer.convert_tokens_to_ids(s) for s in stops]
+
+
+# The stop token of a tokenizer whose template names none (a server always has one).
+END_OF_OUTPUT = "<|end_of_output|>"
+
+
+TURN_ENDS = frozenset(
+    {
+        "<|im_end|>", "<|endoftext|>", "<|return|>", "<|call|>", "</s>", "<eos>", "<|eot_id|>", "<|eom_id|>",
+        "<turn|>", "<end_of_turn>", "<｜end▁of▁sentence｜>", "<|user|>", "<|observation|>",
+        "<|END_OF_TURN_TOKEN|>", "<|eot|>", "<|eom|>", "[e~[", "<|end|>",
+    }
+)
+
+
+CLOSING = frozenset(['"', "'", "}", "]", ")", ">", ",", ":", "|"])
 
 
 class Walker:
@@ -33,6 +68,13 @@ class Walker:
             token_id: added.content for token_id, added in tokenizer.added_tokens_decoder.items()
         }
         self._bits = torch.arange(32, dtype=torch.int32)
+        # Tokens that close what is open (strings, objects, lists, calls, tags): drawn often, they
+        # make walks end.
+        self.punctuation = {
+            token_id
+            for token_id in range(len(tokenizer))
+            if token_id not in self.control_ids and tokenizer.decode([token_id]) in CLOSING
+        }
 
     def compile(self, tag: dict) -> Any:
         return self.compiler.compile_structural_tag(json.dumps(tag))
@@ -43,27 +85,39 @@ class Walker:
         bits = ((mask[0].unsqueeze(1) >> self._bits) & 1).flatten()[: self.info.vocab_size]
         return torch.nonzero(bits).flatten().tolist()
 
-    def walk(self, grammar: Any, rng: random.Random, max_tokens: int = 160, spell: float = 0.3) -> tuple[list[int], bool]:
-        """A random accepted sequence (the stop id that ended it left out) and whether it ended."""
+    def walk(self, grammar: Any, rng: random.Random, max_tokens: int = 300, spell: float = 0.3) -> tuple[list[int], bool]:
+        """A random accepted sequence (the stop id that ended it left out) and whether it ended.
+        Draws favour control tokens and one-character punctuation (which close strings, objects
+        and lists), so that walks end; a stop is taken, when allowed, more and more often."""
         matcher = xgr.GrammarMatcher(grammar)
         ids: list[int] = []
         while len(ids) < max_tokens:
             allowed = self.allowed(matcher)
             if not allowed:
                 return ids, False
-            stops = [i for i in allowed if i in self.stop_ids]
-            if stops and (len(ids) > max_tokens * 0.6 or rng.random() < 0.05):
+            if any(i in self.stop_ids for i in allowed) and rng.random() < 0.05 + len(ids) / max_tokens:
                 return ids, True
-            candidates = [i for i in allowed if i not in self.stop_ids] or stops
-            controls = [i for i in candidates if i in self.control_ids]
-            choice = rng.choice(controls if controls and rng.random() < 0.35 else candidates)
+            candidates = [i for i in allowed if i not in self.stop_ids]
+            if not candidates:
+                return ids, True
+            choice = self._draw(candidates, rng)
             if choice in self.control_ids and rng.random() < spell and self._spell(matcher, choice, ids):
                 continue
-            if choice in self.stop_ids:
-                return ids, True
             assert matcher.accept_token(choice)
             ids.append(choice)
         return ids, False
+
+    def _draw(self, candidates: list[int], rng: random.Random) -> int:
+        roll = rng.random()
+        if roll < 0.3:
+            controls = [i for i in candidates if i in self.control_ids]
+            if controls:
+                return rng.choice(controls)
+        if roll < 0.7:
+            closing = [i for i in candidates if i in self.punctuation]
+            if closing:
+                return rng.choice(closing)
+        return rng.choice(candidates)
 
     def _spell(self, matcher: Any, token_id: int, ids: list[int]) -> bool:
         """Try the control token's text as ordinary tokens; roll back if the grammar refuses."""

@@ -52,3 +52,12 @@ def test_ci_runs_the_readme_test_commands_install_steps():
 def test_the_test_command_installs_the_reference_interpreter():
     pins = [arg for step in steps(setup_commands()[1]) for arg in step if arg.startswith("transformers==")]
     assert pins == [f"transformers=={INTERPRETER_RELEASE}"]
+
+
+def test_the_test_command_installs_the_xgrammar_the_grammar_extra_pins():
+    """The grammar tests walk grammars with the xgrammar release the `grammar` extra names."""
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    pins = [arg for step in steps(setup_commands()[1]) for arg in step if arg.startswith("xgrammar==")]
+    assert pins == extras["grammar"]

@@ -110,6 +110,8 @@ class CallWriter:
         self.speller = speller
         self.shape = facts.call_shape(field)
         self.closing = closing(field.close, speller, f"{self.where}.close")
+        # Text the region's content must not hold beside its closer (MessageWriter.also_excluded).
+        self.also_excluded: tuple[str, ...] = ()
         self.content = field.content.parser
         self.args = field.content.args if isinstance(field.content.args, dict) else {}
         if field.open is None:
@@ -118,6 +120,11 @@ class CallWriter:
             raise GrammarError(self.where, "the transform takes the arguments from no place in the content")
         if self.shape.name.kind not in (facts.PATH, facts.CAPTURE, facts.LITERAL):
             raise GrammarError(self.where, "the transform takes the call's name from no single place")
+
+    @property
+    def excluded(self) -> tuple[str, ...]:
+        """What the content must not hold: the closer, and what the message writer adds."""
+        return tuple(dict.fromkeys((*self.closing.blocking, *self.also_excluded)))
 
     # ---- what the message writer asks
 
@@ -173,7 +180,7 @@ class CallWriter:
         return _schema_of_paths(parts, where)
 
     def json_content(self, schema: Any, tail: C.CharClass | None, where: str) -> F.Format:
-        excludes = self.closing.blocking
+        excludes = self.excluded
         if self.args.get("string_delims") or self.args.get("unquoted_keys"):
             writer = self.json_writer(excludes, where)
             value = writer.value(schema, where)
@@ -206,15 +213,15 @@ class CallWriter:
         if high is not None:
             schema["maxItems"] = high
         if self.args.get("string_delims") or self.args.get("unquoted_keys"):
-            writer = self.json_writer(self.closing.blocking, where)
+            writer = self.json_writer(self.excluded, where)
             calls = F.choice(*(writer.value(self.content_schema(t, where), where) for t in tools))
             return F.sequence(_lead(tail), F.const("["), _counted(calls, COMMA, low, high), F.const("]"))
-        return F.sequence(_lead(tail), F.json_schema(schema, self.closing.blocking), F.regex(f"[{_esc(LAYOUT)}]*"))
+        return F.sequence(_lead(tail), F.json_schema(schema, self.excluded), F.regex(f"[{_esc(LAYOUT)}]*"))
 
     def call_list(self, tools: tuple[Tool, ...], low: int, high: int | None, where: str) -> F.Format:
         if (self.shape.name.value, self.shape.arguments.value) != (("name",), ("arguments",)):
             raise GrammarError(where, "the transform must read each call's 'name' and 'arguments'")
-        writer = JsonWriter(Dialect(excludes=self.closing.blocking, python=True), self.speller.write)
+        writer = JsonWriter(Dialect(excludes=self.excluded, python=True), self.speller.write)
         calls = []
         for tool in tools:
             tool_where = f"{where} (tool {tool.name!r})"
@@ -244,7 +251,8 @@ class CallWriter:
             written = write_pattern(pattern, self.speller, value_where, {"key": key, "value": writer})
             tags.append((written.format, key in required))
         glue = F.regex(f"[{_esc(LAYOUT)}]*")
-        return F.sequence(_lead(tail), ordered_members(tags, glue), glue)
+        # (with no tag, the trailing glue follows the opener: it must not go on with its capture)
+        return F.sequence(_lead(tail), ordered_members(tags, glue), _lead(tail))
 
     def lines_content(self, tool: Tool, tail: C.CharClass | None, where: str) -> F.Format:
         line_sep = self.args.get("line_sep", "\n")
@@ -266,14 +274,14 @@ class CallWriter:
         name = parser.get("name", "text") if isinstance(parser, dict) else None
         if name not in (None, "text", "json"):
             raise GrammarError(where, f"values read by the {name!r} parser cannot be written")
-        blocking = self.closing.blocking
+        blocking = self.excluded
 
         def write(terminator: str) -> F.Format:
             excludes = [terminator, *blocking]
             if name == "json":
                 return F.json_schema(standard_schema(schema), excludes)
             text = (lambda: _trimmed_text(excludes)) if stripped or name == "text" else (lambda: F.any_text(excludes))
-            return raw_value(schema, text, where)
+            return raw_value(schema, text, tuple(excludes), where)
 
         return write
 

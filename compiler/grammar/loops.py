@@ -41,8 +41,26 @@ def triggered_loop(writer: "MessageWriter", with_calls: bool, text_only: bool = 
         elif with_calls:  # tool_choice none
             forbidden.extend(blocking_literals(call_field.open, f"fields.{call_field.name}.open"))
     repeating.extend(_markers(writer))
-    loop = _loop(writer, repeating, forbidden, text_only)
+    try:
+        loop = _loop(writer, repeating, forbidden, text_only)
+    except _SpelledOut:
+        return _spelled_loop(writer, with_calls)
     return F.sequence(loop, F.optional(F.choice(*ends))) if ends else loop
+
+
+class _SpelledOut(Exception):
+    """The loop must be triggered by text, control tokens spelled out (see `_spelled_loop`)."""
+
+
+def _spelled_loop(writer: "MessageWriter", with_calls: bool) -> F.Format:
+    """A loop triggered by text where some regions start with control tokens. A spelled-out
+    token then enters the region in the grammar while the parser reads text: so no region's content
+    may hold any opener (by id or spelled out), and what such a "region" writes stays content."""
+    openers = writer.opener_texts()
+    writer.also_excluded = openers
+    if writer.calls is not None:
+        writer.calls.also_excluded = openers
+    return triggered_loop(writer, with_calls, text_only=True)
 
 
 def region_loop(writer: "MessageWriter") -> F.Format:
@@ -87,8 +105,13 @@ def _markers(writer: "MessageWriter") -> list[tuple[str, F.Format]]:
 
 
 def _ends_with_tokens(tags: dict) -> bool:
-    """Whether every tag's content ends with a control token (free tokens may follow it)."""
-    return all(_last(rest) is not None and _last(rest)[0] == TOKEN for rests in tags.values() for rest in rests)
+    """Whether every tag ends with a control token (free tokens may follow it): its content's
+    last piece, or its token trigger when it has no content (a marker)."""
+    return all(
+        (rest == F.EMPTY and key[0] == TOKEN) or (_last(rest) is not None and _last(rest)[0] == TOKEN)
+        for key, rests in tags.items()
+        for rest in rests
+    )
 
 
 def _loop(writer: "MessageWriter", regions: list[tuple[str, F.Format]], forbidden: list[str], text_only: bool) -> F.Format:
@@ -110,14 +133,18 @@ def _loop(writer: "MessageWriter", regions: list[tuple[str, F.Format]], forbidde
         kinds = {TOKEN, TEXT}
     if len(kinds) > 1:
         # (free text between tokens is read token by token: it may only follow a token)
+        if not writer.also_excluded:
+            raise _SpelledOut
         tags = _spelled_out(writer, tags)
         kinds = {TEXT}
     if not tags:
         return writer.free_text(tuple(forbidden), after_token=not text_only)
     if kinds == {TOKEN}:
         exclude = writer.speller.excluded_ids(forbidden)
-        if exclude is None:
-            raise GrammarError("fields", f"free content cannot avoid {forbidden!r} without control tokens")
+        if exclude is None:  # (text to keep out of the free text: a loop triggered by text does)
+            if not writer.also_excluded:
+                raise _SpelledOut
+            raise GrammarError("fields", f"free content cannot avoid {forbidden!r}")
         ordered = sorted(tags, key=lambda key: key[1])
         return F.token_triggered_tags(
             [key[1] for key in ordered], [_tag(F.token(key[1]), tags[key]) for key in ordered], exclude_ids=exclude

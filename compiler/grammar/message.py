@@ -57,6 +57,9 @@ class MessageWriter:
         self.call_field = facts.field_named(template, TOOL_CALLS)
         self.calls: CallWriter | None = None
         self.tools: tuple = ()
+        # Text no region content may hold (set while a loop is triggered by spelled-out control
+        # tokens: see loops.py).
+        self.also_excluded: tuple[str, ...] = ()
         if self.call_field is not None and request.callable:
             self.calls = CallWriter(self.call_field, speller)
             self.tools = self.calls.callable_tools(request.callable)
@@ -248,6 +251,7 @@ class MessageWriter:
         ids: the spelled-out tokens stay text, as the parser reads them) where each holds a control
         token and the text starts at a token boundary (`after_token`), else character by character
         (`any_text`, which excludes ids and spellings alike)."""
+        blocking = tuple(dict.fromkeys((*blocking, *self.also_excluded)))
         ids = self.speller.excluded_ids(list(blocking))
         if after_token and ids is not None and self.speller.control:
             return F.any_tokens(ids)

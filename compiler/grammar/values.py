@@ -319,9 +319,10 @@ def _int_as_number(value: Any, types: tuple[str, ...]) -> bool:
 # ---- raw values: xml-inline and kv-lines text cast by the schema ------------------------------------
 
 
-def raw_value(schema: Any, text: Callable[[], F.Format], where: str) -> F.Format:
+def raw_value(schema: Any, text: Callable[[], F.Format], excludes: tuple[str, ...], where: str) -> F.Format:
     """The text of a value the interpreter casts with `schema` into a valid argument; `text()`: free
-    text for a string (its terminator excluded by the caller)."""
+    text for a string (its terminator excluded by the caller); `excludes`: what JSON text (of an
+    object or array value) must not hold, the value's terminator first."""
     types = schema_types(schema, where)
     cast_types = cast_order(schema)
     if isinstance(schema, dict) and ("enum" in schema or "const" in schema):
@@ -345,7 +346,7 @@ def raw_value(schema: Any, text: Callable[[], F.Format], where: str) -> F.Format
             written.append(F.choice(F.const("null"), F.const("None")))
         else:  # object, array: json.loads of the text
             sub = {"type": name, **{k: v for k, v in (schema if isinstance(schema, dict) else {}).items() if k not in ("type", "nullable")}}
-            written.append(F.json_schema(standard_schema(sub)))
+            written.append(F.json_schema(standard_schema(sub), excludes))
     return F.choice(*written)
 
 
