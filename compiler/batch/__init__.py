@@ -63,41 +63,43 @@ The modules, one per concern:
 
 from __future__ import annotations
 
-from .arrow import parse_dataset, parse_table
-from .files import FORMATS
-from .job import Summary, parse_file
-from .ray import parse_with_ray
-from .rows import (
-    DEFAULT_PREFIX_COLUMN,
-    DEFAULT_TEXT_COLUMN,
-    DEFAULT_TOOLS_COLUMN,
-    ERROR_FIELDS,
-    ERRORS_MODES,
-    KEEP_ERRORS_KEY,
-    BatchError,
-    Columns,
-    RowError,
-    RowParser,
-)
-from .workers import BATCH_ROWS, BATCH_TEXT_BYTES
+import importlib
+from typing import Any
 
-__all__ = [
-    "BATCH_ROWS",
-    "BATCH_TEXT_BYTES",
-    "DEFAULT_PREFIX_COLUMN",
-    "DEFAULT_TEXT_COLUMN",
-    "DEFAULT_TOOLS_COLUMN",
-    "ERRORS_MODES",
-    "ERROR_FIELDS",
-    "FORMATS",
-    "KEEP_ERRORS_KEY",
-    "BatchError",
-    "Columns",
-    "RowError",
-    "RowParser",
-    "Summary",
-    "parse_dataset",
-    "parse_file",
-    "parse_table",
-    "parse_with_ray",
-]
+# Public names by module, imported on first use: a worker process (which imports `workers`) and a
+# JSONL job load only the modules they run, never the Arrow, Parquet or Ray code.
+_EXPORTS = {
+    "parse_dataset": "arrow",
+    "parse_table": "arrow",
+    "FORMATS": "files",
+    "Summary": "job",
+    "parse_file": "job",
+    "parse_with_ray": "ray",
+    "DEFAULT_PREFIX_COLUMN": "rows",
+    "DEFAULT_TEXT_COLUMN": "rows",
+    "DEFAULT_TOOLS_COLUMN": "rows",
+    "ERROR_FIELDS": "rows",
+    "ERRORS_MODES": "rows",
+    "KEEP_ERRORS_KEY": "rows",
+    "BatchError": "rows",
+    "Columns": "rows",
+    "RowError": "rows",
+    "RowParser": "rows",
+    "BATCH_ROWS": "workers",
+    "BATCH_TEXT_BYTES": "workers",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

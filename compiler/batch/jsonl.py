@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .files import open_new
-from .rows import MISSING, Columns, RowError, RowParser, check_output_columns, dumps_message, error_record
+from .rows import MISSING, Columns, RowError, RowParser, check_output_columns, dumps_message, error_kinds, error_record
 from .workers import BATCH_ROWS, BATCH_TEXT_BYTES
 
 
@@ -77,21 +77,27 @@ class EncodedLines:
     """What a worker sends back for one batch of lines."""
 
     data: bytes  # the output lines
-    failed: int  # how many rows carry an error
+    kinds: dict  # how many rows carry an error, by kind
     with_text: int  # how many rows (JSON objects) have the text column, null or not
     first_row_columns: list | None  # the first object's keys (None: no line was an object)
 
 
 def encode_batch(parser: RowParser, batch: LineBatch) -> EncodedLines:
-    """The worker task for one batch of lines: its output lines (see `JsonLineFormat`; a line that
-    was not an object is kept whole in its error record) and what the job counts."""
+    """The worker task for one batch of lines: its output lines and what the job counts."""
+    lines, errors, with_text, first_row_columns = encode_lines(parser, batch)
+    return EncodedLines(b"".join(lines), error_kinds(errors), with_text, first_row_columns)
+
+
+def encode_lines(parser: RowParser, batch: LineBatch) -> tuple[list[bytes], list, int, list | None]:
+    """Each line's output line (see `JsonLineFormat`; a line that was not an object is kept whole
+    in its error record) and error record, how many rows have the text column, and the first
+    object's keys. The same in every engine."""
     line_format = JsonLineFormat(parser.columns)
     objects, results = parse_lines(parser, batch)
-    out = []
-    failed = with_text = 0
+    out, errors = [], []
+    with_text = 0
     first_row_columns = next((list(row) for row in objects if row is not None), None)
     for (number, line), row, (message, error) in zip(batch.lines, objects, results):
-        failed += error is not None
         with_text += row is not None and parser.columns.text in row
         if row is None:
             error = dict(error, line=line.decode("utf-8", "replace").rstrip("\r\n"))
@@ -99,7 +105,8 @@ def encode_batch(parser: RowParser, batch: LineBatch) -> EncodedLines:
         else:
             head = line.rstrip().decode("utf-8")[:-1].rstrip()  # the object as written, up to its closing brace
         out.append(line_format.line(head, None if message is None else dumps_message(message), error))
-    return EncodedLines(b"".join(out), failed, with_text, first_row_columns)
+        errors.append(error)
+    return out, errors, with_text, first_row_columns
 
 
 class JsonLineFormat:
