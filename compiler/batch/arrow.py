@@ -104,10 +104,11 @@ def parse_inputs(parser: RowParser, task) -> tuple[list, list]:
 
 
 def with_results(batch, columns: Columns, messages: list, errors: list):
-    """The record batch with the message and error columns appended."""
+    """The record batch (or table) with the message and error columns appended."""
     pa = pyarrow()
     arrays = [*batch.columns, string_array(messages), error_array(errors)]
-    return pa.RecordBatch.from_arrays(arrays, schema=output_schema(batch.schema, columns))
+    kind = pa.Table if isinstance(batch, pa.Table) else pa.RecordBatch
+    return kind.from_arrays(arrays, schema=output_schema(batch.schema, columns))
 
 
 def output_schema(schema, columns: Columns):

@@ -124,7 +124,7 @@ def _arrow_job(parser, input_path, source_format, temporary, target_format, jobs
     check_output_columns(schema.names, columns)
     check_text_column(schema.names, columns, input_path)
     source_folder = input_path if source_format == "datasets" else None
-    writer = _open_writer(temporary, target_format, output_schema(schema, columns), columns, source_folder)
+    writer = open_writer(temporary, target_format, output_schema(schema, columns), columns, source_folder)
     try:
         pairs = batch_tasks(split_batches(batches, columns), columns)
         for batch, (messages, errors) in run_in_order(parser, parse_inputs, pairs, jobs):
@@ -148,7 +148,7 @@ def _read_arrow(path: Path, source_format: str):
     return read_datasets_folder(path)
 
 
-def _open_writer(temporary: Path, target_format: str, schema, columns: Columns, source_folder: Path | None):
+def open_writer(temporary: Path, target_format: str, schema, columns: Columns, source_folder: Path | None):
     """The writer of the output format, into the temporary file (or folder) of the job."""
     if target_format == "parquet":
         from .parquet import ParquetWriter
