@@ -42,13 +42,11 @@ def string_array(values: list):
     """An Arrow string array of `values` (str or None), equal to `pa.array(values, pa.string())`."""
     pa = pyarrow()
     encoded = [b"" if value is None else value.encode("utf-8") for value in values]
+    lengths = list(map(len, encoded))
+    if sum(lengths) > _MAX_STRING_BYTES:
+        return pa.array(values, pa.string())  # (it raises, or chunks the column, as it always did)
     offsets = array("i", [0])
-    total = 0
-    for item in encoded:
-        total += len(item)
-        if total > _MAX_STRING_BYTES:
-            return pa.array(values, pa.string())  # (it raises, or chunks the column, as it always did)
-        offsets.append(total)
+    offsets.extend(accumulate(lengths))
     validity, nulls = _validity(values)
     buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
     return pa.Array.from_buffers(pa.string(), len(values), buffers, null_count=nulls)
@@ -57,6 +55,8 @@ def string_array(values: list):
 def error_array(records: list):
     """The error column: a struct array of ERROR_FIELDS from error records (dicts) or None."""
     pa = pyarrow()
+    if records.count(None) == len(records):  # (most batches: no row has an error)
+        return pa.nulls(len(records), error_type())
     children = [string_array([None if record is None else record.get(name) for record in records]) for name in ERROR_FIELDS]
     validity, nulls = _validity(records)
     return pa.Array.from_buffers(error_type(), len(records), [validity], null_count=nulls, children=children)
@@ -68,10 +68,9 @@ def _validity(values: list):
     nulls = values.count(None)
     if nulls == 0:
         return None, 0
-    bitmap = bytearray((len(values) + 7) // 8)
-    for index, value in enumerate(values):
-        if value is not None:
-            bitmap[index >> 3] |= 1 << (index & 7)
+    # The bits as one binary numeral, the first value's the lowest (Arrow's bit order).
+    flags = "".join(["0" if value is None else "1" for value in reversed(values)])
+    bitmap = int(flags, 2).to_bytes((len(values) + 7) // 8, "little")
     return pyarrow().py_buffer(bitmap), nulls
 
 

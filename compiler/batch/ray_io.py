@@ -69,9 +69,13 @@ def _numbered_lines(f):
 def tally_lines(table) -> dict:
     """What a table of OUTPUT_LINES adds to the job's counts."""
     keys = _first_value(table.column("first_keys"))
+    kinds: dict = {}
+    for kind in table.column("kind").to_pylist():
+        if kind is not None:
+            kinds[kind] = kinds.get(kind, 0) + 1
     return {
         "rows": table.num_rows,
-        "kinds": error_kinds({"kind": kind} if kind is not None else None for kind in table.column("kind").to_pylist()),
+        "kinds": kinds,
         "with_text": sum(table.column("has_text").to_pylist()),
         "first_keys": None if keys is None else json.loads(keys),
         "refusal": _first_value(table.column("refusal")),
