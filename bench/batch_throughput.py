@@ -26,8 +26,9 @@ The JSONL command, start-up included (what a small file pays):
 * start-up: the command on the file's first 10 rows, beside `python -c pass`.
 
 Process CPU time is the headline here (the ratio the target is about); wall time is beside it. The
-command runs as an installed package does, with the bytecode of its modules cached (`pip install`
-writes it; this environment sets PYTHONDONTWRITEBYTECODE, which `--no-bytecode-cache` keeps).
+command runs as an installed package does, with the bytecode of its modules cached: `pip install`
+writes it, and the command's environment here drops PYTHONDONTWRITEBYTECODE so that the first,
+untimed run writes it (without it, every process compiles rtcompile's modules from source).
 """
 
 from __future__ import annotations
@@ -169,10 +170,9 @@ def render(entry: dict, table) -> str:
 STARTUP_ROWS = 10
 
 
-def _command_environment(bytecode_cache: bool) -> dict:
+def _command_environment() -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
-    if bytecode_cache:
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # (as installed: see the module's docstring)
     return env
 
 
@@ -199,7 +199,7 @@ def _check_jsonl_output(path: Path, expected: list, name: str) -> None:
         raise AssertionError(f"batch throughput: {name} differs from the interpreter loop")
 
 
-def measure_jsonl_command(template_name: str, count: int, reps: int, bytecode_cache: bool = True) -> dict:
+def measure_jsonl_command(template_name: str, count: int, reps: int) -> dict:
     """The JSONL command against the interpreter loop, interleaved, process CPU time (start-up,
     workers and I/O included) and wall time; every message checked first."""
     from transformers.utils.chat_parsing import parse_response
@@ -207,7 +207,7 @@ def measure_jsonl_command(template_name: str, count: int, reps: int, bytecode_ca
 
     spec = load_response_template(workloads.load_template(template_name)[0])
     rows = make_rows(template_name, count)
-    env = _command_environment(bytecode_cache)
+    env = _command_environment()
     with tempfile.TemporaryDirectory(prefix="rtcompile-batch-bench-") as work:
         work = Path(work)
         _write_jsonl(work / "rows.jsonl", rows)
@@ -226,14 +226,13 @@ def measure_jsonl_command(template_name: str, count: int, reps: int, bytecode_ca
         }
         expected = implementations["interpreter loop"]()
         for name, output in (("parse command, every core", "every.jsonl"), ("parse command, 1 job", "one.jsonl")):
-            implementations[name]()  # (also writes the bytecode cache, with bytecode_cache)
+            implementations[name]()  # (the first run also writes the bytecode cache)
             _check_jsonl_output(work / output, expected, name)
         samples = _interleaved({**implementations, **startup}, reps)
     results = {name: _figures(runs, count) for name, runs in samples.items() if name in implementations}
     startup_ms = {name: {"cpu_ms": 1000 * statistics.median(run[1] for run in runs), "wall_ms": 1000 * statistics.median(run[0] for run in runs)}
                   for name, runs in samples.items() if name in startup}
-    return {"template": template_name, "rows": count, "reps": reps, "bytecode_cache": bytecode_cache,
-            "cpu_count": os.cpu_count(), "results": results, "startup": startup_ms}
+    return {"template": template_name, "rows": count, "reps": reps, "cpu_count": os.cpu_count(), "results": results, "startup": startup_ms}
 
 
 def _interleaved(actions: dict, reps: int) -> dict:
@@ -260,10 +259,9 @@ def render_jsonl_command(entry: dict, table) -> str:
         for name, figures in entry["results"].items()
     ]
     startup = [[name, f"{figures['cpu_ms']:.0f}", f"{figures['wall_ms']:.0f}"] for name, figures in entry["startup"].items()]
-    cache = "bytecode cached" if entry["bytecode_cache"] else "no bytecode cache"
     return (
-        f"JSONL command: {entry['rows']:,} rows of {entry['template']} generations, start-up included ({cache}; "
-        f"{entry['cpu_count']} cores), median of {entry['reps']}, interleaved: rows per CPU-second of the process "
+        f"JSONL command: {entry['rows']:,} rows of {entry['template']} generations, start-up included "
+        f"({entry['cpu_count']} cores), median of {entry['reps']}, interleaved: rows per CPU-second of the process "
         "and its workers, rows/s of wall time\n"
         + table(["implementation", "rows/CPU-s", "rows/s", "vs interpreter (CPU)"], rows)
         + "\n\nStart-up: CPU and wall milliseconds\n"
@@ -271,13 +269,13 @@ def render_jsonl_command(entry: dict, table) -> str:
     )
 
 
-def profile_startup(template_name: str, bytecode_cache: bool = True, top: int = 25) -> str:
+def profile_startup(template_name: str, top: int = 25) -> str:
     """Where the command's start-up goes: the biggest imports of the parent (`-X importtime`,
     cumulative) and a cProfile of the parent, on a 10-row file with one job."""
     import cProfile  # noqa: F401 (run as `-m cProfile` in the child)
     import pstats
 
-    env = _command_environment(bytecode_cache)
+    env = _command_environment()
     with tempfile.TemporaryDirectory(prefix="rtcompile-batch-profile-") as work:
         work = Path(work)
         _write_jsonl(work / "small.jsonl", make_rows(template_name, STARTUP_ROWS))
@@ -306,17 +304,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--template", choices=workloads.TEMPLATE_NAMES, default="qwen3")
     parser.add_argument("--rows", type=int, default=6_000)
     parser.add_argument("--reps", type=int, default=7)
-    parser.add_argument("--no-bytecode-cache", action="store_true", help="run the command without cached bytecode")
     parser.add_argument("--profile", action="store_true", help="also print where the command's start-up goes")
     parser.add_argument("--json", metavar="FILE", help="write every figure and sample here")
     arguments = parser.parse_args(argv)
     if not arguments.jsonl_command:
         parser.error("choose a mode: --jsonl-command (the full batch table is `python -m bench --batch-only`)")
-    bytecode_cache = not arguments.no_bytecode_cache
-    entry = measure_jsonl_command(arguments.template, arguments.rows, arguments.reps, bytecode_cache)
+    entry = measure_jsonl_command(arguments.template, arguments.rows, arguments.reps)
     print(render_jsonl_command(entry, _table))
     if arguments.profile:
-        print("\n" + profile_startup(arguments.template, bytecode_cache))
+        print("\n" + profile_startup(arguments.template))
     if arguments.json:
         Path(arguments.json).write_text(json.dumps(entry, indent=2), encoding="utf-8")
     return 0
