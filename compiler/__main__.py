@@ -25,7 +25,6 @@ import sys
 from pathlib import Path
 
 from . import frontend
-from .frontend import lint
 from .arguments import EXIT_USAGE, ArgumentParser, UsageError, fail, read_template_argument
 from .version import __version__
 
@@ -91,6 +90,8 @@ def _compile(argv: list[str]) -> int:
     except (frontend.TemplateError, TypeError) as e:
         raise UsageError(f"{label}: {e}") from None
     # Warnings go to stderr whenever a template is compiled: what they name fails while parsing.
+    from .frontend import lint  # (imported here: the other commands, and batch workers, need none of it)
+
     warnings = lint.lint(lowered)
     for warning in warnings:
         print(f"rtcompile: warning: {label}: {warning}", file=sys.stderr)
