@@ -137,11 +137,14 @@ def _round_trip_command(name: str, argv: list[str]) -> int:
     """verify / infer (compiler/authoring/): they render chat templates, so they need transformers,
     imported only here."""
     from .authoring import infer, verify
+    from .releases import UnsupportedTransformersError
 
     try:
         return (verify.cli if name == "verify" else infer.cli)(argv)
     except ImportError as e:
         raise UsageError(f"{name} needs transformers (pip install 'rtcompile[verify]'): {e}") from None
+    except UnsupportedTransformersError as e:
+        raise UsageError(str(e)) from None
 
 
 def _list(argv: list[str]) -> int:
