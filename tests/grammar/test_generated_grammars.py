@@ -69,6 +69,18 @@ def tool_lists(draw) -> list[dict]:
     return tools
 
 
+def _calls_named_tool_calls(template: dict) -> dict:
+    """The template with its tool-call shaped field (a transform building a "function") named
+    "tool_calls", the message key the grammar writes calls under (the strategies name fields at
+    random)."""
+    fields = template["fields"]
+    shaped = [name for name, spec in fields.items() if isinstance(spec.get("transform"), dict) and "function" in spec["transform"]]
+    if not shaped or "tool_calls" in fields:
+        return template
+    template["fields"] = {("tool_calls" if name == shaped[0] else name): spec for name, spec in fields.items()}
+    return template
+
+
 @lru_cache(maxsize=32)
 def _walker(recipe: Recipe) -> tuple:
     tokenizer = tokenizer_for(recipe)
@@ -79,7 +91,9 @@ def _walker(recipe: Recipe) -> tuple:
 @given(data=st.data())
 def test_every_walk_parses_into_calls_the_request_allows(data):
     plan = data.draw(template_plans(tool_call=True, valid_only=True))
-    template = fresh_tree(plan.template)
+    template = _calls_named_tool_calls(fresh_tree(plan.template))
+    # (defaults that pre-fill the message's calls are the template's, not the model's: left out)
+    template.get("defaults", {}).pop("tool_calls", None)
     drawn = data.draw(recipes(plan))
     recipe = Recipe(drawn.base, (*drawn.added, AddedSpec(END_OF_OUTPUT, "special")), drawn.named_templates, drawn.listed_mode)
     tokenizer, stop, walker = _walker(recipe)
@@ -92,6 +106,7 @@ def test_every_walk_parses_into_calls_the_request_allows(data):
     prefix = "" if prefix is None else prefix
     options = {"tokenizer": tokenizer} if by_ids else {}
     grammar_prefix = tokenizer.encode(prefix, add_special_tokens=False) if by_ids else prefix
+    note(f"template={template!r}\ntools={tools!r}\nprefix={prefix!r} added={recipe.added!r}")
     note(f"choice={choice!r} parallel={parallel} by_ids={by_ids}")
     try:
         tag = rtcompile.structural_tag(
