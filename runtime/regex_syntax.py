@@ -11,14 +11,15 @@ module, read by no other module of rtcompile) and gives a tree of frozen datacla
 
 The tree is sre's own, node for node: `\\s` is a one-item CharSet, `[^c]` a NotChar, `a|b` a
 CharSet, `ab|ac` a Char then a CharSet, and plain non-capturing groups are opened up (`(?:ab)c` is
-three Chars); a group survives only when it captures or sets flags. A pattern `re` cannot read (syntax
-only `regex` knows: `\\G`, `\\p{L}`, `(?|...)`) or warns about (a possible nested set, which `regex`
-reads as a POSIX class or a set operation) is not read at all (None): `re` and `regex` may then
-disagree on what it means. Nor is a negated set of a class and its complement (`[^\\s\\S]`), which
-`regex` reads as any character. `regex` allows one name on several groups, `re` does not: names are
-kept per group index, so they may repeat. Case folding, `\\d`, `\\w` and `\\b` mean slightly different
-things to the two engines; the tree records them, and a caller that needs the engines to agree
-checks for them.
+three Chars); a group survives only when it captures or sets flags.
+
+A pattern `re` cannot read (syntax only `regex` knows: `\\G`, `\\p{L}`, `(?|...)`) or warns about (a
+possible nested set, which `regex` reads as a POSIX class or a set operation) is not read at all
+(None): the two engines may disagree on what it means. Nor is a negated set of a class and its
+complement (`[^\\s\\S]`: nothing to `re`, any character to `regex`). `regex` allows one name on
+several groups, `re` does not: names are kept per group index, so they may repeat. Case folding,
+`\\d`, `\\w` and `\\b` mean slightly different things to the two engines; the tree records them,
+and a caller that needs the engines to agree checks for them.
 """
 
 from __future__ import annotations
@@ -523,8 +524,12 @@ def _global_flags(flags: int) -> str:
     return f"(?{letters})" if letters else ""
 
 
-_ANCHOR_SOURCES = {"start": "^", "start_string": "\\A", "end": "$", "end_string": "\\Z", "boundary": "\\b", "not_boundary": "\\B"}
-_CATEGORY_SOURCES = {"space": "\\s", "not_space": "\\S", "digit": "\\d", "not_digit": "\\D", "word": "\\w", "not_word": "\\W"}
+_ANCHOR_SOURCES = {
+    "start": "^", "start_string": "\\A", "end": "$", "end_string": "\\Z", "boundary": "\\b", "not_boundary": "\\B"
+}
+_CATEGORY_SOURCES = {
+    "space": "\\s", "not_space": "\\S", "digit": "\\d", "not_digit": "\\D", "word": "\\w", "not_word": "\\W"
+}
 _REPEAT_SUFFIXES = {"greedy": "", "lazy": "?", "possessive": "+"}
 # What a quantifier may follow without a group around it.
 _ATOMS = (Char, NotChar, AnyChar, CharSet, Category, Group, Backref)

@@ -83,7 +83,7 @@ def _group(items: tuple, names: dict, name: str) -> tuple[Node | None, tuple]:
 def _optional_char(items: tuple) -> tuple[str, tuple]:
     """A greedy `c?` of one literal character ("" when there is none)."""
     first = items[0] if items else None
-    if isinstance(first, Repeat) and (first.mode, first.min, first.max) == ("greedy", 0, 1):
+    if _is_repeat(first, "greedy", 0, 1):
         body = first.body.items
         if len(body) == 1 and isinstance(body[0], Char):
             return body[0].char, items[1:]
@@ -92,12 +92,16 @@ def _optional_char(items: tuple) -> tuple[str, tuple]:
 
 def _is_lazy_any(item: Node) -> bool:
     """`.*?` (any character: DOTALL)."""
-    return isinstance(item, Repeat) and (item.mode, item.min, item.max) == ("lazy", 0, None) and item.body == Seq((AnyChar(),))
+    return _is_repeat(item, "lazy", 0, None) and item.body == Seq((AnyChar(),))
+
+
+def _is_repeat(item: Node, mode: str, low: int, high: int | None) -> bool:
+    return isinstance(item, Repeat) and (item.mode, item.min, item.max) == (mode, low, high)
 
 
 def _negated_run(item: Node) -> frozenset | None:
     """S for `[^S]+` (greedy, literal characters only), else None."""
-    if not isinstance(item, Repeat) or (item.mode, item.min, item.max) != ("greedy", 1, None) or len(item.body.items) != 1:
+    if not _is_repeat(item, "greedy", 1, None) or len(item.body.items) != 1:
         return None
     member = item.body.items[0]
     if isinstance(member, NotChar):

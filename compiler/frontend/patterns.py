@@ -17,6 +17,7 @@ character classes.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from rtcompile.runtime.regex_syntax import (
@@ -427,6 +428,7 @@ def _leading_groups_opened(items) -> tuple:
     return items
 
 
+@functools.lru_cache(maxsize=256)  # (each delimiter's pattern is asked several questions in a row)
 def _parse(source: str) -> Seq | None:
     """The pattern's tree, None if it is unread or folds case or reads ASCII or locale classes."""
     syntax = parse(source)

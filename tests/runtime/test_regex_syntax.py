@@ -291,11 +291,13 @@ def test_the_written_source_matches_exactly_as_the_pattern(source, text):
         return
     compiled, syntax = read
     written = regex.compile(to_source(syntax), regex.DOTALL)
-    assert written.groups == compiled.groups and written.groupindex == compiled.groupindex, (source, written.pattern)
+    case = (source, written.pattern, text)
+    assert (written.groups, written.groupindex) == (compiled.groups, compiled.groupindex), case
     for pos in range(len(text) + 1):
-        assert _outcome(written.search(text, pos)) == _outcome(compiled.search(text, pos)), (source, written.pattern, text, pos)
-        assert _outcome(written.match(text, pos)) == _outcome(compiled.match(text, pos)), (source, written.pattern, text, pos)
-    if not syntax.flags & ~int(re.DOTALL | re.UNICODE):  # (the root's source, compiled with DOTALL, is the same)
+        assert _outcome(written.search(text, pos)) == _outcome(compiled.search(text, pos)), (case, pos)
+        assert _outcome(written.match(text, pos)) == _outcome(compiled.match(text, pos)), (case, pos)
+    # (the root's source, compiled with DOTALL, is the same)
+    if not syntax.flags & ~int(re.DOTALL | re.UNICODE):
         assert to_source(syntax) == "(?s)" + to_source(syntax.root)
 
 
@@ -350,8 +352,11 @@ def test_widths_are_sres(source):
 
 def _complements_negated(members) -> bool:
     categories = {av for op, av in members if op is sre_parse.CATEGORY}
-    pairs = [(sre_parse.CATEGORY_SPACE, sre_parse.CATEGORY_NOT_SPACE), (sre_parse.CATEGORY_DIGIT, sre_parse.CATEGORY_NOT_DIGIT),
-             (sre_parse.CATEGORY_WORD, sre_parse.CATEGORY_NOT_WORD)]
+    pairs = [
+        (sre_parse.CATEGORY_SPACE, sre_parse.CATEGORY_NOT_SPACE),
+        (sre_parse.CATEGORY_DIGIT, sre_parse.CATEGORY_NOT_DIGIT),
+        (sre_parse.CATEGORY_WORD, sre_parse.CATEGORY_NOT_WORD),
+    ]
     return members[0][0] is sre_parse.NEGATE and any(set(pair) <= categories for pair in pairs)
 
 
