@@ -109,19 +109,22 @@ def prompt_state(module: Any, ir: Any, prefix: Any, tokenizer: Any) -> tuple[str
 
 
 def _delimiter_in(ir: Any, current: str | None, text: str) -> bool:
-    """Whether a delimiter the parser watches in its state matches within `text`, or `text` is
-    no mere whitespace (a possible start of one)."""
+    """Whether text the parser holds back at the prompt's end leaves its state undecided: a
+    delimiter the parser watches matches in it (but the implicit field's closer, which only ends
+    a region the output has not opened), or it is the start of one (not mere whitespace)."""
     import regex
 
-    if text.strip():
-        return True
     fields = {f.name: f for f in ir.fields}
+    sink = ir.fields[ir.implicit] if ir.implicit is not None else None
     field = fields.get(current) if current is not None else None
-    if field is not None and field.open is not None:
+    if field is not None and field is not sink:
         watched = [field.close]
     else:
-        watched = [f.open for f in ir.fields] + [field.close if field is not None else None]
-    return any(d is not None and regex.search(d.alternation, text, regex.DOTALL) for d in watched)
+        watched = [f.open for f in ir.fields]
+    if any(d is not None and regex.search(d.alternation, text, regex.DOTALL) for d in watched):
+        return True
+    closes_sink = sink is not None and sink.close is not None and regex.search(sink.close.alternation, text, regex.DOTALL)
+    return bool(text.strip()) and not closes_sink
 
 
 _IRS: dict[str, Any] = {}

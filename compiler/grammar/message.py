@@ -27,7 +27,7 @@ from rtcompile.frontend import facts, ir
 
 from . import formats as F
 from .calls import CallWriter, closing
-from .delimiters import blocking_literals, opener_firsts, write_delimiter
+from .delimiters import blocking_literals, opener_firsts, unfactored, write_delimiter
 from .errors import GrammarError
 from .request import Request
 from .spelling import Speller
@@ -77,7 +77,7 @@ class MessageWriter:
         for field in template.fields:
             if not field.optional:
                 raise GrammarError(f"fields.{field.name}", "a required field cannot be guaranteed by the grammar")
-        _check_openers_apart(template)
+        _check_openers_apart(template, speller)
 
     # ---- the whole output
 
@@ -159,7 +159,7 @@ class MessageWriter:
             after = F.optional(F.sequence(self.markers(), self.free_text(openers, after_token=False)))
         closed, open_end = self.call_blocks()
         calls = F.choice(F.sequence(closed, after), open_end) if closed is not None else open_end
-        return F.sequence(lead, before, self.markers(), self.glue(), calls)
+        return F.sequence(lead, before, self.markers(leading=False), self.glue(), calls)
 
     def opener_texts(self) -> tuple[str, ...]:
         """Text free content must not hold so that it opens no region: every opener's necessary
@@ -206,15 +206,21 @@ class MessageWriter:
         opener = blocking_literals(calls.field.open, f"fields.{calls.field.name}.open")
         return any(any(o.startswith(b) or b.startswith(o) for o in opener) for b in calls.closing.by_next)
 
-    def markers(self) -> F.Format:
+    def marker_texts(self) -> tuple[str, ...]:
+        """The literal closers of the implicit field (what `markers` may write)."""
+        return facts.delimiter_literals(self.implicit.close) if self.implicit is not None else ()
+
+    def markers(self, leading: bool = True) -> F.Format:
         """Layout whitespace and the implicit field's closers that are no stop tokens (call
-        sections): what may stand around calls outside every region."""
+        sections): what may stand around calls outside every region. `leading=False`: no
+        whitespace first (after free text, see `free_text`)."""
         if self.implicit is None:
             return F.EMPTY
+        lead = LAYOUT if leading else F.EMPTY
         close = closing(self.implicit.close, self.speller, f"fields.{self.implicit.name}.close")
         if close.written is None:
-            return LAYOUT
-        return F.sequence(LAYOUT, F.star(F.sequence(close.written, LAYOUT)))
+            return lead
+        return F.sequence(lead, F.star(F.sequence(close.written, LAYOUT)))
 
     def glue(self) -> F.Format:
         """What may come between regions where text outside regions is dropped: the start anchor,
@@ -266,7 +272,9 @@ class MessageWriter:
         """Any text holding none of `blocking`. Read token by token (`any_tokens`, excluding
         ids: the spelled-out tokens stay text, as the parser reads them) where each holds a control
         token and the text starts at a token boundary (`after_token`), else character by character
-        (`any_text`, which excludes ids and spellings alike)."""
+        (`any_text`, which excludes ids and spellings alike). The grammar writes no whitespace of
+        its own right after free text: text ending with the start of a delimiter whose rest is
+        whitespace would make it match there."""
         blocking = tuple(dict.fromkeys((*blocking, *self.also_excluded)))
         ids = self.speller.excluded_ids(list(blocking))
         if after_token and ids is not None and self.speller.control:
@@ -274,7 +282,7 @@ class MessageWriter:
         return F.any_text(blocking)
 
 
-def _check_openers_apart(template: ir.Template) -> None:
+def _check_openers_apart(template: ir.Template, speller: Speller) -> None:
     """Refuse openers (and the implicit field's literal closers) that the parser could take for
     one another: identical patterns, or texts one of which starts the other (the same text in two
     fields: the parser picks by name; a proper prefix: what follows the shorter could complete the
@@ -292,12 +300,21 @@ def _check_openers_apart(template: ir.Template) -> None:
                 raise GrammarError(f"fields.{field.name}", f"its delimiter is also {patterns[delimiter.pattern]!r}'s: the parser picks by name")
             patterns[delimiter.pattern] = field.name
         for literal in _starting_texts(delimiter):
+            # (a stop token is never written; a control token's id is never free text)
+            if _bordered(literal) and not speller.is_stop(literal) and speller.first_id(literal) is None:
+                raise GrammarError(f"fields.{field.name}", f"its delimiter {literal!r} overlaps itself: free text before it could complete it early")
             for name, other in seen:
                 if name != field.name and (_collide(literal, other) or _collide(other, literal)):
                     raise GrammarError(
                         f"fields.{field.name}", f"its delimiter {literal!r} and {name!r}'s {other!r} overlap: the parser may take one for the other"
                     )
             seen.append((field.name, literal))
+
+
+def _bordered(text: str) -> bool:
+    """Whether a proper prefix of `text` is also its suffix: free text ending with that prefix,
+    then the delimiter written, would show it one border earlier."""
+    return any(text[:size] == text[-size:] for size in range(1, len(text)))
 
 
 def _collide(first: str, second: str) -> bool:
@@ -320,6 +337,10 @@ def _starting_texts(delimiter: ir.Delimiter) -> tuple[str, ...]:
     items = list(parse(delimiter.pattern, "").root.items)
     while items and (isinstance(items[0], rs.Anchor) or (isinstance(items[0], rs.Repeat) and items[0].min == 0)):
         items.pop(0)
+    items = unfactored(items)  # (`<\\|(?:a\\|>|b\\|>)` starts with `<|a|>` or `<|b|>`, not `<|`)
+    if items and isinstance(items[0], rs.Alternation):
+        branches = [rs.literal_prefix(branch) for branch in items[0].branches]
+        return tuple(branches) if all(branches) else ()
     prefix = rs.literal_prefix(rs.Seq(tuple(items)))
     return (prefix,) if prefix else ()
 
