@@ -113,7 +113,9 @@ class CallWriter:
         # Text the region's content must not hold beside its closer (MessageWriter.also_excluded).
         self.also_excluded: tuple[str, ...] = ()
         self.content = field.content.parser
-        self.args = field.content.args if isinstance(field.content.args, dict) else {}
+        if not isinstance(field.content.args, dict):
+            raise GrammarError(self.where, "content_args must be an object: the parser fails on anything else")
+        self.args = field.content.args
         if field.open is None:
             raise GrammarError(self.where, "a tool-call field without an open delimiter cannot be written")
         if self.shape.arguments.kind != facts.PATH:
@@ -152,7 +154,10 @@ class CallWriter:
         if tool is not None and self.shape.name.kind == facts.CAPTURE:
             captures[self.shape.name.value] = tool.name
         where = f"{self.where}.open" + (f" (tool {tool.name!r})" if tool is not None else "")
-        return write_delimiter(self.field.open, self.speller, where, captures)
+        written = write_delimiter(self.field.open, self.speller, where, captures)
+        # (no whitespace of its own first: text before the call writes it; xgrammar's matcher
+        # dead-ends on free tokens, then a whitespace regex, then a control token)
+        return Written(without_leading_layout(written.format), written.at_start, written.tail, written.assumes)
 
     # ---- content
 
@@ -255,6 +260,8 @@ class CallWriter:
         if "value_parser_by" in self.args or self.args.get("merge_duplicates") not in (None, False):
             if "value_parser_by" in self.args:
                 raise GrammarError(where, "value_parser_by (a parser chosen by the model's text) cannot be written")
+        if "value" not in (parse(pattern, where).group_names or {}).values():
+            raise GrammarError(where, "a tag_pattern without a 'value' group gives every argument the empty string")
         properties, required = _object_members(tool.parameters, where)
         tags = []
         for key, sub in properties.items():
@@ -311,6 +318,24 @@ JSON_SYNTAX = frozenset(' \t\n\r{}[],:-+.0123456789eE"truefalsn')
 
 # What rtcompile's JSON writer writes outside strings (compact, a space after ',' and ':').
 WRITER_SYNTAX = frozenset("{}[],: -+.0123456789truefalsnTFN")
+
+
+def without_leading_layout(fmt: F.Format) -> F.Format:
+    """`fmt` without the optional whitespace it starts with (`\\s*` of `\\s*<tool_call>`)."""
+    kind = fmt.get("type")
+    if kind == "or":
+        return F.choice(*(without_leading_layout(e) for e in fmt["elements"]))
+    if kind == "sequence":
+        first = fmt["elements"][0]
+        if first.get("type") == "regex" and _layout_only(first["pattern"]):
+            return F.sequence(*fmt["elements"][1:])
+    return fmt
+
+
+def _layout_only(pattern: str) -> bool:
+    """Whether a regex is a starred class of layout whitespace (as the delimiter writer writes
+    `\\s*`)."""
+    return pattern.endswith("]*") and pattern.startswith("[") and not pattern.startswith("[^")
 
 
 def _json_may_write(excluded: tuple[str, ...]) -> bool:

@@ -56,7 +56,8 @@ class MessageWriter:
         # The implicit field takes free content only where its text always parses: text, and a
         # transform that reads nothing but the text (a json sink would fail on free text). Else
         # the grammar writes nothing outside regions, as for a template without an implicit field.
-        self.implicit = implicit if implicit is not None and plain_text(implicit) else None
+        writable = implicit is not None and plain_text(implicit) and fits_defaults(implicit, template.defaults)
+        self.implicit = implicit if writable else None
         self.sink = implicit  # (where text outside regions goes, whether or not the grammar writes any)
         self.reasoning = facts.field_named(template, REASONING)
         self.call_field = facts.field_named(template, TOOL_CALLS)
@@ -68,6 +69,8 @@ class MessageWriter:
         # tokens: see loops.py).
         self.also_excluded: tuple[str, ...] = ()
         if self.call_field is not None and request.callable:
+            if not fits_defaults(self.call_field, template.defaults):
+                raise GrammarError(f"fields.{self.call_field.name}", "the template's default for it cannot take a region's value")
             self.calls = CallWriter(self.call_field, speller)
             self.tools = self.calls.callable_tools(request.callable)
             if not self.tools:
@@ -244,7 +247,7 @@ class MessageWriter:
 
     def text_region(self, field: ir.Field) -> Region | None:
         """A region of a text field, or None for a field the grammar never opens."""
-        if field.open is None or not plain_text(field):
+        if field.open is None or not plain_text(field) or not fits_defaults(field, self.template.defaults):
             return None
         where = f"fields.{field.name}"
         opener = write_delimiter(field.open, self.speller, f"{where}.open")
@@ -345,12 +348,25 @@ def _starting_texts(delimiter: ir.Delimiter) -> tuple[str, ...]:
     return (prefix,) if prefix else ()
 
 
+def fits_defaults(field: ir.Field, defaults: dict) -> bool:
+    """Whether a region of `field` can land in a message that starts from the template's
+    defaults: a repeating field appends to a list, a joined one adds to a string."""
+    if field.name not in defaults:
+        return True
+    value = defaults[field.name]
+    if field.join is not None and field.repeats:
+        return value is None or isinstance(value, str)
+    if field.repeats:
+        return isinstance(value, list)
+    return True
+
+
 def plain_text(field: ir.Field) -> bool:
     """Whether any text in the field's region parses: text content, no transform_each, and a
     transform (if any) that reads only the text itself (a capture may be missing, a path into a
     string always fails)."""
-    if field.content.parser not in TEXT_PARSERS or field.transform_each:
-        return False
+    if field.content.parser not in TEXT_PARSERS or field.transform_each or not isinstance(field.content.args, dict):
+        return False  # (the interpreter reads content_args with .get: anything but a dict fails)
     if field.join is not None and field.repeats:  # (joined values must be strings: the text itself)
         return field.transform is None or field.transform == ir.Placeholder("content", "content", ())
     return _reads_only_content(field.transform)

@@ -17,6 +17,7 @@ from typing import Any
 import regex
 
 from . import formats as F
+from .errors import GrammarError
 
 
 class Speller:
@@ -37,6 +38,11 @@ class Speller:
 
         profile = profile_for(tokenizer)
         control = {spelling: token_id for token_id, spelling in profile.control_ids.items()}
+        for spelling in control:
+            if len(spelling) > 1 and all(c.isalnum() or c == "_" or c.isspace() for c in spelling):
+                # (written out with ordinary tokens, it reaches the parser defused, U+FDD2 between
+                # its characters: in whitespace or JSON syntax that text no longer parses)
+                raise GrammarError("tokenizer", f"the control token {spelling!r} looks like ordinary text the grammar writes")
         return cls(control, _stop_spellings(tokenizer, stop_tokens))
 
     def pieces(self, text: str) -> list[str | int]:
