@@ -1025,6 +1025,9 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-token-ids", action="store_true", help="skip the token-id section")
     parser.add_argument(
+        "--grammar", action="store_true", help="only the grammar backend's section (bench/grammar.py)"
+    )
+    parser.add_argument(
         "--batch-template", choices=workloads.TEMPLATE_NAMES, default="qwen3_5",
         help="the template of the batch throughput rows (default qwen3_5)",
     )
@@ -1045,6 +1048,12 @@ def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
 
         rows, report = token_ids.main(arguments.quick, _table)
         return {"token_ids": rows, "environment": _environment(), "targets": []}, report, 0
+    if arguments.grammar:
+        from . import grammar
+
+        book = TargetBook()
+        figures, report = grammar.main(arguments.quick, _table, book)
+        return {"grammar": figures, "quick": arguments.quick, "environment": _environment(), "targets": book.entries}, report, 0
     config = QUICK if arguments.quick else FULL
     if arguments.sizes:
         ordered = [size for size in workloads.SIZES if size in arguments.sizes]
