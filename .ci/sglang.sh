@@ -35,6 +35,7 @@ sglang_venv="$cache/sglang-0.5.23"
 if [ "$(cat "$sglang_venv/.rtcompile-ci-pins" 2>/dev/null)" != "$pins" ]; then
     # Built beside its final place and renamed when complete, so an interrupted build is never
     # reused (everything below runs `python -m`, so the environment works from its final path).
+    started=$SECONDS
     building="$sglang_venv.building.$$"
     python3 -m venv "$building"
     "$building/bin/python" -m pip install --quiet --upgrade pip
@@ -44,6 +45,7 @@ if [ "$(cat "$sglang_venv/.rtcompile-ci-pins" 2>/dev/null)" != "$pins" ]; then
     rm -rf "$sglang_venv"
     mv "$building" "$sglang_venv"
     building=""
+    echo "built $sglang_venv in $((SECONDS - started)) s"
 fi
 # rtcompile from this checkout, as a plain (non-editable) install: its entry point is what makes
 # SGLang's plugin loader find the detectors, exactly as after `pip install rtcompile`.

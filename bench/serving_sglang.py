@@ -226,7 +226,16 @@ def main(argv: list[str] | None = None) -> int:
         "rtcompile": rtcompile.__version__,
         "cpus": os.cpu_count(),
     }
-    results = run_cases(arguments, environment, Case, check, sample, IMPLEMENTATIONS)
+    # The configuration `sglang serve` publishes in its serving process: rtcompile's tool detector
+    # reads `--reasoning-parser` there, as SGLang's serving does, to know it gets that parser's
+    # normal text (the setting these pairs are run in).
+    from sglang.srt.runtime_context import get_context
+
+    server = get_context().override_server_args(
+        reasoning_parser="rtcompile", tool_call_parser="rtcompile"
+    )
+    with server:
+        results = run_cases(arguments, environment, Case, check, sample, IMPLEMENTATIONS)
     write_results(results, render(results), arguments.json)
     return 0
 

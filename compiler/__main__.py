@@ -25,7 +25,6 @@ import sys
 from pathlib import Path
 
 from . import frontend
-from .frontend import lint
 from .arguments import EXIT_USAGE, ArgumentParser, UsageError, fail, read_template_argument
 from .version import __version__
 
@@ -91,6 +90,8 @@ def _compile(argv: list[str]) -> int:
     except (frontend.TemplateError, TypeError) as e:
         raise UsageError(f"{label}: {e}") from None
     # Warnings go to stderr whenever a template is compiled: what they name fails while parsing.
+    from .frontend import lint  # (imported here: the other commands, and batch workers, need none of it)
+
     warnings = lint.lint(lowered)
     for warning in warnings:
         print(f"rtcompile: warning: {label}: {warning}", file=sys.stderr)
@@ -136,11 +137,14 @@ def _round_trip_command(name: str, argv: list[str]) -> int:
     """verify / infer (compiler/authoring/): they render chat templates, so they need transformers,
     imported only here."""
     from .authoring import infer, verify
+    from .releases import UnsupportedTransformersError
 
     try:
         return (verify.cli if name == "verify" else infer.cli)(argv)
     except ImportError as e:
         raise UsageError(f"{name} needs transformers (pip install 'rtcompile[verify]'): {e}") from None
+    except UnsupportedTransformersError as e:
+        raise UsageError(str(e)) from None
 
 
 def _list(argv: list[str]) -> int:

@@ -22,31 +22,26 @@ texts.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+import re
+from typing import Callable
 
-try:  # Python 3.11+
-    from re import _constants as sre
-    from re import _parser as sre_parse
-except ImportError:  # Python 3.10
-    import sre_constants as sre  # type: ignore[no-redef]
-    import sre_parse  # type: ignore[no-redef]
+from .regex_syntax import AnyChar, Char, CharSet, Group, Node, NotChar, Repeat, Seq, parse
 
 __all__ = ["tag_reader"]
+
+_ALLOWED_FLAGS = int(re.DOTALL | re.UNICODE)
 
 
 @functools.lru_cache(maxsize=None)
 def tag_reader(source: str) -> Callable[[str], list[tuple[str, str]]] | None:
     """A reader of the (key, value) pairs `finditer` finds with `source`, or None (another shape)."""
-    try:
-        parsed = sre_parse.parse(source, sre.SRE_FLAG_DOTALL)
-    except Exception:  # regex-only syntax: not this shape
+    syntax = parse(source, re.DOTALL)
+    if syntax is None or syntax.flags & ~_ALLOWED_FLAGS:
+        return None  # (regex-only syntax, or flags: not this shape)
+    names = syntax.group_names
+    if set(names.values()) != {"key", "value"} or syntax.groups != 2:
         return None
-    if parsed.state.flags & ~(sre.SRE_FLAG_DOTALL | sre.SRE_FLAG_UNICODE):
-        return None
-    names = {gid: name for name, gid in parsed.state.groupdict.items()}
-    if set(names.values()) != {"key", "value"} or parsed.state.groups != 3:
-        return None
-    items = list(parsed)
+    items = syntax.root.items
     opening, items = _literal(items)
     key, items = _group(items, names, "key")
     middle, items = _literal(items)
@@ -67,50 +62,55 @@ def tag_reader(source: str) -> Callable[[str], list[tuple[str, str]]] | None:
     return _make_reader(opening, stops, middle, before, after, closing)
 
 
-def _literal(items: list) -> tuple[str, list]:
+def _literal(items: tuple) -> tuple[str, tuple]:
     chars = []
-    while items and items[0][0] is sre.LITERAL:
-        chars.append(chr(items[0][1]))
+    while items and isinstance(items[0], Char):
+        chars.append(items[0].char)
         items = items[1:]
     return "".join(chars), items
 
 
-def _group(items: list, names: dict, name: str) -> tuple[Any, list]:
-    if not items or items[0][0] is not sre.SUBPATTERN:
+def _group(items: tuple, names: dict, name: str) -> tuple[Node | None, tuple]:
+    """The one item inside a plain group named `name` that the items start with."""
+    group = items[0] if items else None
+    if not isinstance(group, Group) or group.index is None or names.get(group.index) != name:
         return None, items
-    gid, add_flags, del_flags, sub = items[0][1]
-    if names.get(gid) != name or add_flags or del_flags or len(sub) != 1:
+    if group.add_flags or group.del_flags or len(group.body.items) != 1:
         return None, items
-    return sub[0], items[1:]
+    return group.body.items[0], items[1:]
 
 
-def _optional_char(items: list) -> tuple[str, list]:
+def _optional_char(items: tuple) -> tuple[str, tuple]:
     """A greedy `c?` of one literal character ("" when there is none)."""
-    if items and items[0][0] is sre.MAX_REPEAT:
-        low, high, sub = items[0][1]
-        if low == 0 and high == 1 and len(sub) == 1 and sub[0][0] is sre.LITERAL:
-            return chr(sub[0][1]), items[1:]
+    first = items[0] if items else None
+    if _is_repeat(first, "greedy", 0, 1):
+        body = first.body.items
+        if len(body) == 1 and isinstance(body[0], Char):
+            return body[0].char, items[1:]
     return "", items
 
 
-def _is_lazy_any(item: tuple) -> bool:
-    op, av = item
-    return op is sre.MIN_REPEAT and av[0] == 0 and av[1] == sre.MAXREPEAT and list(av[2]) == [(sre.ANY, None)]
+def _is_lazy_any(item: Node) -> bool:
+    """`.*?` (any character: DOTALL)."""
+    return _is_repeat(item, "lazy", 0, None) and item.body == Seq((AnyChar(),))
 
 
-def _negated_run(item: tuple) -> frozenset | None:
+def _is_repeat(item: Node, mode: str, low: int, high: int | None) -> bool:
+    return isinstance(item, Repeat) and (item.mode, item.min, item.max) == (mode, low, high)
+
+
+def _negated_run(item: Node) -> frozenset | None:
     """S for `[^S]+` (greedy, literal characters only), else None."""
-    op, av = item
-    if op is not sre.MAX_REPEAT or av[0] != 1 or av[1] != sre.MAXREPEAT or len(av[2]) != 1:
+    if not _is_repeat(item, "greedy", 1, None) or len(item.body.items) != 1:
         return None
-    set_op, members = av[2][0]
-    if set_op is sre.NOT_LITERAL:
-        return frozenset(chr(members))
-    if set_op is not sre.IN or not members or members[0][0] is not sre.NEGATE:
+    member = item.body.items[0]
+    if isinstance(member, NotChar):
+        return frozenset(member.char)
+    if not isinstance(member, CharSet) or not member.negated:
         return None
-    if not all(member_op is sre.LITERAL for member_op, _ in members[1:]):
+    if not all(isinstance(char, Char) for char in member.items):
         return None
-    return frozenset(chr(member) for _, member in members[1:])
+    return frozenset(char.char for char in member.items)
 
 
 def _make_reader(opening: str, stops: frozenset | None, middle: str, before: str, after: str, closing: str):

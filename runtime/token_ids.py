@@ -39,6 +39,7 @@ from array import array
 import operator
 from operator import itemgetter
 import re
+import sys
 import threading
 import weakref
 from itertools import groupby
@@ -47,9 +48,11 @@ from typing import Any
 __all__ = [
     "MARKER",
     "TEXT_FED_TO_TOKEN_PARSER",
+    "TOKEN_ID_RELEASES",
     "TokenIdDecoder",
     "TokenIdError",
     "TokenizerProfile",
+    "UnsupportedTransformersError",
     "as_token_ids",
     "profile_for",
     "strip_markers",
@@ -76,6 +79,33 @@ def strip_markers(value: Any) -> Any:
     if isinstance(value, dict):
         return {strip_markers(key): strip_markers(item) for key, item in value.items()}
     return value
+
+
+# The transformers releases (major.minor, first and last) whose tokenizers give the control tokens
+# transformers 5.25.0's token-id parsing reads: `_get_control_tokens` over the chat templates is
+# the same method from 5.20 to 5.25 (5.19 has none). Tokenizers of other releases are refused.
+TOKEN_ID_RELEASES = ((5, 20), (5, 25))
+
+
+class UnsupportedTransformersError(RuntimeError):
+    """The installed transformers is not a release a feature of rtcompile supports; the message is
+    one line naming both (rtcompile.releases says which release each feature needs)."""
+
+
+def _check_tokenizer_release(tokenizer: Any) -> None:
+    """Refuse a transformers tokenizer of a release outside TOKEN_ID_RELEASES, with one line."""
+    if not any(klass.__module__.startswith("transformers.") for klass in type(tokenizer).__mro__):
+        return  # (not transformers' own: it answers for its control tokens itself)
+    version = str(getattr(sys.modules.get("transformers"), "__version__", "unknown"))
+    found = re.match(r"(\d+)\.(\d+)", version)
+    (first, last) = TOKEN_ID_RELEASES
+    if found and first <= (int(found[1]), int(found[2])) <= last:
+        return
+    raise UnsupportedTransformersError(
+        f"parsing token ids needs a tokenizer of transformers {first[0]}.{first[1]} to "
+        f"{last[0]}.{last[1]}, but transformers {version} is installed: install "
+        "transformers==5.25.0, or parse the decoded text"
+    )
 
 
 class TokenIdError(TypeError, ValueError):
@@ -353,7 +383,9 @@ _PROFILES_LOCK = threading.Lock()
 
 def _control_tokens(tokenizer: Any) -> tuple[str, ...]:
     """The interpreter's control tokens: `tokenizer._get_control_tokens` over every chat template
-    the tokenizer has (none, one, or several named ones), sorted."""
+    the tokenizer has (none, one, or several named ones), sorted. A tokenizer of a transformers
+    release that may compute them otherwise is refused (TOKEN_ID_RELEASES)."""
+    _check_tokenizer_release(tokenizer)
     chat_template = tokenizer.chat_template
     templates = list(chat_template.values()) if isinstance(chat_template, dict) else [chat_template or ""]
     return tuple(sorted({token for template in templates for token in tokenizer._get_control_tokens(template)}))

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rtcompile.releases import AUTHORING_RELEASES, require_transformers
+
 DEFAULT_TIMEOUT = 10.0  # seconds per render; the first render also compiles the template
 DEFAULT_MEMORY_LIMIT = 1 << 30  # bytes a render may add to the worker's address space
 DEFAULT_MAX_OUTPUT = 4 << 20  # characters; real chat templates render kilobytes
@@ -342,6 +344,9 @@ class ChatRenderer:
         memory_limit: int | None = DEFAULT_MEMORY_LIMIT,
         max_output: int | None = DEFAULT_MAX_OUTPUT,
     ):
+        # transformers 5.25.0's sandbox renders, and its interpreter checks what verify and infer
+        # derive: another release is refused here, before anything renders (one line)
+        require_transformers("rtcompile's template authoring (verify, infer)", AUTHORING_RELEASES)
         self.template = template
         self.variables = {**template.variables, **(variables or {})}
         self.timeout = timeout

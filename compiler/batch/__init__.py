@@ -44,60 +44,66 @@ the job has finished: an error never leaves a half-written output. Worker proces
 response template (plain data) and compile or load the parser from the cache themselves; no code
 object is ever pickled. This package depends on the compiler's public API and the runtime, never
 the other way round; pyarrow (Parquet, datasets folders, tables) and tqdm (the progress bar) are
-optional: `pip install 'rtcompile[batch]'`, and imported only by the functions that need them.
+optional: `pip install 'rtcompile[batch]'`, and imported only by the functions that need them (a
+JSONL job imports neither, unless it draws a progress bar; the package's names below are
+imported on first use).
 
 The modules, one per concern:
 
 * `rows`: one row's inputs (`Columns`), its parsing (`RowParser`, the same in every engine) and
   its error record; `BatchError` and `RowError`.
-* `workers`: the pool of spawned worker processes, results in input order, batch sizes.
+* `workers`: the job's processes (this one, and spawned workers from a second batch on), results
+  in input order, batch sizes.
 * `jsonl`: JSONL input read in batches of lines, and the writer of JSON lines.
 * `arrow`: Arrow record batches parsed and given their two columns; `parse_table`, `parse_dataset`.
 * `parquet`: Parquet files read in batches and written in row groups.
 * `datasets_folder`: `save_to_disk` folders read and written without the datasets library.
 * `files`: formats from names, new files with the user's mode, the output renamed into place.
 * `job`: `parse_file`, the `parse` command's job on files, and its `Summary`.
-* `ray`: `parse_with_ray`, the same job on Ray Data.
+* `ray`: `parse_with_ray`, the same job on Ray Data, writing what the local engine writes.
+* `ray_io`: what Ray reads and writes for it (JSONL as its lines; files on object storage).
 * `cli`: `python -m rtcompile parse`, its arguments and one-line errors.
 """
 
 from __future__ import annotations
 
-from .arrow import parse_dataset, parse_table
-from .files import FORMATS
-from .job import Summary, parse_file
-from .ray import parse_with_ray
-from .rows import (
-    DEFAULT_PREFIX_COLUMN,
-    DEFAULT_TEXT_COLUMN,
-    DEFAULT_TOOLS_COLUMN,
-    ERROR_FIELDS,
-    ERRORS_MODES,
-    KEEP_ERRORS_KEY,
-    BatchError,
-    Columns,
-    RowError,
-    RowParser,
-)
-from .workers import BATCH_ROWS, BATCH_TEXT_BYTES
+import importlib
+from typing import Any
 
-__all__ = [
-    "BATCH_ROWS",
-    "BATCH_TEXT_BYTES",
-    "DEFAULT_PREFIX_COLUMN",
-    "DEFAULT_TEXT_COLUMN",
-    "DEFAULT_TOOLS_COLUMN",
-    "ERRORS_MODES",
-    "ERROR_FIELDS",
-    "FORMATS",
-    "KEEP_ERRORS_KEY",
-    "BatchError",
-    "Columns",
-    "RowError",
-    "RowParser",
-    "Summary",
-    "parse_dataset",
-    "parse_file",
-    "parse_table",
-    "parse_with_ray",
-]
+# Public names by module, imported on first use: a worker process (which imports `workers`) and a
+# JSONL job load only the modules they run, never the Arrow, Parquet or Ray code.
+_EXPORTS = {
+    "parse_dataset": "arrow",
+    "parse_table": "arrow",
+    "FORMATS": "files",
+    "Summary": "job",
+    "parse_file": "job",
+    "parse_with_ray": "ray",
+    "DEFAULT_PREFIX_COLUMN": "rows",
+    "DEFAULT_TEXT_COLUMN": "rows",
+    "DEFAULT_TOOLS_COLUMN": "rows",
+    "ERROR_FIELDS": "rows",
+    "ERRORS_MODES": "rows",
+    "KEEP_ERRORS_KEY": "rows",
+    "BatchError": "rows",
+    "Columns": "rows",
+    "RowError": "rows",
+    "RowParser": "rows",
+    "BATCH_ROWS": "workers",
+    "BATCH_TEXT_BYTES": "workers",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

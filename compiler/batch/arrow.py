@@ -2,12 +2,18 @@
 with the message column (a JSON string) and the error column (a struct) appended; and the jobs on
 Arrow data in memory, `parse_table` (a pyarrow Table) and `parse_dataset` (a datasets.Dataset).
 
-pyarrow is imported here only when a function needs it, so that JSONL jobs run without it.
+pyarrow is imported here only when a function needs it, so that JSONL jobs run without it. The two
+added columns are built from their buffers (`string_array`, `error_array`), not with `pa.array`:
+pyarrow imports pandas, where installed, the first time `pa.array` converts Python values (to check
+whether they are pandas objects), which would cost a Parquet job about 0.2 s of start-up for a
+library it never uses.
 """
 
 from __future__ import annotations
 
 import json
+from array import array
+from itertools import accumulate
 from typing import Any
 
 from .rows import ERROR_FIELDS, MISSING, BatchError, Columns, RowParser, check_output_columns, check_text_column
@@ -27,6 +33,45 @@ def error_type():
     """The Arrow type of the error column: a struct of ERROR_FIELDS, all strings."""
     pa = pyarrow()
     return pa.struct([(name, pa.string()) for name in ERROR_FIELDS])
+
+
+_MAX_STRING_BYTES = 2**31 - 1  # what the 32-bit offsets of Arrow's string type address
+
+
+def string_array(values: list):
+    """An Arrow string array of `values` (str or None), equal to `pa.array(values, pa.string())`."""
+    pa = pyarrow()
+    encoded = [b"" if value is None else value.encode("utf-8") for value in values]
+    lengths = list(map(len, encoded))
+    if sum(lengths) > _MAX_STRING_BYTES:
+        return pa.array(values, pa.string())  # (it raises, or chunks the column, as it always did)
+    offsets = array("i", [0])
+    offsets.extend(accumulate(lengths))
+    validity, nulls = _validity(values)
+    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    return pa.Array.from_buffers(pa.string(), len(values), buffers, null_count=nulls)
+
+
+def error_array(records: list):
+    """The error column: a struct array of ERROR_FIELDS from error records (dicts) or None."""
+    pa = pyarrow()
+    if records.count(None) == len(records):  # (most batches: no row has an error)
+        return pa.nulls(len(records), error_type())
+    children = [string_array([None if record is None else record.get(name) for record in records]) for name in ERROR_FIELDS]
+    validity, nulls = _validity(records)
+    return pa.Array.from_buffers(error_type(), len(records), [validity], null_count=nulls, children=children)
+
+
+def _validity(values: list):
+    """The validity bitmap of `values` (a bit per value, set where it is not None; None when no
+    value is None) and the number of nulls."""
+    nulls = values.count(None)
+    if nulls == 0:
+        return None, 0
+    # The bits as one binary numeral, the first value's the lowest (Arrow's bit order).
+    flags = "".join(["0" if value is None else "1" for value in reversed(values)])
+    bitmap = int(flags, 2).to_bytes((len(values) + 7) // 8, "little")
+    return pyarrow().py_buffer(bitmap), nulls
 
 
 def arrow_inputs(batch, columns: Columns) -> tuple[list, list | None, list | None]:
@@ -58,18 +103,19 @@ def parse_inputs(parser: RowParser, task) -> tuple[list, list]:
 
 
 def with_results(batch, columns: Columns, messages: list, errors: list):
-    """The record batch with the message and error columns appended."""
+    """The record batch (or table) with the message and error columns appended."""
     pa = pyarrow()
-    arrays = [*batch.columns, pa.array(messages, pa.string()), pa.array(errors, error_type())]
-    schema = batch.schema.append(pa.field(columns.message, pa.string())).append(pa.field(columns.error, error_type()))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema.with_metadata(_output_metadata(batch.schema, columns)))
+    arrays = [*batch.columns, string_array(messages), error_array(errors)]
+    kind = pa.Table if isinstance(batch, pa.Table) else pa.RecordBatch
+    return kind.from_arrays(arrays, schema=output_schema(batch.schema, columns))
 
 
 def output_schema(schema, columns: Columns):
-    """The schema of the output for an input of `schema`: the two columns appended."""
+    """The schema of the output for an input of `schema`: the two columns appended, and the
+    datasets features (if any) in its metadata extended by them."""
     pa = pyarrow()
-    empty = pa.RecordBatch.from_arrays([pa.array([], field.type) for field in schema], schema=schema)
-    return with_results(empty, columns, [], []).schema
+    extended = schema.append(pa.field(columns.message, pa.string())).append(pa.field(columns.error, error_type()))
+    return extended.with_metadata(_output_metadata(schema, columns))
 
 
 def _output_metadata(schema, columns: Columns) -> dict | None:

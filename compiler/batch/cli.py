@@ -5,7 +5,7 @@
 
 `rtcompile.__main__` hands it the arguments after `parse`. An error is one line on stderr,
 `rtcompile: error: ...`, with exit status 2; a finished job prints how many rows it wrote and how
-many of them carry an error.
+many of them carry an error, by kind (`out.jsonl: 6000 rows, 4 with an error (parse 3, missing 1)`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import sys
 from .. import frontend
 from ..arguments import ArgumentParser, UsageError, fail, read_template_argument
 from .files import FORMATS
-from .job import parse_file
-from .ray import parse_with_ray
 from .rows import DEFAULT_PREFIX_COLUMN, DEFAULT_TEXT_COLUMN, DEFAULT_TOOLS_COLUMN, ERRORS_MODES, BatchError, Columns, RowError
 
 def main(argv: list[str]) -> int:
@@ -47,7 +45,7 @@ def _argument_parser() -> ArgumentParser:
     parser.add_argument("--errors", choices=ERRORS_MODES, default="default", help="default: the interpreter's message, and where it raises the error plus what keep mode recovers; keep: keep semantics throughout; strict: stop at the first bad row")
     parser.add_argument("--input-format", choices=FORMATS, help="instead of guessing from the name")
     parser.add_argument("--output-format", choices=FORMATS, help="instead of guessing from the name")
-    parser.add_argument("--jobs", type=int, default=None, metavar="N", help="worker processes (default: every core)")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N", help="processes that parse, this one included (default: every core); with --engine ray, the parse tasks running at once")
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="bound each delimiter regex search")
     parser.add_argument("--engine", choices=("local", "ray"), default="local", help="local processes, or Ray Data (RAY_ADDRESS picks the cluster)")
     return parser
@@ -68,12 +66,16 @@ def _run(argv: list[str]) -> int:
     options = dict(columns=columns, errors=args.errors, input_format=args.input_format, output_format=args.output_format, timeout=args.timeout)
     try:
         if args.engine == "ray":
+            from .ray import parse_with_ray
+
             summary = parse_with_ray(args.input, args.output, template, concurrency=args.jobs, **options)
         else:
+            from .job import parse_file
+
             summary = parse_file(args.input, args.output, template, jobs=args.jobs, **options)
     except BatchError as e:
         raise UsageError(f"{args.input}: {e}" if isinstance(e, RowError) else str(e)) from None
     except (frontend.TemplateError, TypeError) as e:
         raise UsageError(f"{args.template}: {e}") from None
-    print(f"{args.output}: {summary.rows} rows, {summary.errors} with an error", file=sys.stderr)
+    print(f"{args.output}: {summary}", file=sys.stderr)
     return 0

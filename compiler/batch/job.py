@@ -1,6 +1,9 @@
 """The `parse` command's job on files (`parse_file`): the input read in batches, each batch parsed on
 worker processes, the results written in input order to a temporary output that replaces the
 target only when the job has finished; a progress bar on a terminal, and a `Summary` at the end.
+
+A job imports what its formats need: a JSONL job neither the Arrow modules nor pyarrow, and tqdm
+only for a progress bar.
 """
 
 from __future__ import annotations
@@ -11,21 +14,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import jsonl, parquet
-from .arrow import batch_tasks, output_schema, parse_inputs, pyarrow, split_batches, with_results
-from .datasets_folder import DatasetsFolderWriter, read_datasets_folder
+from . import jsonl
 from .files import atomic_output, detect_format
-from .rows import BatchError, Columns, RowParser, check_output_columns, check_text_column, no_row_has_the_text_column, one_line
+from .rows import BatchError, Columns, RowParser, error_kinds, check_output_columns, check_text_column, no_row_has_the_text_column, one_line
 from .workers import check_jobs, run_in_order
 
 
 @dataclass
 class Summary:
-    """What a finished job wrote: its rows, and how many of them carry an error."""
+    """What a finished job wrote: its rows, how many of them carry an error, and those by the
+    error's kind (`{"parse": 3, "missing": 1}`)."""
 
     rows: int = 0
     errors: int = 0
     kinds: dict = field(default_factory=dict)
+
+    def add(self, rows: int, kinds: dict) -> None:
+        """Count a batch: its rows, and its rows with an error by kind."""
+        self.rows += rows
+        for kind, count in kinds.items():
+            self.kinds[kind] = self.kinds.get(kind, 0) + count
+            self.errors += count
+
+    def __str__(self) -> str:
+        """The job's last line: `6000 rows, 4 with an error (parse 3, missing 1)`, the most
+        frequent kind first."""
+        text = f"{self.rows} rows, {self.errors} with an error"
+        if not self.kinds:
+            return text
+        kinds = sorted(self.kinds.items(), key=lambda item: (-item[1], item[0]))
+        return f"{text} ({', '.join(f'{kind} {count}' for kind, count in kinds)})"
 
 
 def parse_file(
@@ -88,7 +106,7 @@ def _jsonl_job(parser: RowParser, input_path: Path, temporary: Path, jobs: int, 
         pairs = ((len(batch.lines), batch) for batch in batches)
         for rows, encoded in run_in_order(parser, jsonl.encode_batch, pairs, jobs):
             writer.write_lines(encoded.data)
-            _count(summary, bar, rows, encoded.failed)
+            _count(summary, bar, rows, encoded.kinds)
             rows_with_text += encoded.with_text
             if first_row_columns is None:
                 first_row_columns = encoded.first_row_columns
@@ -99,41 +117,52 @@ def _jsonl_job(parser: RowParser, input_path: Path, temporary: Path, jobs: int, 
 
 
 def _arrow_job(parser, input_path, source_format, temporary, target_format, jobs, summary, bar) -> None:
+    from .arrow import batch_tasks, output_schema, parse_inputs, split_batches, with_results
+
     columns = parser.columns
     schema, batches = _read_arrow(input_path, source_format)
     check_output_columns(schema.names, columns)
     check_text_column(schema.names, columns, input_path)
     source_folder = input_path if source_format == "datasets" else None
-    writer = _open_writer(temporary, target_format, output_schema(schema, columns), columns, source_folder)
+    writer = open_writer(temporary, target_format, output_schema(schema, columns), columns, source_folder)
     try:
         pairs = batch_tasks(split_batches(batches, columns), columns)
         for batch, (messages, errors) in run_in_order(parser, parse_inputs, pairs, jobs):
             writer.write(with_results(batch, columns, messages, errors))
-            _count(summary, bar, batch.num_rows, sum(e is not None for e in errors))
+            _count(summary, bar, batch.num_rows, error_kinds(errors))
     finally:
         writer.close()
 
 
 def _read_arrow(path: Path, source_format: str):
     """The schema and the record batches of a Parquet file or a datasets folder."""
+    from .arrow import pyarrow
+
     pyarrow()  # (a one-line error without it)
     if source_format == "parquet":
-        return parquet.read_parquet(path)
+        from .parquet import read_parquet
+
+        return read_parquet(path)
+    from .datasets_folder import read_datasets_folder
+
     return read_datasets_folder(path)
 
 
-def _open_writer(temporary: Path, target_format: str, schema, columns: Columns, source_folder: Path | None):
+def open_writer(temporary: Path, target_format: str, schema, columns: Columns, source_folder: Path | None):
     """The writer of the output format, into the temporary file (or folder) of the job."""
     if target_format == "parquet":
-        return parquet.ParquetWriter(temporary, schema)
+        from .parquet import ParquetWriter
+
+        return ParquetWriter(temporary, schema)
     if target_format == "jsonl":
         return jsonl.JsonlWriter(temporary, columns)
+    from .datasets_folder import DatasetsFolderWriter
+
     return DatasetsFolderWriter(temporary, schema, source_folder)
 
 
-def _count(summary: Summary, bar, rows: int, failed: int) -> None:
-    summary.rows += rows
-    summary.errors += failed
+def _count(summary: Summary, bar, rows: int, kinds: dict) -> None:
+    summary.add(rows, kinds)
     if bar is not None:
         bar.update(rows)
 
@@ -142,7 +171,9 @@ def _count_rows(path: Path, source_format: str) -> int | None:
     """The row count for the progress bar's time left, where it is cheap to know."""
     try:
         if source_format == "parquet":
-            return parquet.count_rows(path)
+            from .parquet import count_rows
+
+            return count_rows(path)
         if source_format == "jsonl":
             return jsonl.count_rows(path)
     except Exception:

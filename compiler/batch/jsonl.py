@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .files import open_new
-from .rows import MISSING, Columns, RowError, RowParser, check_output_columns, dumps_message, error_record
+from .rows import MISSING, Columns, RowError, RowParser, check_output_columns, dumps_message, error_kinds, error_record
 from .workers import BATCH_ROWS, BATCH_TEXT_BYTES
 
 
@@ -77,29 +77,35 @@ class EncodedLines:
     """What a worker sends back for one batch of lines."""
 
     data: bytes  # the output lines
-    failed: int  # how many rows carry an error
+    kinds: dict  # how many rows carry an error, by kind
     with_text: int  # how many rows (JSON objects) have the text column, null or not
     first_row_columns: list | None  # the first object's keys (None: no line was an object)
 
 
 def encode_batch(parser: RowParser, batch: LineBatch) -> EncodedLines:
-    """The worker task for one batch of lines: its output lines (see `JsonLineFormat`; a line that
-    was not an object is kept whole in its error record) and what the job counts."""
+    """The worker task for one batch of lines: its output lines and what the job counts."""
+    lines, errors, has_text, first_row_columns = encode_lines(parser, batch)
+    return EncodedLines(b"".join(lines), error_kinds(errors), sum(has_text), first_row_columns)
+
+
+def encode_lines(parser: RowParser, batch: LineBatch) -> tuple[list[bytes], list, list[bool], list | None]:
+    """Each line's output line (see `JsonLineFormat`; a line that was not an object is kept whole
+    in its error record), its error record, and whether it has the text column; and the first
+    object's keys. The same in every engine."""
     line_format = JsonLineFormat(parser.columns)
     objects, results = parse_lines(parser, batch)
-    out = []
-    failed = with_text = 0
+    out, errors, has_text = [], [], []
     first_row_columns = next((list(row) for row in objects if row is not None), None)
     for (number, line), row, (message, error) in zip(batch.lines, objects, results):
-        failed += error is not None
-        with_text += row is not None and parser.columns.text in row
+        has_text.append(row is not None and parser.columns.text in row)
         if row is None:
             error = dict(error, line=line.decode("utf-8", "replace").rstrip("\r\n"))
             head = "{"
         else:
             head = line.rstrip().decode("utf-8")[:-1].rstrip()  # the object as written, up to its closing brace
         out.append(line_format.line(head, None if message is None else dumps_message(message), error))
-    return EncodedLines(b"".join(out), failed, with_text, first_row_columns)
+        errors.append(error)
+    return out, errors, has_text, first_row_columns
 
 
 class JsonLineFormat:
@@ -110,28 +116,21 @@ class JsonLineFormat:
         {"prompt": "...", "completion": "..."}
         {"prompt": "...", "completion": "...", "message": {"role": ...}, "error": null}
 
-    The message is written as a JSON object; with `message_as_text`, as a JSON string holding that
-    object (what Ray's own writers give for object storage, so that `--engine ray` writes one shape
-    wherever it writes). A lone surrogate (from a `\\ud800` escape in the input) has no UTF-8 form:
-    it is written as that escape again, and the rest of the line as it was.
+    The message is written as a JSON object, by every engine. A lone surrogate (from a `\\ud800`
+    escape in the input) has no UTF-8 form: it is written as that escape again, and the rest of the
+    line as it was.
     """
 
-    def __init__(self, columns: Columns, message_as_text: bool = False):
+    def __init__(self, columns: Columns):
         self._message_key = json.dumps(columns.message)
         self._error_key = json.dumps(columns.error)
-        self._message_as_text = message_as_text
 
     def line(self, head: str, message_json: str | None, error: dict | None) -> bytes:
         """One line, newline included. `head`: the object's text without its closing brace and the
         whitespace before it (just "{" for an object with no fields); `message_json`: the message
         as JSON text, or None."""
         separator = "" if head.endswith("{") else ", "  # (no JSON value ends with "{")
-        if message_json is None:
-            message = "null"
-        elif self._message_as_text:
-            message = json.dumps(message_json, ensure_ascii=False)
-        else:
-            message = message_json
+        message = "null" if message_json is None else message_json
         error_json = json.dumps(error, ensure_ascii=False)
         text = f"{head}{separator}{self._message_key}: {message}, {self._error_key}: {error_json}}}\n"
         try:
@@ -144,32 +143,36 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class JsonlWriter:
-    """The JSON lines writer of every job: lines a worker already formatted (`write_lines`, for
-    JSONL input), or record batches with the two added columns (`write`, for Arrow input and
-    Ray), each row serialized with bytes as base64 text and dates and times in ISO format."""
+    """The JSON lines writer of every job: lines already formatted (`write_lines`: a JSONL input's,
+    from the workers), or record batches with the two added columns (`write`, for Arrow input)."""
 
-    def __init__(self, path: Path, columns: Columns, message_as_text: bool = False):
+    def __init__(self, path: Path, columns: Columns):
         self.columns = columns
-        self._format = JsonLineFormat(columns, message_as_text)
+        self._format = JsonLineFormat(columns)
         self._sink = open_new(path)
 
     def write_lines(self, data: bytes) -> None:
         self._sink.write(data)
 
     def write(self, batch) -> None:
-        columns = self.columns
-        names = batch.schema.names
-        inputs = batch.drop_columns([columns.message, columns.error]).to_pylist()
-        messages = batch.column(names.index(columns.message)).to_pylist()
-        errors = batch.column(names.index(columns.error)).to_pylist()
-        lines = []
-        for row, message, error in zip(inputs, messages, errors):
-            head = json.dumps(row, ensure_ascii=False, default=_json_default)[:-1]
-            lines.append(self._format.line(head, message, error))
-        self._sink.write(b"".join(lines))
+        self._sink.write(b"".join(arrow_lines(batch, self._format, self.columns)))
 
     def close(self) -> None:
         self._sink.close()
+
+
+def arrow_lines(batch, line_format: JsonLineFormat, columns: Columns) -> list[bytes]:
+    """The output lines of a record batch (or table) with the two added columns: each row
+    serialized, with bytes as base64 text and dates and times in ISO format."""
+    names = batch.schema.names
+    inputs = batch.drop_columns([columns.message, columns.error]).to_pylist()
+    messages = batch.column(names.index(columns.message)).to_pylist()
+    errors = batch.column(names.index(columns.error)).to_pylist()
+    lines = []
+    for row, message, error in zip(inputs, messages, errors):
+        head = json.dumps(row, ensure_ascii=False, default=_json_default)[:-1]
+        lines.append(line_format.line(head, message, error))
+    return lines
 
 
 def _json_default(value):

@@ -57,6 +57,15 @@ def error_record(kind: str, detail: str, column: str | None = None, exception: s
     return {"kind": kind, "column": column, "exception": exception, "detail": detail}
 
 
+def error_kinds(errors) -> dict:
+    """Error records (None where a row has none) counted by kind: `{"parse": 3, "missing": 1}`."""
+    kinds: dict = {}
+    for error in errors:
+        if error is not None:
+            kinds[error["kind"]] = kinds.get(error["kind"], 0) + 1
+    return kinds
+
+
 class _Missing:
     """A row without the column at all (a JSONL object, a table without it): one object in every
     process, since it pickles by name."""

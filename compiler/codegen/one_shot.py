@@ -49,19 +49,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rtcompile.frontend import ir
-from rtcompile.frontend.patterns import _parse, _unname_groups, min_width
-
-try:  # Python 3.11+
-    from re import _constants as sre
-    from re import _parser as sre_parse
-except ImportError:  # Python 3.10
-    import sre_constants as sre  # type: ignore[no-redef]
-    import sre_parse  # type: ignore[no-redef]
+from rtcompile.frontend.patterns import min_width
+from rtcompile.runtime.regex_syntax import Backref, Conditional, Group, Seq, parse, walk
 
 LITERAL, RUN, PREFIX, PATTERN = "literal", "run", "prefix", "pattern"
 # Inline flags a key pattern may carry and still be one alternative among others: the search is
 # compiled with DOTALL (as the interpreter compiles every delimiter) and Unicode matching anyway.
-_HARMLESS_FLAGS = sre.SRE_FLAG_DOTALL | sre.SRE_FLAG_UNICODE
+_HARMLESS_FLAGS = int(re.DOTALL | re.UNICODE)
 
 
 @dataclass
@@ -244,59 +238,43 @@ def _pattern_key(watch: Any) -> Key:
     d = watch.delimiter
     charsets = d.charsets
     firsts = None if charsets is None else frozenset(charsets.first | charsets.lead)
-    unnamed = _unname_groups(d.pattern)
-    parsed = _parse(unnamed)
-    if parsed is None or parsed.state.flags & ~_HARMLESS_FLAGS or _refers_back(parsed):
+    syntax = parse(d.pattern)
+    if syntax is None or syntax.flags & ~_HARMLESS_FLAGS or _refers_back(syntax.root):
         return Key(watch, PATTERN, source=None, firsts=firsts)
     # (its own names kept: the `regex` engine searches alternations, and reads duplicate names)
-    return Key(watch, PATTERN, source=f"(?:{d.pattern})", groups=parsed.state.groups - 1, firsts=firsts)
+    return Key(watch, PATTERN, source=f"(?:{d.pattern})", groups=syntax.groups, firsts=firsts)
 
 
 def _named_groups_always_match(source: str) -> bool:
     """Whether each named group of the pattern sits on its main path (only groups around it), so
     that every match sets it. False when unsure (duplicate names, regex-only syntax)."""
-    try:
-        parsed = sre_parse.parse(source, sre.SRE_FLAG_DOTALL)
-    except Exception:
+    syntax = parse(source, re.DOTALL)
+    if syntax is None or len(set(syntax.group_names.values())) < len(syntax.group_names):
         return False
-    named = set(parsed.state.groupdict.values())
-    found: set = set()
-    items = list(parsed)
+    return set(syntax.group_names) <= _groups_on_main_path(syntax.root)
+
+
+def _groups_on_main_path(root: Seq) -> set[int]:
+    """The groups reached from the top through groups alone: `(?P<a>x(?P<b>y))` gives both,
+    `(?P<a>x)?` and `(?P<a>x)|y` neither."""
+    found: set[int] = set()
+    items = list(root.items)
     while items:
-        op, av = items.pop()
-        if op is sre.SUBPATTERN:
-            if av[0] is not None:
-                found.add(av[0])
-            items.extend(av[-1])
-    return named <= found
+        item = items.pop()
+        if isinstance(item, Group):
+            if item.index is not None:
+                found.add(item.index)
+            items.extend(item.body.items)
+    return found
 
 
 def _alternation(literals: tuple[str, ...]) -> str:
     return "|".join(re.escape(literal) for literal in literals)
 
 
-def _refers_back(items) -> bool:
-    for op, av in items:
-        if op in (sre.GROUPREF, sre.GROUPREF_EXISTS):
-            return True
-        for child in _children(op, av):
-            if _refers_back(child):
-                return True
-    return False
-
-
-def _children(op, av) -> list:
-    if op is sre.SUBPATTERN:
-        return [av[-1]]
-    if op in (sre.MAX_REPEAT, sre.MIN_REPEAT) or op is getattr(sre, "POSSESSIVE_REPEAT", None):
-        return [av[2]]
-    if op is sre.BRANCH:
-        return list(av[1])
-    if op in (sre.ASSERT, sre.ASSERT_NOT):
-        return [av[1]]
-    if op is getattr(sre, "ATOMIC_GROUP", None):
-        return [av]
-    return []
+def _refers_back(root: Seq) -> bool:
+    """Whether the pattern refers to a group: a back reference, or a condition on one."""
+    return any(isinstance(node, (Backref, Conditional)) for node in walk(root))
 
 
 def _runs_reach_back(keys: list[Key]) -> bool:

@@ -66,12 +66,12 @@ def structural_tag(
     module = api.load(template)
     request = normalize(tools, tool_choice, parallel_tool_calls)
     speller = Speller.for_tokenizer(tokenizer, stop_tokens)
-    state = prompt_state(module, prefix, tokenizer)
+    ir = _ir_of(module, frontend)
+    state = prompt_state(module, ir, prefix, tokenizer)
     key = (module.TEMPLATE_SHA256, request.key(), state, tuple(sorted(speller.control.items())), speller.stops)
     cached = _CACHE.get(key)
     if cached is not None:
         return _copy(cached)
-    ir = _ir_of(module, frontend)
     tag = formats.structural_tag(MessageWriter(ir, speller, request).output(*state))
     with _CACHE_LOCK:
         if len(_CACHE) >= _CACHE_SIZE:
@@ -80,15 +80,48 @@ def structural_tag(
     return _copy(tag)
 
 
-def prompt_state(module: Any, prefix: Any, tokenizer: Any) -> tuple[str | None, bool]:
+def prompt_state(module: Any, ir: Any, prefix: Any, tokenizer: Any) -> tuple[str | None, bool]:
     """Where the parser is after the prompt: the field whose region is open (None: outside every
     region), and whether nothing but whitespace follows the prompt's start anchor (an opener
-    anchored with `^` can still match)."""
+    anchored with `^` can still match). A prompt whose held-back end could still be a delimiter
+    (text that decides nothing until the output follows) is refused."""
     if prefix is None:
         return None, True
     options = {"tokenizer": tokenizer} if tokenizer is not None else {}
     parser = module.ResponseParser(prefix, errors="keep", **options)
-    return parser.current_field, not parser.initial_events and not parser.unread_text.strip()
+    closed = [event for event in parser.initial_events if event["type"] == "region_close"]
+    if any(event["field"] == "tool_calls" for event in closed):
+        raise GrammarError("prefix", "the prompt already holds tool calls after its start anchor")
+    failed = [event["field"] for event in closed if "error" in event]
+    if failed:
+        raise GrammarError("prefix", f"the prompt holds a {failed[0]!r} region that fails to parse: no output can mend it")
+    sink = ir.fields[ir.implicit] if ir.implicit is not None else None
+    opened = [event["field"] for event in parser.initial_events if event["type"] == "region_open"]
+    if sink is not None and parser.current_field == sink.name and opened and opened[-1] == sink.name:
+        from .message import plain_text
+
+        if not plain_text(sink):
+            raise GrammarError("prefix", f"the prompt leaves text in the {sink.name!r} field, which only parses as {sink.content.parser}")
+    held = parser.unread_text
+    if held and _delimiter_in(ir, parser.current_field, held):
+        raise GrammarError("prefix", f"the prompt ends in {held!r}, which the output decides the meaning of")
+    return parser.current_field, not parser.initial_events and not held.strip()
+
+
+def _delimiter_in(ir: Any, current: str | None, text: str) -> bool:
+    """Whether a delimiter the parser watches in its state matches within `text`, or `text` is
+    no mere whitespace (a possible start of one)."""
+    import regex
+
+    if text.strip():
+        return True
+    fields = {f.name: f for f in ir.fields}
+    field = fields.get(current) if current is not None else None
+    if field is not None and field.open is not None:
+        watched = [field.close]
+    else:
+        watched = [f.open for f in ir.fields] + [field.close if field is not None else None]
+    return any(d is not None and regex.search(d.alternation, text, regex.DOTALL) for d in watched)
 
 
 _IRS: dict[str, Any] = {}

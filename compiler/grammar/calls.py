@@ -179,16 +179,28 @@ class CallWriter:
             parts.append((self.shape.id.value, {"type": "string"}))
         return _schema_of_paths(parts, where)
 
+    def layout(self, tail: C.CharClass | None = None) -> F.Format:
+        """Whitespace the grammar may write inside the region: none that continues a capture before
+        it (`tail`), none that could be (part of) its closer (a closer such as "\\n")."""
+        closer_chars = "".join(text for text in self.excluded if not text.strip())
+        chars = "".join(c for c in LAYOUT if c not in closer_chars and (tail is None or not tail.contains(c)))
+        return F.regex(f"[{_esc(chars)}]*") if chars else F.EMPTY
+
     def json_content(self, schema: Any, tail: C.CharClass | None, where: str) -> F.Format:
         excludes = self.excluded
-        if self.args.get("string_delims") or self.args.get("unquoted_keys"):
+        if self.args.get("string_delims") or self.args.get("unquoted_keys") or _json_may_write(excludes):
             writer = self.json_writer(excludes, where)
             value = writer.value(schema, where)
         else:
             value = F.json_schema(schema, excludes)
-        return F.sequence(_lead(tail), value, F.regex(f"[{_esc(LAYOUT)}]*"))
+        return F.sequence(self.layout(tail), value, self.layout())
 
     def json_writer(self, excludes: tuple[str, ...], where: str) -> JsonWriter:
+        """rtcompile's own JSON writer for the region (dialects, or closers JSON's syntax could
+        write); refused where even its compact syntax could write a closer."""
+        written = [text for text in excludes if text and set(text) <= WRITER_SYNTAX]
+        if written:
+            raise GrammarError(where, f"JSON arguments would write the closer {written[0]!r} themselves")
         delims = self.args.get("string_delims") or []
         pair = None
         if delims:
@@ -203,7 +215,7 @@ class CallWriter:
         """transform_each: a list of `low` to `high` calls."""
         where = self.where
         if self.content == "python-call-list":
-            return F.sequence(_lead(tail), self.call_list(tools, low, high, where), F.regex(f"[{_esc(LAYOUT)}]*"))
+            return F.sequence(self.layout(tail), self.call_list(tools, low, high, where), self.layout())
         if self.content != "json":
             raise GrammarError(where, f"transform_each over {self.content} content cannot hold tool calls")
         item = {"anyOf": [self.content_schema(tool, f"{where} (tool {tool.name!r})") for tool in tools]}
@@ -212,11 +224,11 @@ class CallWriter:
         schema: dict = {"type": "array", "items": item, "minItems": low}
         if high is not None:
             schema["maxItems"] = high
-        if self.args.get("string_delims") or self.args.get("unquoted_keys"):
+        if self.args.get("string_delims") or self.args.get("unquoted_keys") or _json_may_write(self.excluded):
             writer = self.json_writer(self.excluded, where)
             calls = F.choice(*(writer.value(self.content_schema(t, where), where) for t in tools))
-            return F.sequence(_lead(tail), F.const("["), _counted(calls, COMMA, low, high), F.const("]"))
-        return F.sequence(_lead(tail), F.json_schema(schema, self.excluded), F.regex(f"[{_esc(LAYOUT)}]*"))
+            return F.sequence(self.layout(tail), F.const("["), _counted(calls, COMMA, low, high), F.const("]"), self.layout())
+        return F.sequence(self.layout(tail), F.json_schema(schema, self.excluded), self.layout())
 
     def call_list(self, tools: tuple[Tool, ...], low: int, high: int | None, where: str) -> F.Format:
         if (self.shape.name.value, self.shape.arguments.value) != (("name",), ("arguments",)):
@@ -250,9 +262,9 @@ class CallWriter:
             writer = self._value_writer(sub, value_where)
             written = write_pattern(pattern, self.speller, value_where, {"key": key, "value": writer})
             tags.append((written.format, key in required))
-        glue = F.regex(f"[{_esc(LAYOUT)}]*")
+        glue = self.layout()
         # (with no tag, the trailing glue follows the opener: it must not go on with its capture)
-        return F.sequence(_lead(tail), ordered_members(tags, glue), _lead(tail))
+        return F.sequence(self.layout(tail), ordered_members(tags, glue), self.layout(tail))
 
     def lines_content(self, tool: Tool, tail: C.CharClass | None, where: str) -> F.Format:
         line_sep = self.args.get("line_sep", "\n")
@@ -267,7 +279,7 @@ class CallWriter:
             writer = self._value_writer(sub, f"{where}.{key}", stripped=True)
             lines.append((F.sequence(F.const(key + kv_sep), writer(line_sep)), key in required))
         separator = self.speller.write(line_sep)
-        return F.sequence(_lead(tail), F.optional(separator), ordered_members(lines, separator), F.optional(separator))
+        return F.sequence(self.layout(tail), F.optional(separator), ordered_members(lines, separator), F.optional(separator))
 
     def _value_writer(self, schema: Any, where: str, stripped: bool = False):
         parser = self.args.get("value_parser")
@@ -293,10 +305,19 @@ def _trimmed_text(excludes: list[str]) -> F.Format:
     return F.optional(F.sequence(F.regex(edge), F.optional(F.sequence(F.any_text(excludes), F.regex(edge)))))
 
 
-def _lead(tail: C.CharClass | None) -> F.Format:
-    """Layout whitespace before a region's content, none of it continuing a capture before it."""
-    chars = "".join(c for c in LAYOUT if tail is None or not tail.contains(c))
-    return F.regex(f"[{_esc(chars)}]*") if chars else F.EMPTY
+# What xgrammar's JSON may write outside strings: a closer made of these alone could appear there.
+JSON_SYNTAX = frozenset(' \t\n\r{}[],:-+.0123456789eE"truefalsn')
+
+
+# What rtcompile's JSON writer writes outside strings (compact, a space after ',' and ':').
+WRITER_SYNTAX = frozenset("{}[],: -+.0123456789truefalsnTFN")
+
+
+def _json_may_write(excluded: tuple[str, ...]) -> bool:
+    """Whether JSON's own syntax (its free whitespace, brackets, numbers, words) could write an
+    excluded text, which xgrammar's json_schema excludes only from strings: the grammar then writes
+    JSON itself (compact, single spaces), and refuses what even that cannot avoid."""
+    return any(text and set(text) <= JSON_SYNTAX for text in excluded)
 
 
 def _esc(chars: str) -> str:

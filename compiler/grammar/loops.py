@@ -30,7 +30,7 @@ def triggered_loop(writer: "MessageWriter", with_calls: bool, text_only: bool = 
     the grammar wrote character by character)."""
     repeating, ends, forbidden = _regions(writer)
     call_field = writer.call_field
-    if call_field is not None:
+    if call_field is not None and call_field is not writer.sink:
         if with_calls and writer.calls is not None:
             region = writer.call_region()
             if writer.request.parallel and region.closed is not None:
@@ -38,7 +38,7 @@ def triggered_loop(writer: "MessageWriter", with_calls: bool, text_only: bool = 
             else:  # (calls only at the end: content never opens one)
                 forbidden.extend(blocking_literals(call_field.open, f"fields.{call_field.name}.open"))
             ends.append(writer.call_tail())
-        elif with_calls:  # tool_choice none
+        elif with_calls and call_field.open is not None:  # tool_choice none
             forbidden.extend(blocking_literals(call_field.open, f"fields.{call_field.name}.open"))
     repeating.extend(_markers(writer))
     try:
@@ -84,7 +84,7 @@ def _regions(writer: "MessageWriter") -> tuple[list, list, list]:
     ends: list[F.Format] = []
     forbidden: list[str] = []
     for field in writer.template.fields:
-        if field is writer.implicit or field is writer.call_field:
+        if field.open is None or field is writer.call_field:
             continue
         region = writer.text_region(field)
         if region is None:

@@ -52,9 +52,16 @@ class MessageWriter:
         self.template = template
         self.speller = speller
         self.request = request
-        self.implicit = template.fields[template.implicit] if template.implicit is not None else None
+        implicit = template.fields[template.implicit] if template.implicit is not None else None
+        # The implicit field takes free content only where its text always parses: text, and a
+        # transform that reads nothing but the text (a json sink would fail on free text). Else
+        # the grammar writes nothing outside regions, as for a template without an implicit field.
+        self.implicit = implicit if implicit is not None and plain_text(implicit) else None
+        self.sink = implicit  # (where text outside regions goes, whether or not the grammar writes any)
         self.reasoning = facts.field_named(template, REASONING)
         self.call_field = facts.field_named(template, TOOL_CALLS)
+        if self.call_field is not None and self.call_field is implicit:
+            raise GrammarError(f"fields.{self.call_field.name}", "the tool-call field takes the text outside every region")
         self.calls: CallWriter | None = None
         self.tools: tuple = ()
         # Text no region content may hold (set while a loop is triggered by spelled-out control
@@ -70,14 +77,15 @@ class MessageWriter:
         for field in template.fields:
             if not field.optional:
                 raise GrammarError(f"fields.{field.name}", "a required field cannot be guaranteed by the grammar")
+        _check_openers_apart(template)
 
     # ---- the whole output
 
     def output(self, open_field: str | None, at_start: bool = True) -> F.Format:
         """The output after a prompt that left `open_field` open (None: outside every region);
         `at_start`: the prompt left nothing after its start anchor (a `^` opener can still match)."""
-        outside = open_field is None or (self.implicit is not None and open_field == self.implicit.name)
-        if self.call_field is not None and self._calls_at_start():
+        outside = open_field is None or (self.sink is not None and open_field == self.sink.name)
+        if self.call_field is not None and self.call_field.open is not None and self._calls_at_start():
             if not (outside and at_start):
                 if self.request.forced:
                     raise GrammarError(f"fields.{self.call_field.name}.open", "calls open only where the output starts, and the prompt leaves text there")
@@ -93,7 +101,7 @@ class MessageWriter:
     def rest_of_region(self, field: ir.Field) -> F.Format:
         """The prompt opened `field`: the rest of its text, its closer, then the rest."""
         where = f"fields.{field.name}"
-        if field is self.call_field or field.content.parser not in TEXT_PARSERS:
+        if field is self.call_field or not plain_text(field):
             raise GrammarError(where, "the prompt leaves this region open: the grammar cannot finish it")
         close = closing(field.close, self.speller, f"{where}.close")
         rest = self.free_text(close.blocking, after_token=True)
@@ -210,19 +218,27 @@ class MessageWriter:
 
     def glue(self) -> F.Format:
         """What may come between regions where text outside regions is dropped: the start anchor,
-        which such formats write before each part of a message."""
-        if self.implicit is not None:
+        which such formats write before each part of a message (where no opener matches in it)."""
+        if self.sink is not None:
             return F.EMPTY
-        anchors = facts.delimiter_literals(self.template.start_anchor)
+        anchors = [a for a in facts.delimiter_literals(self.template.start_anchor) if not self._opens_something(a)]
         if not anchors:
             return F.EMPTY
         return F.optional(F.choice(*(self.speller.write(a) for a in anchors)))
+
+    def _opens_something(self, text: str) -> bool:
+        """Whether an opener matches within `text` (text the grammar writes outside regions)."""
+        import regex
+
+        return any(
+            f.open is not None and regex.search(f.open.alternation, text, regex.DOTALL) for f in self.template.fields
+        )
 
     # ---- regions
 
     def text_region(self, field: ir.Field) -> Region | None:
         """A region of a text field, or None for a field the grammar never opens."""
-        if field.open is None or field.content.parser not in TEXT_PARSERS or field.transform_each:
+        if field.open is None or not plain_text(field):
             return None
         where = f"fields.{field.name}"
         opener = write_delimiter(field.open, self.speller, f"{where}.open")
@@ -256,6 +272,76 @@ class MessageWriter:
         if after_token and ids is not None and self.speller.control:
             return F.any_tokens(ids)
         return F.any_text(blocking)
+
+
+def _check_openers_apart(template: ir.Template) -> None:
+    """Refuse openers (and the implicit field's literal closers) that the parser could take for
+    one another: identical patterns, or texts one of which starts the other (the same text in two
+    fields: the parser picks by name; a proper prefix: what follows the shorter could complete the
+    longer). A pattern counts by the literal text its matches start with after leading
+    whitespace, where it has one."""
+    seen: list[tuple[str, str]] = []
+    patterns: dict[str, str] = {}
+    sink = template.fields[template.implicit] if template.implicit is not None else None
+    for field in template.fields:
+        delimiter = field.open if field.open is not None else (field.close if field is sink else None)
+        if delimiter is None:
+            continue
+        if delimiter.pattern is not None:
+            if delimiter.pattern in patterns:
+                raise GrammarError(f"fields.{field.name}", f"its delimiter is also {patterns[delimiter.pattern]!r}'s: the parser picks by name")
+            patterns[delimiter.pattern] = field.name
+        for literal in _starting_texts(delimiter):
+            for name, other in seen:
+                if name != field.name and (_collide(literal, other) or _collide(other, literal)):
+                    raise GrammarError(
+                        f"fields.{field.name}", f"its delimiter {literal!r} and {name!r}'s {other!r} overlap: the parser may take one for the other"
+                    )
+            seen.append((field.name, literal))
+
+
+def _collide(first: str, second: str) -> bool:
+    """Whether text holding `second` can show `first` earlier or longer: one starts the other, or
+    an end of `first` starts `second` (text before `second` could complete `first` with it)."""
+    if first.startswith(second) or second.startswith(first):
+        return True
+    return any(second.startswith(first[size:]) for size in range(1, len(first)))
+
+
+def _starting_texts(delimiter: ir.Delimiter) -> tuple[str, ...]:
+    """The texts a delimiter's matches start with: its literals, or a pattern's literal prefix
+    after leading anchors and optional repeats (none when that prefix is empty)."""
+    if delimiter.literals is not None:
+        return delimiter.literals
+    from rtcompile.runtime import regex_syntax as rs
+
+    from .delimiters import parse
+
+    items = list(parse(delimiter.pattern, "").root.items)
+    while items and (isinstance(items[0], rs.Anchor) or (isinstance(items[0], rs.Repeat) and items[0].min == 0)):
+        items.pop(0)
+    prefix = rs.literal_prefix(rs.Seq(tuple(items)))
+    return (prefix,) if prefix else ()
+
+
+def plain_text(field: ir.Field) -> bool:
+    """Whether any text in the field's region parses: text content, no transform_each, and a
+    transform (if any) that reads only the text itself (a capture may be missing, a path into a
+    string always fails)."""
+    if field.content.parser not in TEXT_PARSERS or field.transform_each:
+        return False
+    if field.join is not None and field.repeats:  # (joined values must be strings: the text itself)
+        return field.transform is None or field.transform == ir.Placeholder("content", "content", ())
+    return _reads_only_content(field.transform)
+
+
+def _reads_only_content(node) -> bool:
+    if node is None or isinstance(node, ir.Literal):
+        return True
+    if isinstance(node, ir.Placeholder):
+        return node.root == "content" and not node.keys
+    children = node.items if isinstance(node, ir.ListNode) else [child for _, child in node.items]
+    return all(_reads_only_content(child) for child in children)
 
 
 def _ends_in_text(fmt: F.Format) -> bool:

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from . import formats as F
 from .errors import GrammarError
+from .strings import string_rules
 
 # Keywords that say nothing about validity (or only about what the writers never write).
 _ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly"}
@@ -146,42 +147,41 @@ class JsonWriter:
 
     def string(self) -> F.Format:
         """A string that holds no excluded text (the region's closer, spelled out or as a control
-        token's id): its characters avoid each excluded text's first two characters in a row."""
-        avoided = self.dialect.excludes
+        token's id), in the dialect's quotes or delimiters: an EBNF automaton (strings.py)."""
+        rules = self.string_rules()
+        return {"type": "grammar", "grammar": "\n".join([f"root ::= {' | '.join(_heads(rules))}", *rules]) + "\n"}
+
+    def string_rules(self) -> list[str]:
+        """EBNF rules of the dialect's strings: `dq` (double quotes), `sq` (single, python-call-
+        list), `ds` (json's string_delims)."""
+        words = list(self.dialect.excludes)
         if self.dialect.string_delims is not None:
             opening, closing = self.dialect.string_delims
             # (the interpreter refuses text holding its sentinels \x01 and \x02)
-            body = _avoiding((*avoided, closing), "\x01\x02", None)
-            return F.sequence(self.write_text(opening), F.regex(body), self.write_text(closing))
-        double = '"' + _avoiding(avoided, '"\\', '"') + '"'
-        if not self.dialect.python:
-            return F.regex(double)
-        single = "'" + _avoiding(avoided, "'\\", "'") + "'"
-        return F.choice(F.regex(double), F.regex(single))
+            return string_rules(
+                "ds", [*words, closing], None, opening=_ebnf(self.write_text(opening)),
+                closing=_ebnf(self.write_text(closing)), excluded="\x01\x02",
+            )
+        rules = string_rules("dq", words, '"')
+        if self.dialect.python:
+            rules += string_rules("sq", words, "'")
+        return rules
 
     def any_value(self, kind: str) -> F.Format:
         """Any value of `kind` ("object", "array"; "value": any) in the dialect: an EBNF
         grammar, since values nest without bound."""
-        firsts = "".join(sorted({text[0] for text in self.dialect.excludes if text}))
-        strings = ['"\\"" dchar* "\\""']
-        if self.dialect.python:
-            strings.append("\"'\" schar* \"'\"")
-        if self.dialect.string_delims is not None:
-            opening, closing = self.dialect.string_delims
-            body = "[^" + _class_chars(firsts + closing[0] + "\x01\x02") + "]*"
-            strings.append(f"{_ebnf(self.write_text(opening))} {body} {_ebnf(self.write_text(closing))}")
+        strings = self.string_rules()
         words = ["true", "false", "null"] + (["True", "False", "None"] if self.dialect.python else [])
         key = "string | [A-Za-z_] [A-Za-z0-9_]*" if self.dialect.unquoted_keys else "string"
         rules = [
             f"root ::= {kind}",
             "value ::= object | array | string | number | " + " | ".join(f'"{w}"' for w in words),
             'object ::= "{" ws ( member ( ws "," ws member )* )? ws "}"',
-            f'member ::= key ws ":" ws value',
+            'member ::= key ws ":" ws value',
             f"key ::= {key}",
             'array ::= "[" ws ( value ( ws "," ws value )* )? ws "]"',
-            "string ::= " + " | ".join(strings),
-            'dchar ::= [^' + _class_chars(firsts + '"\\') + '\\u0000-\\u001f] | "\\\\" ["\\\\/bfnrt]',
-            "schar ::= [^" + _class_chars(firsts + "'\\") + "\\u0000-\\u001f] | \"\\\\\" ['\"\\\\/bfnrt]",
+            "string ::= " + " | ".join(_heads(strings)),
+            *strings,
             'number ::= "-"? ("0" | [1-9] [0-9]{0,14}) ("." [0-9]{1,15})?',
             "ws ::= [ ]?",
         ]
@@ -217,25 +217,9 @@ class JsonWriter:
         return F.const(json.dumps(key))
 
 
-def _avoiding(words: tuple[str, ...], excluded: str, quote: str | None) -> str:
-    """A regex of text holding none of `words` nor any character of `excluded` (with JSON's
-    escapes where `quote` is a quote, control characters refused): each word's first character
-    may appear, but never followed by its second (one-character words are refused outright)."""
-    control = "\\u0000-\\u001f" if quote is not None else ""
-    singles = {w for w in words if len(w) == 1}
-    seconds: dict[str, set[str]] = {}
-    for word in words:
-        if len(word) > 1:
-            seconds.setdefault(word[0], set()).add(word[1])
-    firsts = "".join(sorted(seconds))
-    plain = "[^" + _class_chars(excluded + "".join(sorted(singles)) + firsts) + control + "]"
-    escape = ("\\\\[" + _class_chars(quote + '\\/bfnrt' + ("'" if quote == "'" else "")) + "]") if quote else None
-    units = [plain] + ([escape] if escape else [])
-    for first, banned in sorted(seconds.items()):
-        after = "[^" + _class_chars(excluded + "".join(sorted(singles)) + firsts + "".join(sorted(banned))) + control + "]"
-        units.append(_class_chars(first) + "+" + (f"(?:{after}|{escape})" if escape else after))
-    trailing = "".join(f"{_class_chars(first)}*" for first in sorted(seconds)[:1])
-    return "(?:" + "|".join(units) + ")*" + trailing
+def _heads(rules: list[str]) -> list[str]:
+    """The names of the string rules' entry points (their states are `<name>_<n>`)."""
+    return [rule.split(" ::= ")[0] for rule in rules if "_" not in rule.split(" ::= ")[0]]
 
 
 def _single_quoted(text: str) -> str:

@@ -33,6 +33,12 @@ except by design:
   wrote it, the `join` separator between two regions). SGLang's auxiliary methods (think tokens,
   message starts, constraints) read a copy of the template with those fields as plain text, their
   delimiters unchanged (`_sglang_view`).
+The tool detector follows the whole template, whatever reasoning parser is or is not configured: a
+call written inside reasoning (or inside a content field that opens with a delimiter) is that
+field's text, not a call. SGLang's chat serving hands it the reasoning parser's normal text when the
+server runs one (`--reasoning-parser`), and the whole output otherwise; the detector reads the same
+setting. Without a reasoning parser, reasoning goes out as normal text with its delimiters, as the
+model wrote it; behind one, reasoning the prompt left open is over where the text it gets starts.
 Calls to a function not in the request's tools are dropped, as SGLang drops them (unless
 `SGLANG_FORWARD_UNKNOWN_TOOLS`). Constrained decoding modes (`grammar_start`, `constrained`) are
 passed to SGLang's methods that build constraints; parsing itself treats the output as unconstrained.
@@ -51,6 +57,8 @@ import logging
 import weakref
 from typing import Any, Sequence
 
+import regex
+
 from sglang.srt.environ import envs
 from sglang.srt.function_call.core_types import StreamingParseResult as ToolStreamingParseResult
 from sglang.srt.function_call.core_types import ToolCallItem
@@ -62,11 +70,15 @@ from sglang.srt.parser.response_template import (
     ResponseTemplateToolDetector,
     validate_response_template_for_serving,
 )
+from sglang.srt.runtime_context import get_context
 
 from .serving import Generation, Renderer, ServingPlan
 from .serving_common import (
     CONTENT_FIELD,
+    REASONING_FIELDS,
     TOOL_FIELD,
+    has_opener,
+    literals,
     plan_for,
     pydantic_slot_setters,
     reasoning_field_of,
@@ -74,6 +86,7 @@ from .serving_common import (
     same_as_validated,
     served_plan,
     thinking_named,
+    verbatim_tool_field,
 )
 
 logger = logging.getLogger(__name__)
@@ -148,28 +161,47 @@ def _sglang_view(template: dict) -> dict:
     raise ValueError("response_template: no copy SGLang can read")  # pragma: no cover
 
 
+def _passed_through_fields(template: dict) -> list[str]:
+    """The fields whose regions the tool detector passes on as normal text, delimiters included:
+    reasoning, and content where it opens with a delimiter of its own. A call's text inside one of
+    them is that field's text, as the template reads it, not a call."""
+    fields = template["fields"]
+    return [
+        name
+        for name in (*REASONING_FIELDS, CONTENT_FIELD)
+        if name in fields and has_opener(fields[name])
+    ]
+
+
 def _tool_detector_template(template: dict) -> dict:
-    """What the tool detector parses: the calls, and everything else normal text (the reasoning
-    detector in front has taken the reasoning out; without one, reasoning is normal text too)."""
+    """What the tool detector parses: the whole template, its calls parsed, everything else normal
+    text as the model wrote it. Reasoning and a content field with an opener stay regions (passed
+    on verbatim), so a call written inside them is not a call; text outside every region (content
+    without an opener among it) is normal text."""
     anchors = {key: template[key] for key in ("start_anchor", "start_anchor_pattern") if key in template}
-    tool = {**copy.deepcopy(template["fields"][TOOL_FIELD]), "optional": True}
-    return {**anchors, "fields": {_NORMAL: {}, TOOL_FIELD: tool}}
+    fields: dict[str, Any] = {_NORMAL: {}}
+    for name in _passed_through_fields(template):
+        fields[name] = verbatim_tool_field(template["fields"][name])
+    fields[TOOL_FIELD] = {**copy.deepcopy(template["fields"][TOOL_FIELD]), "optional": True}
+    return {**anchors, "fields": fields}
 
 
 class _Plans:
     """What the two detectors parse with, made once per template (hung off its serving plan):
     the reasoning detector's plan (reasoning apart, tool calls verbatim, the rest normal text), the
-    tool detector's (calls, and normal text), and the copy SGLang's own classes read."""
+    tool detector's (calls, and the rest verbatim), and the copy SGLang's own classes read."""
 
     def __init__(self, base: ServingPlan) -> None:
         self.base = base
         self.reasoning_field = reasoning_field_of(base)
         self.reasoning = served_plan(base, tool_calls="verbatim")
         self.tools: ServingPlan | None = None
+        self.passed_through: list[str] = []
         if TOOL_FIELD in base.fields:
             self.tools = base.derived(
                 "sglang.tool_detector", lambda plan: plan_for(_tool_detector_template(plan.template))
             )
+            self.passed_through = _passed_through_fields(base.template)
 
     @classmethod
     def of(cls, template: dict) -> "_Plans":
@@ -604,9 +636,52 @@ class _CallsOnce(Renderer):
         return None
 
 
+def _reasoning_parser_in_front() -> bool:
+    """Whether the SGLang server of this process runs a reasoning parser (`--reasoning-parser`),
+    which its chat serving then runs before the tool parser: the tool parser gets the reasoning
+    parser's normal text instead of the whole output. Read where SGLang's serving reads it (the
+    configuration it publishes in its serving process); without one (no server here), False."""
+    try:
+        return bool(get_context().config_leaf("reasoning_parser"))
+    except ValueError:  # no configuration published: not a server's process
+        return False
+
+
+def _prefix_past_reasoning(plans: _Plans, prefix: str) -> str:
+    """The prompt as the tool detector reads it behind a reasoning parser. That parser took the
+    output's reasoning out, closer included, so reasoning the prompt leaves open (prefilled
+    `<think>`) is over where the text handed on starts: its first literal closer is appended (a
+    closer that is only a pattern: the prompt is cut where that reasoning opened)."""
+    field = plans.reasoning_field
+    parser_class = plans.tools.parser_class
+    if field is None or field not in plans.tools.fields:
+        return prefix
+    if parser_class(prefix, errors="keep").current_field != field:
+        return prefix
+    spec = plans.base.fields[field]
+    closers = literals(spec.get("close"))
+    if closers:
+        return prefix + closers[0]
+    opener = regex.compile(
+        spec.get("open_pattern") or "|".join(regex.escape(o) for o in literals(spec.get("open"))),
+        regex.DOTALL,
+    )
+    for match in reversed(list(opener.finditer(prefix))):
+        if parser_class(prefix[: match.start()], errors="keep").current_field != field:
+            return prefix[: match.start()]
+    return ""  # (unreachable for a region the prompt opened: some opener match opened it)
+
+
 class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
     """`--tool-call-parser rtcompile`: tool calls out of the normal text, parsed by rtcompile; a
-    call's name as soon as it is known, its arguments as they are written."""
+    call's name as soon as it is known, its arguments as they are written.
+
+    It follows the whole template: a call written inside reasoning (or inside a content region
+    that has an opener) is that field's text. What it reads depends on the server: behind a
+    reasoning parser, that parser's normal text (the reasoning taken out, so reasoning the prompt
+    left open is over); without one, the whole output, reasoning and its delimiters passed on as
+    normal text. `after_reasoning_parser` says which; None (SGLang builds it so) reads the server's
+    `--reasoning-parser` (`_reasoning_parser_in_front`)."""
 
     def __init__(
         self,
@@ -615,6 +690,8 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
         prefix: str = "",
         tools: list | None = None,
         constrained: bool = False,
+        *,
+        after_reasoning_parser: bool | None = None,
     ) -> None:
         template, self.template_origin = resolve_template(
             tokenizer, response_template, environment_variable=TEMPLATE_ENVIRONMENT_VARIABLE
@@ -629,6 +706,11 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
             constrained=constrained,
         )
         self.response_template = template
+        if after_reasoning_parser is None:
+            after_reasoning_parser = _reasoning_parser_in_front()
+        self.after_reasoning_parser = after_reasoning_parser
+        if after_reasoning_parser:
+            prefix = _prefix_past_reasoning(self.plans, prefix)
         self._rtc_prefix = prefix
         self._generation: Generation | None = None
         self.prev_tool_call_arr = []
@@ -641,6 +723,7 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
             prefix=self._rtc_prefix,
             tools=_tool_dicts(tools),
             text_keys={_NORMAL: _NORMAL},
+            verbatim_keys=dict.fromkeys(self.plans.passed_through, _NORMAL),
             tool_field=TOOL_FIELD,
             failed_key=_NORMAL,
         )

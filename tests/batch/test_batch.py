@@ -8,6 +8,7 @@ skips its tests, in CI (CI=true) it fails them.
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import json
 import os
@@ -169,21 +170,21 @@ def test_jsonl_keeps_every_row_in_order_with_the_interpreters_messages(tmp_path,
     out = read_jsonl(tmp_path / "out.jsonl")
     assert len(out) == len(rows)
     expected_bad = {json.dumps(row, sort_keys=True): (kind, column) for row, kind, column in BAD}
-    failed = 0
+    kinds = collections.Counter()
     for row, parsed in zip(rows, out):
         assert list(parsed) == [*row, "message", "error"]  # every input column, in its order
         assert {k: parsed[k] for k in row} == row
         bad = expected_bad.get(json.dumps({k: v for k, v in row.items() if k != "id"}, sort_keys=True))
         if bad is not None:
-            failed += 1
+            kinds[bad[0]] += 1
             assert parsed["message"] is None
             assert (parsed["error"]["kind"], parsed["error"]["column"]) == bad, parsed["error"]
             assert parsed["error"]["detail"]
         elif row["prompt"] in NO_ANCHOR_PROMPTS:
-            failed += 1
+            kinds["prefix_without_anchor" if row["prompt"] == NO_ANCHOR["prompt"] else "parse"] += 1
             assert_no_anchor_row(row, parsed["message"], parsed["error"])
         elif row["completion"] == BROKEN_CALL["completion"]:
-            failed += 1
+            kinds["parse"] += 1
             with pytest.raises(ValueError):
                 interpreter_message(row)
             assert parsed["error"]["kind"] == "parse"
@@ -194,20 +195,26 @@ def test_jsonl_keeps_every_row_in_order_with_the_interpreters_messages(tmp_path,
         else:
             assert parsed["error"] is None
             assert parsed["message"] == interpreter_message(row)
-    assert result.stderr.strip() == f"{tmp_path / 'out.jsonl'}: {len(rows)} rows, {failed} with an error"
+    assert kinds["parse"] == 2 and kinds["prefix_without_anchor"] == 1 and kinds["missing"] >= 4, kinds
+    by_count = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items(), key=lambda item: (-item[1], item[0])))
+    summary = f"{tmp_path / 'out.jsonl'}: {len(rows)} rows, {sum(kinds.values())} with an error ({by_count})"
+    assert result.stderr.strip() == summary  # the last line counts the rows with an error by kind
     assert leftovers(tmp_path) == []
 
 
-def test_jobs_one_and_two_write_the_same_bytes_across_many_batches(tmp_path):
-    rows = [{"n": i, **GOOD[i % len(GOOD)]} for i in range(3 * batch.BATCH_ROWS + 17)]
+def test_one_two_and_three_jobs_write_the_same_bytes_across_many_batches(tmp_path):
+    mixed = mixed_rows()
+    rows = [{**mixed[i % len(mixed)], "n": i} for i in range(3 * batch.BATCH_ROWS + 17)]
     source = write_jsonl(tmp_path / "in.jsonl", rows)
-    outputs = []
-    for jobs in (1, 2):
+    outputs, summaries = [], []
+    for jobs in (1, 2, 3):
         output = tmp_path / f"out{jobs}.jsonl"
         result = run_cli(source, "-o", output, "--template", "qwen3", "--jobs", jobs, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         outputs.append(output.read_bytes())
-    assert outputs[0] == outputs[1]
+        summaries.append(result.stderr.strip().removeprefix(str(output)))
+    assert outputs[0] == outputs[1] == outputs[2]
+    assert summaries[0] == summaries[1] == summaries[2]
     assert [row["n"] for row in read_jsonl(tmp_path / "out2.jsonl")] == list(range(len(rows)))
 
 
@@ -542,10 +549,11 @@ def test_memory_does_not_grow_with_the_number_of_rows(tmp_path):
 # ---- how many worker processes -----------------------------------------------------------------
 
 
-def test_jobs_one_runs_in_this_process_and_the_default_is_every_core(tmp_path, monkeypatch):
+def test_the_job_parses_in_its_own_process_and_spawns_workers_only_for_a_second_batch(tmp_path, monkeypatch):
     import multiprocessing
 
-    source = write_jsonl(tmp_path / "in.jsonl", GOOD)
+    small = write_jsonl(tmp_path / "small.jsonl", GOOD)
+    large = write_jsonl(tmp_path / "large.jsonl", [GOOD[i % len(GOOD)] for i in range(2 * batch.BATCH_ROWS + 1)])
     pools = []
     real_get_context = multiprocessing.get_context
 
@@ -560,12 +568,16 @@ def test_jobs_one_runs_in_this_process_and_the_default_is_every_core(tmp_path, m
         return Recording()
 
     monkeypatch.setattr(multiprocessing, "get_context", recording_get_context)
-    batch.parse_file(source, tmp_path / "one.jsonl", QWEN3, jobs=1, progress=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    for source in (small, large):
+        batch.parse_file(source, tmp_path / f"one_{source.name}", QWEN3, jobs=1, progress=False)
     assert pools == []
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    batch.parse_file(source, tmp_path / "default.jsonl", QWEN3, progress=False)
-    assert pools == [("spawn", 2)]  # clean workers that load the parser from its template
-    assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "default.jsonl").read_bytes()
+    batch.parse_file(small, tmp_path / "default_small.jsonl", QWEN3, progress=False)
+    assert pools == []  # one batch: no worker's start-up to pay
+    batch.parse_file(large, tmp_path / "default_large.jsonl", QWEN3, progress=False)
+    assert pools == [("spawn", 2)]  # every core: this process and two clean workers
+    for name in ("small.jsonl", "large.jsonl"):
+        assert (tmp_path / f"one_{name}").read_bytes() == (tmp_path / f"default_{name}").read_bytes()
 
 
 @pytest.mark.parametrize("jobs", ["0", "-2"])
@@ -602,3 +614,39 @@ def test_importing_the_package_loads_none_of_its_optional_dependencies():
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == "[]"
+
+
+# A job run in a fresh process, which then prints its exit status and the modules it imported.
+_MODULES_OF_A_JOB = """
+import json, sys
+from rtcompile.__main__ import main
+status = main(["parse", *sys.argv[1:]])
+print(json.dumps([status, sorted(sys.modules)]))
+"""
+_OPTIONAL = {"pyarrow", "pandas", "numpy", "tqdm", "ray", "datasets"}
+
+
+def job_modules(cwd: Path, *arguments) -> set:
+    """The modules the parse command with `arguments` imports (in its own process)."""
+    completed = subprocess.run(
+        [sys.executable, "-c", _MODULES_OF_A_JOB, *map(str, arguments)],
+        capture_output=True, text=True, timeout=300, cwd=cwd, env={**os.environ, "RTCOMPILE_CACHE_DIR": str(cwd / "cache")},
+    )
+    assert completed.returncode == 0, completed.stderr
+    status, modules = json.loads(completed.stdout.splitlines()[-1])
+    assert status == 0, completed.stderr
+    return set(modules)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_jsonl_job_imports_neither_pyarrow_nor_pandas_nor_tqdm(tmp_path, jobs):
+    for name in ("pyarrow", "pandas", "tqdm"):
+        _require(name)  # installed, and still not imported
+    mixed = mixed_rows()
+    source = write_jsonl(tmp_path / "in.jsonl", [mixed[i % len(mixed)] for i in range(2 * batch.BATCH_ROWS + 1)])
+    modules = job_modules(tmp_path, source, "-o", tmp_path / "out.jsonl", "--template", "qwen3", "--jobs", jobs)
+    assert len(read_jsonl(tmp_path / "out.jsonl")) == 2 * batch.BATCH_ROWS + 1
+    assert {name.split(".")[0] for name in modules} & _OPTIONAL == set()
+    arrow_code = {"rtcompile.batch.arrow", "rtcompile.batch.parquet", "rtcompile.batch.datasets_folder", "rtcompile.batch.ray"}
+    assert modules & arrow_code == set()
+    assert "rtcompile.frontend.lint" not in modules  # (the compile command's, not a job's)

@@ -9,8 +9,11 @@ import os
 
 import pytest
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from rtcompile import batch
-from rtcompile.batch.arrow import error_type
+from rtcompile.batch.arrow import error_array, error_type, string_array
 from test_batch import (
     BROKEN_CALL,
     GOOD,
@@ -24,6 +27,7 @@ from test_batch import (
     assert_no_anchor_row,
     assert_one_line_error,
     interpreter_message,
+    job_modules,
     leftovers,
     read_jsonl,
     run_cli,
@@ -303,3 +307,41 @@ def test_parquet_memory_does_not_grow_with_the_number_of_rows(tmp_path):
         assert out.metadata.num_row_groups <= 1 + count * 2_100 // (8 << 20)
     small, large = peaks[8_192], peaks[65_536]
     assert large - small < 48 << 20, peaks  # 112 MB more input: holding it would not fit in this
+
+
+# ---- what an Arrow job imports, and the added columns built without pa.array ---------------------
+
+
+@pytest.mark.parametrize("output", ["out.parquet", "out_folder", "out.jsonl"])
+def test_an_arrow_job_imports_pyarrow_but_not_pandas(tmp_path, output):
+    _require("pandas")  # installed, and still not imported: pa.array would import it
+    pq.write_table(pa.Table.from_pylist(arrow_rows() * 3), tmp_path / "in.parquet")
+    modules = job_modules(tmp_path, tmp_path / "in.parquet", "-o", tmp_path / output, "--template", "qwen3", "--jobs", 1)
+    top = {name.split(".")[0] for name in modules}
+    assert "pyarrow" in top
+    assert top & {"pandas", "tqdm", "ray", "datasets"} == set()
+    if output == "out_folder":  # a datasets folder, read back as the job's input
+        modules = job_modules(tmp_path, tmp_path / output, "-o", tmp_path / "again.parquet", "--template", "qwen3", "--jobs", 1, "--message-column", "m2", "--error-column", "e2")
+        assert {name.split(".")[0] for name in modules} & {"pandas", "tqdm", "ray", "datasets"} == set()
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)  # (Arrow strings are UTF-8)
+
+
+@given(st.lists(st.none() | _TEXT, max_size=40))
+def test_string_array_equals_pa_array(values):
+    built = string_array(values)
+    built.validate(full=True)
+    assert built.equals(pa.array(values, pa.string()))
+    assert built.to_pylist() == values
+
+
+_RECORDS = st.lists(st.none() | st.fixed_dictionaries({name: st.none() | _TEXT for name in batch.ERROR_FIELDS}), max_size=40)
+
+
+@given(_RECORDS)
+def test_error_array_equals_pa_array(records):
+    built = error_array(records)
+    built.validate(full=True)
+    assert built.equals(pa.array(records, error_type()))
+    assert built.to_pylist() == records

@@ -66,6 +66,23 @@ from rtcompile.integrations.sglang import (  # noqa: E402
 EXAMPLES = 40 if os.environ.get("CI", "").lower() == "true" else 15
 
 
+@pytest.fixture(scope="module")
+def sglang_server():
+    """The configuration SGLang publishes in its serving process for `--tool-call-parser rtcompile`
+    (with SGLang's own test primitives), and a switch of its `--reasoning-parser`:
+    `with sglang_server("rtcompile"): ...` serves behind a reasoning parser, `sglang_server(None)`
+    without one (the default here). SGLang's serving reads the same setting to decide whether the
+    tool parser gets the whole output or the reasoning parser's normal text."""
+    from sglang.srt.arg_groups.arg_utils import namespace_of
+    from sglang.srt.runtime_context import get_context
+    from sglang.srt.server_args import ServerArgs
+
+    context = get_context()
+    bag = namespace_of(ServerArgs)["reasoning_parser"]
+    with context.override_server_args(tool_call_parser="rtcompile"):
+        yield lambda name: context.config_bag(bag).override(reasoning_parser=name)
+
+
 class Tokenizer:
     """What the detectors read of a tokenizer: its template metadata and where it was loaded from."""
 
@@ -215,8 +232,13 @@ def test_a_fresh_process_gets_the_names_from_the_entry_point_alone():
         "assert (args.reasoning_parser, args.tool_call_parser) == ('rtcompile', 'rtcompile')\n"
         "from sglang.srt.parser.reasoning_parser import ReasoningParser\n"
         "assert ReasoningParser.DetectorMap['rtcompile'].__module__ == 'rtcompile.integrations.sglang'\n"
+        # no server in this process (no configuration published): the tool detector reads the
+        # whole output, as a caller outside a server hands it
+        "from sglang.srt.function_call.function_call_parser import FunctionCallParser\n"
+        "assert FunctionCallParser([], 'rtcompile').detector.after_reasoning_parser is False\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    environment = {**os.environ, TEMPLATE_ENVIRONMENT_VARIABLE: "qwen3"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=environment)
     typo = code.replace(
         "'--tool-call-parser', 'rtcompile'", "'--tool-call-parser', 'rtcompile-typo'"
     )
@@ -310,7 +332,7 @@ def test_sglang_refuses_a_thinking_copy_only_for_content_parsers_it_lacks():
 @pytest.mark.parametrize("name", DIFFERENTIAL)
 @settings(max_examples=EXAMPLES)
 @given(data=st.data())
-def test_reasoning_normal_text_and_calls_equal_sglangs_detectors(name, data):
+def test_reasoning_normal_text_and_calls_equal_sglangs_detectors(sglang_server, name, data):
     template = template_for(name)
     turn = data.draw(turns(name), label="turn")
     prefix, text = FORMATS[name].render(turn)
@@ -325,11 +347,13 @@ def test_reasoning_normal_text_and_calls_equal_sglangs_detectors(name, data):
     assert reasoning_streamed("rtcompile", ours_tokenizer, prefix, chunks) == ours_reasoning
     normal = ours_reasoning[1]
     normal_chunks = data.draw(chunkings(normal), label="normal chunks")
-    ours_calls = tools_whole("rtcompile", tools, ours_tokenizer, prefix, normal)
-    assert tools_streamed("rtcompile", tools, ours_tokenizer, prefix, normal_chunks) == ours_calls
-    # no reasoning parser in front: the tool parser reads the whole output
-    ours_alone = tools_whole("rtcompile", tools, ours_tokenizer, prefix, text)
-    assert tools_streamed("rtcompile", tools, ours_tokenizer, prefix, chunks) == ours_alone
+    with sglang_server("rtcompile"):  # the tool parser reads the reasoning parser's normal text
+        ours_calls = tools_whole("rtcompile", tools, ours_tokenizer, prefix, normal)
+        streamed = tools_streamed("rtcompile", tools, ours_tokenizer, prefix, normal_chunks)
+        assert streamed == ours_calls
+    with sglang_server(None):  # no reasoning parser: the tool parser reads the whole output
+        ours_alone = tools_whole("rtcompile", tools, ours_tokenizer, prefix, text)
+        assert tools_streamed("rtcompile", tools, ours_tokenizer, prefix, chunks) == ours_alone
 
     # the calls are the ones rtcompile's own parser finds in the output
     message = rtcompile.parse_response(
@@ -427,7 +451,7 @@ def test_a_calls_name_goes_out_first_and_its_arguments_while_they_are_written():
     assert detector.incomplete_tool_call_indices == set()
 
 
-def test_a_call_opened_by_a_pattern_streams_through_the_reasoning_detector():
+def test_a_call_opened_by_a_pattern_streams_through_the_reasoning_detector(sglang_server):
     """qwen3.5's call opener is a pattern that no more text can change: the detectors' parsers are
     eager, so the chunk that completes it opens the call (the interpreter would wait for the next
     chunk). The reasoning detector passes the call's text on from that chunk, so that the tool
@@ -437,7 +461,10 @@ def test_a_call_opened_by_a_pattern_streams_through_the_reasoning_detector():
     tokenizer = Tokenizer(template)
     prefix = QWEN3_PREFIX + "<think>\n"
     reasoning = ReasoningParser("rtcompile", tokenizer=tokenizer, prefix=prefix)
-    tools = FunctionCallParser(sglang_tools(WEATHER), "rtcompile", tokenizer=tokenizer, prefix=prefix)
+    with sglang_server("rtcompile"):
+        tools = FunctionCallParser(
+            sglang_tools(WEATHER), "rtcompile", tokenizer=tokenizer, prefix=prefix
+        )
     chunks = [
         "a</think>\n\n",
         "<tool_call>\n<function=get_weather>",
@@ -466,7 +493,9 @@ def test_a_call_opened_by_a_pattern_streams_through_the_reasoning_detector():
 
 @pytest.mark.parametrize("size", [1, 3, 7])
 @pytest.mark.parametrize("name", sorted(FORMATS))
-def test_through_both_detectors_a_calls_arguments_are_out_before_it_closes(name, size):
+def test_through_both_detectors_a_calls_arguments_are_out_before_it_closes(
+    sglang_server, name, size
+):
     """SGLang's serving layering, every bundled format, chunks of a few characters up to the call's
     closing delimiter: the reasoning detector passes the call's text on as it comes, and the tool
     detector has announced the call and sent every argument (only the final "}" waits)."""
@@ -476,9 +505,10 @@ def test_through_both_detectors_a_calls_arguments_are_out_before_it_closes(name,
     cut = _cut_before_call_end(name, text)
     tokenizer = Tokenizer(template)
     reasoning = ReasoningParser("rtcompile", tokenizer=tokenizer, prefix=prefix)
-    tools = FunctionCallParser(
-        sglang_tools(tools_for(turn.calls)), "rtcompile", tokenizer=tokenizer, prefix=prefix
-    )
+    with sglang_server("rtcompile"):
+        tools = FunctionCallParser(
+            sglang_tools(tools_for(turn.calls)), "rtcompile", tokenizer=tokenizer, prefix=prefix
+        )
     items: list = []
 
     def feed(piece: str) -> None:
@@ -823,3 +853,291 @@ def test_detectors_of_one_template_share_its_plans_and_see_it_changed_in_place()
     changed = ReasoningParser("rtcompile", tokenizer=tokenizer)
     assert changed.detector.plans is not first.plans
     assert changed.parse_non_stream("<reason>r</reason>n") == ("r", "n")
+
+
+# --------------------------------------------------------------------------------------------------
+# Reasoning, with and without a reasoning parser in front of the tool parser
+#
+# SGLang's serving hands the tool parser the reasoning parser's normal text when a reasoning parser
+# is configured, and the whole output when none is. Either way the calls are the template's: a
+# call written inside reasoning is reasoning. The reference is rtcompile's own message, which the
+# main suite proves equal to transformers 5.25.0's interpreter (SGLang pins another transformers).
+
+REASONING_TEMPLATES = sorted(
+    name
+    for name in FORMATS
+    if {"reasoning_content", "thinking"} & set(template_for(name)["fields"])
+)
+
+
+def test_every_bundled_template_with_a_reasoning_field_is_checked_here():
+    assert len(REASONING_TEMPLATES) >= 14 and FORMATS["qwen3"].reasoning
+    assert all(FORMATS[name].reasoning for name in REASONING_TEMPLATES)
+
+
+def reasoning_delimiters(template: dict) -> tuple[str, str]:
+    """The reasoning field's first literal opener and closer."""
+    field = template["fields"].get("reasoning_content") or template["fields"]["thinking"]
+    opener, closer = field["open"], field["close"]
+    return (opener if isinstance(opener, str) else opener[0]), (
+        closer if isinstance(closer, str) else closer[0]
+    )
+
+
+def message_calls(text: str, template: dict, prefix: str, tools: list[dict]) -> list[tuple]:
+    message = rtcompile.parse_response(text, template, prefix=prefix, tools=tools or None)
+    return [
+        (call["function"]["name"], call["function"]["arguments"])
+        for call in message.get("tool_calls") or ()
+    ]
+
+
+def layered_streamed(tools, tokenizer, prefix: str, chunks: list[str]) -> tuple[str, str, list]:
+    """SGLang's serving with both parsers: each chunk through the reasoning parser, its normal text
+    through the tool parser; then both ends. (reasoning, normal text, calls accumulated)."""
+    reasoning_parser = ReasoningParser("rtcompile", tokenizer=tokenizer, prefix=prefix)
+    tool_parser = FunctionCallParser(tools, "rtcompile", tokenizer=tokenizer, prefix=prefix)
+    reasoning, normal, items = [], [], []
+
+    def tool_step(text: str) -> None:
+        normal_text, calls = tool_parser.parse_stream_chunk(text)
+        normal.append(normal_text)
+        items.extend(calls)
+
+    for chunk in chunks:
+        reasoning_text, normal_text = reasoning_parser.parse_stream_chunk(chunk)
+        reasoning.append(reasoning_text or "")
+        tool_step(normal_text or "")
+    reasoning_text, normal_text = reasoning_parser.parse_stream_end()
+    reasoning.append(reasoning_text or "")
+    tool_step(normal_text or "")
+    normal_text, calls = tool_parser.parse_stream_end()
+    normal.append(normal_text)
+    items.extend(calls)
+    arguments: dict[int, str] = {}
+    names: dict[int, str] = {}
+    for item in items:
+        if item.name:
+            names[item.tool_index] = item.name
+        arguments[item.tool_index] = arguments.get(item.tool_index, "") + item.parameters
+    view = [(index, names[index], json.loads(arguments[index])) for index in sorted(arguments)]
+    return "".join(reasoning), "".join(normal), view
+
+
+QWEN3_THINKING = QWEN3_PREFIX + "<think>\n"
+# (prefix, output): a call written inside reasoning; the interpreter finds no call in any of them
+CALLS_IN_REASONING = [
+    (QWEN3_THINKING, "I could call it:\n" + QWEN3_CALL),  # the prompt opened it, never closed
+    (QWEN3_PREFIX, "<think>I could call it:\n" + QWEN3_CALL),  # the output opened it, never closed
+    (QWEN3_PREFIX, "<think>maybe\n" + QWEN3_CALL + "</think>\n\nNo call needed."),  # closed
+    (QWEN3_THINKING, "maybe\n" + QWEN3_CALL + "</think>\n\nNo call needed.<|im_end|>"),
+]
+
+
+@pytest.mark.parametrize("prefix, text", CALLS_IN_REASONING)
+def test_without_a_reasoning_parser_a_call_written_in_reasoning_is_reasoning(
+    sglang_server, prefix, text
+):
+    """`sglang serve --tool-call-parser rtcompile` without `--reasoning-parser`: the tool detector
+    reads the whole output, reasoning included, and follows the template there: no call, and the
+    whole output is normal text (content to the client), whole and streamed."""
+    template = template_for("qwen3")
+    tools = sglang_tools(WEATHER)
+    tokenizer = Tokenizer(template)
+    assert message_calls(text, template, prefix, WEATHER) == []
+    with sglang_server(None):
+        assert tools_whole("rtcompile", tools, tokenizer, prefix, text) == (text, [])
+        for size in (1, 4, len(text)):
+            chunks = [text[i : i + size] for i in range(0, len(text), size)]
+            assert tools_streamed("rtcompile", tools, tokenizer, prefix, chunks) == (text, [])
+        parser = FunctionCallParser(tools, "rtcompile", tokenizer=tokenizer, prefix=prefix)
+        assert not parser.has_tool_call(text)
+        # SGLang's own response-template detector, given the whole output, returns it as a call
+        theirs_tokenizer = Tokenizer(thinking_copy(template))
+        theirs = tools_whole("response_template", tools, theirs_tokenizer, prefix, text)
+        assert theirs[1] == [(0, "get_weather", {"city": "Paris", "days": 3})]
+
+
+@pytest.mark.parametrize("prefix, text", CALLS_IN_REASONING)
+def test_behind_the_reasoning_parser_a_call_written_in_reasoning_is_reasoning(
+    sglang_server, prefix, text
+):
+    template = template_for("qwen3")
+    tools = sglang_tools(WEATHER)
+    tokenizer = Tokenizer(template)
+    with sglang_server("rtcompile"):
+        reasoning, normal = reasoning_whole("rtcompile", tokenizer, prefix, text)
+        assert QWEN3_CALL in reasoning and QWEN3_CALL not in normal
+        assert tools_whole("rtcompile", tools, tokenizer, prefix, normal) == (normal, [])
+        chunks = [text[i : i + 3] for i in range(0, len(text), 3)]
+        streamed = layered_streamed(tools, tokenizer, prefix, chunks)
+        assert streamed == (reasoning, normal, [])
+
+
+def test_behind_the_reasoning_parser_a_call_after_reasoning_the_prompt_opened_is_a_call(
+    sglang_server,
+):
+    """The reasoning parser took the prompt's open reasoning out, closer included: what reaches
+    the tool parser is the answer, and a call there is a call."""
+    template = template_for("qwen3")
+    tools = sglang_tools(WEATHER)
+    tokenizer = Tokenizer(template)
+    text = "plan</think>\n\nChecking.\n" + QWEN3_CALL + "<|im_end|>"
+    expected = [(0, "get_weather", {"city": "Paris", "days": 3})]
+    with sglang_server("rtcompile"):
+        reasoning, normal = reasoning_whole("rtcompile", tokenizer, QWEN3_THINKING, text)
+        assert reasoning == "plan" and QWEN3_CALL in normal
+        assert tools_whole("rtcompile", tools, tokenizer, QWEN3_THINKING, normal)[1] == expected
+        chunks = [text[i : i + 2] for i in range(0, len(text), 2)]
+        assert layered_streamed(tools, tokenizer, QWEN3_THINKING, chunks)[2] == expected
+    with sglang_server(None):  # the whole output: the same call, after the reasoning
+        normal, calls = tools_whole("rtcompile", tools, tokenizer, QWEN3_THINKING, text)
+        assert calls == expected and normal == "plan</think>\n\nChecking.<|im_end|>"
+
+
+@st.composite
+def calls_in_reasoning(draw, name: str) -> tuple[str, str, list[dict]]:
+    """(prefix, output, tools): a rendered turn (content and calls) written inside reasoning that
+    the prompt opens, or the output opens and leaves open, or the output closes before another
+    turn."""
+    template = template_for(name)
+    opener, closer = reasoning_delimiters(template)
+    inner = draw(turns(name))
+    inner = Turn(None, inner.content, inner.calls, False, inner.ensure_ascii, inner.call_ids)
+    prefix, body = FORMATS[name].render(inner)
+    calls = list(inner.calls)
+    shape = draw(st.sampled_from(["prompt opens", "output opens", "closed"]))
+    if shape == "prompt opens":
+        prefix, text = prefix + opener, body
+    elif shape == "output opens":
+        text = opener + body
+    else:
+        after = draw(turns(name))
+        after = Turn(
+            after.reasoning, after.content, after.calls, False, after.ensure_ascii, after.call_ids
+        )
+        text = opener + body + closer + FORMATS[name].render(after)[1]
+        calls += after.calls
+    return prefix, text, tools_for(calls)
+
+
+@pytest.mark.parametrize("name", REASONING_TEMPLATES)
+def test_without_a_reasoning_parser_the_tool_detector_finds_the_templates_calls(
+    sglang_server, name
+):
+    """Every bundled reasoning template, the whole output to the tool detector: its calls are the
+    message's (none of those written inside reasoning), whole and streamed; with no call, every
+    character the model wrote is normal text."""
+    template = template_for(name)
+    tokenizer = Tokenizer(template)
+
+    @settings(max_examples=EXAMPLES)
+    @given(case=calls_in_reasoning(name), data=st.data())
+    def check(case, data):
+        prefix, text, tool_dicts = case
+        chunks = data.draw(chunkings(text), label="chunks")
+        note(f"prefix={prefix!r}\ntext={text!r}")
+        tools = sglang_tools(tool_dicts)
+        expected = message_calls(text, template, prefix, tool_dicts)
+        normal, calls = tools_whole("rtcompile", tools, tokenizer, prefix, text)
+        assert [(call_name, arguments) for _, call_name, arguments in calls] == expected
+        assert tools_streamed("rtcompile", tools, tokenizer, prefix, chunks) == (normal, calls)
+        parser = FunctionCallParser(tools, "rtcompile", tokenizer=tokenizer, prefix=prefix)
+        if expected:
+            assert parser.has_tool_call(text)
+        else:
+            assert normal == text
+
+    with sglang_server(None):
+        check()
+
+
+@pytest.mark.parametrize("name", REASONING_TEMPLATES)
+def test_behind_the_reasoning_parser_the_tool_detector_finds_the_templates_calls(
+    sglang_server, name
+):
+    """Every bundled reasoning template, the reasoning parser's normal text to the tool detector:
+    the calls are the message's, whole and streamed through both parsers."""
+    template = template_for(name)
+    tokenizer = Tokenizer(template)
+
+    @settings(max_examples=EXAMPLES)
+    @given(case=calls_in_reasoning(name), data=st.data())
+    def check(case, data):
+        prefix, text, tool_dicts = case
+        chunks = data.draw(chunkings(text), label="chunks")
+        note(f"prefix={prefix!r}\ntext={text!r}")
+        tools = sglang_tools(tool_dicts)
+        expected = message_calls(text, template, prefix, tool_dicts)
+        reasoning, normal = reasoning_whole("rtcompile", tokenizer, prefix, text)
+        normal_after, calls = tools_whole("rtcompile", tools, tokenizer, prefix, normal)
+        assert [(call_name, arguments) for _, call_name, arguments in calls] == expected
+        streamed = layered_streamed(tools, tokenizer, prefix, chunks)
+        assert streamed == (reasoning, normal_after, calls)
+        if not expected:
+            assert normal_after == normal
+
+    with sglang_server("rtcompile"):
+        check()
+
+
+def test_the_tool_detector_reads_the_servers_reasoning_parser_setting(sglang_server):
+    """What SGLang's serving reads to decide what the tool parser gets, the tool detector reads to
+    know it; a caller building the detector itself may say it (`after_reasoning_parser`)."""
+    tokenizer = Tokenizer(template_for("qwen3"))
+    tools = sglang_tools(WEATHER)
+    for configured, expected in ((None, False), ("rtcompile", True), ("qwen3", True)):
+        with sglang_server(configured):
+            parser = FunctionCallParser(
+                tools, "rtcompile", tokenizer=tokenizer, prefix=QWEN3_THINKING
+            )
+            assert parser.detector.after_reasoning_parser is expected
+            explicit = RtcompileToolDetector(
+                tokenizer=tokenizer, after_reasoning_parser=not expected
+            )
+            assert explicit.after_reasoning_parser is (not expected)
+
+
+@pytest.mark.parametrize("reasoning_parser", ["qwen3-thinking", "deepseek-r1"])
+def test_behind_sglangs_own_reasoning_parsers_the_calls_are_the_templates(
+    sglang_server, reasoning_parser
+):
+    """Whatever reasoning parser is configured: SGLang's own take the reasoning the prompt opened
+    out, and the tool detector reads what they hand on. (What is reasoning is then that parser's
+    call: SGLang's qwen3 parser also ends reasoning at a `<tool_call>`, where the template does
+    not.)"""
+    template = template_for("qwen3")
+    tokenizer = Tokenizer(template)
+    tools = sglang_tools(WEATHER)
+    text = "plan</think>\n\nChecking.\n" + QWEN3_CALL + "<|im_end|>"
+    expected = [(0, "get_weather", {"city": "Paris", "days": 3})]
+    assert message_calls(text, template, QWEN3_THINKING, WEATHER) == [expected[0][1:]]
+    with sglang_server(reasoning_parser):
+        parser = ReasoningParser(reasoning_parser, tokenizer=tokenizer, force_reasoning=True)
+        reasoning, normal = parser.parse_non_stream(text)
+        assert reasoning == "plan" and QWEN3_CALL in normal
+        assert tools_whole("rtcompile", tools, tokenizer, QWEN3_THINKING, normal)[1] == expected
+
+
+def test_reasoning_the_prompt_left_open_is_over_behind_a_reasoning_parser_whatever_its_closer():
+    """A literal closer is appended to the prompt; a closer that is only a pattern cuts the prompt
+    where that reasoning opened (not at a look-alike opener written inside it)."""
+    from rtcompile.integrations import sglang
+
+    literal = sglang._Plans.of(template_for("qwen3"))
+    assert sglang._prefix_past_reasoning(literal, QWEN3_THINKING) == QWEN3_THINKING + "</think>"
+    assert sglang._prefix_past_reasoning(literal, QWEN3_PREFIX) == QWEN3_PREFIX
+    template = json.loads(json.dumps(template_for("qwen3")))
+    reasoning = template["fields"]["reasoning_content"]
+    reasoning["close_pattern"] = reasoning.pop("close")
+    pattern = sglang._Plans.of(template)
+    prefix = QWEN3_PREFIX + "<think>\nShould I write <think> here? "
+    assert sglang._prefix_past_reasoning(pattern, prefix) == QWEN3_PREFIX
+    text = "no.</think>\n\nChecking.\n" + QWEN3_CALL + "<|im_end|>"
+    tokenizer = Tokenizer(template)
+    _, normal = reasoning_whole("rtcompile", tokenizer, prefix, text)
+    detector = RtcompileToolDetector(
+        tokenizer=tokenizer, prefix=prefix, after_reasoning_parser=True
+    )
+    calls = detector.detect_and_parse(normal, sglang_tools(WEATHER)).calls
+    assert calls_view(calls) == [(0, "get_weather", {"city": "Paris", "days": 3})]

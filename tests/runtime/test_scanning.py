@@ -207,11 +207,6 @@ def test_optional_groups_before_the_first_character_are_understood():
 
 
 def test_repeated_group_names_do_not_stop_the_analysis():
-    from rtcompile.frontend.patterns import _unname_groups
-
-    assert _unname_groups(r"(?P<a>x)|(?P<a>y)") == "(x)|(y)"
-    assert _unname_groups(r"[(?P<a>]\(?P<b>(?P<c>z)") == r"[(?P<a>]\(?P<b>(z)"
-    assert _unname_groups(r"(?P<a>x)(?P=a)") == r"(?P<a>x)(?P=a)"
     _, charsets = analyse_pattern(r"\s*(?:to=(?P<name>\w+)<|<c>(?P<name>\w+))")
     assert charsets.first == frozenset("t<")
 

@@ -34,13 +34,9 @@ from typing import Any, Callable
 
 import regex
 
+from rtcompile.runtime import regex_syntax
 from rtcompile.runtime.content_parsers import CallListReader, parse_content
 from rtcompile.runtime.twin import stdlib_twin
-
-try:  # the stdlib regex parser, to read an xml tag_pattern's literal suffix
-    import re._parser as _sre_parse  # Python 3.11+
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
 
 _WORD = regex.compile(r"\w+")
 
@@ -443,18 +439,10 @@ def _literal_prefix(pattern: str) -> str:
 
 
 def _literal_edge(pattern: str, last: bool) -> str:
-    try:
-        parsed = _sre_parse.parse(pattern)
-    except Exception:  # regex-module syntax the stdlib parser does not know
-        return ""
-    if parsed.state.flags & (re.IGNORECASE | re.VERBOSE):
-        return ""
-    chars: list[str] = []
-    for op, value in reversed(list(parsed)) if last else list(parsed):
-        if op is not _sre_parse.LITERAL:
-            break
-        chars.append(chr(value))
-    return "".join(reversed(chars) if last else chars)
+    syntax = regex_syntax.parse(pattern)
+    if syntax is None or syntax.flags & (re.IGNORECASE | re.VERBOSE):
+        return ""  # (regex-module syntax the stdlib parser does not read; case folded or verbose)
+    return regex_syntax.literal_suffix(syntax.root) if last else regex_syntax.literal_prefix(syntax.root)
 
 
 @functools.lru_cache(maxsize=256)  # (regex.compile's own cache lookup costs a few µs, once per call)

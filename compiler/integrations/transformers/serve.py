@@ -59,6 +59,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from rtcompile.releases import SERVE_RELEASES, UnsupportedTransformersError, require_transformers
 from rtcompile.runtime import RegionError
 
 __all__ = [
@@ -77,7 +78,7 @@ __all__ = [
 # The transformers releases whose serving code (transformers/cli/serve.py and cli/serving/) this
 # module is written and tested against. Another release may build parsers, feed them or spawn
 # its API servers differently, so it is refused rather than patched.
-SUPPORTED_TRANSFORMERS_RELEASES = ("5.25.0",)
+SUPPORTED_TRANSFORMERS_RELEASES = SERVE_RELEASES
 
 _SERVING_UTILS = "transformers.cli.serving.utils"
 # For each name replaced in the serving utils module: the modules that bind it with
@@ -95,36 +96,13 @@ _BOUND_BY = {
 _originals: dict[str, Any] = {}
 
 
-class UnsupportedTransformersError(RuntimeError):
-    """The installed transformers is not a release this integration supports (see
-    `SUPPORTED_TRANSFORMERS_RELEASES`)."""
-
-
-def installed_transformers_release() -> str | None:
-    """The version of the transformers that `import transformers` loads, or None without one."""
-    try:
-        import transformers
-    except ImportError:
-        return None
-    return transformers.__version__
-
-
 def check_transformers_release() -> str:
     """The installed transformers release, if this integration supports it; otherwise raise
-    `UnsupportedTransformersError` with a one-line message naming both."""
-    installed = installed_transformers_release()
-    if installed in SUPPORTED_TRANSFORMERS_RELEASES:
-        return installed
-    supported = ", ".join(SUPPORTED_TRANSFORMERS_RELEASES)
-    found = (
-        "transformers is not installed"
-        if installed is None
-        else f"transformers {installed} is installed"
-    )
-    raise UnsupportedTransformersError(
-        f"rtcompile's transformers serve integration supports transformers {supported} only, but "
-        f"{found}: install transformers=={SUPPORTED_TRANSFORMERS_RELEASES[-1]}, or run "
-        "`transformers serve` without rtcompile"
+    `UnsupportedTransformersError` (rtcompile.releases) with a one-line message naming both."""
+    return require_transformers(
+        "rtcompile's transformers serve integration",
+        SUPPORTED_TRANSFORMERS_RELEASES,
+        ", or run `transformers serve` without rtcompile",
     )
 
 

@@ -29,6 +29,7 @@ import types
 from typing import Any
 
 from rtcompile import api, frontend
+from rtcompile.releases import ACCELERATE_RELEASES, require_transformers
 
 __all__ = ["accelerate", "deaccelerate", "for_tokenizer", "is_accelerated", "resolve_template"]
 
@@ -272,7 +273,13 @@ def accelerate(tokenizer: Any, template: Any = None) -> Any:
     Only this instance is patched, never its class. Calling it again is harmless (a new `template`
     replaces the previous one); `deaccelerate` undoes everything, including the template.
     A processor is accepted too: its `.tokenizer` is patched.
+
+    The methods mirrored are transformers 5.25.0's: with another release installed this raises
+    `UnsupportedTransformersError` (rtcompile.releases), one line, and patches nothing.
     """
+    require_transformers(
+        "rtcompile.accelerate", ACCELERATE_RELEASES, ", or use the tokenizer's own parse_response"
+    )
     tokenizer = _underlying_tokenizer(tokenizer)
     resolved = None if template is None else resolve_template(template)
     current = resolved if resolved is not None else getattr(tokenizer, "response_template", None)

@@ -1,0 +1,75 @@
+"""Strings that hold none of a set of words, as EBNF: what a string argument may be so that the
+region it stands in is not closed early (its closer, written inside the string, would close it).
+
+A regex cannot say "no `<tool_call|>` anywhere" but a small automaton can: one rule per state, a
+state being the longest prefix of a word that the text so far ends with (Aho-Corasick over the
+words). Every character outside the words' alphabet goes back to the empty state; a character that
+would complete a word has no transition. So `a < b`, `</think` and `<tool_call` stay writable where
+`<tool_call|>` is excluded.
+
+    string_rules("str", ["<x|>"], quote='"')  ->  str ::= "\\"" str_0
+                                                  str_0 ::= "\\"" | [^"\\\\<\\u0000-\\u001f] str_0 | ...
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def string_rules(name: str, words: list[str], quote: str | None, *, opening: str = "", closing: str = "", excluded: str = "") -> list[str]:
+    """EBNF rules for rule `name`: a string between `opening` and `closing` (EBNF fragments; for
+    a `quote`, the quote itself and JSON's escapes), whose text holds none of `words` nor any
+    character of `excluded`."""
+    words = sorted({w for w in words if w})
+    if quote is not None:
+        opening = opening or json.dumps(quote)
+        closing = closing or json.dumps(quote)
+        excluded += quote + "\\"
+    singles = {w for w in words if len(w) == 1}
+    longer = [w for w in words if len(w) > 1]
+    states = sorted({w[:size] for w in longer for size in range(len(w))}, key=lambda s: (len(s), s))
+    index = {state: number for number, state in enumerate(states)}
+    alphabet = sorted({c for w in longer for c in w})
+    other = "[^" + _chars(excluded + "".join(singles) + "".join(alphabet)) + ("\\u0000-\\u001f" if quote else "") + "]"
+    rules = [f"{name} ::= {opening} {name}_0"]
+    for state in states:
+        choices = [closing]
+        choices.append(f"{other} {name}_0")
+        if quote is not None:
+            escapes = _chars(quote + "\\/bfnrt")
+            choices.append(f'"\\\\" [{escapes}] {name}_0')
+        for char in alphabet:
+            if char in excluded or char in singles:
+                continue
+            following = _next(state, char, longer)
+            if following is not None:
+                choices.append(f"[{_chars(char)}] {name}_{index[following]}")
+        rules.append(f"{name}_{index[state]} ::= " + " | ".join(choices))
+    return rules
+
+
+def _next(state: str, char: str, words: list[str]) -> str | None:
+    """The automaton's next state: the longest suffix of state+char that a word starts with (None
+    when state+char completes a word)."""
+    text = state + char
+    if any(text.endswith(w) for w in words):
+        return None
+    for start in range(len(text) + 1):
+        suffix = text[start:]
+        if any(w.startswith(suffix) and w != suffix for w in words):
+            return suffix
+    return ""
+
+
+def _chars(chars: str) -> str:
+    """Characters escaped for an EBNF character class."""
+    out = []
+    for char in dict.fromkeys(chars):
+        code = ord(char)
+        if char in "\\]^-[":
+            out.append("\\" + char)
+        elif code < 0x20 or code >= 0x7F:
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else char)
+        else:
+            out.append(char)
+    return "".join(out)
