@@ -1,7 +1,7 @@
 """The grammar backend's speed: building structural tags, and xgrammar compiling and walking them.
 
-    python -m bench --grammar             # this section alone (about two minutes on 2 cores)
-    python -m bench --grammar --quick     # a smoke run: 3 repetitions, one new process, the family vocabulary
+    python -m bench --grammar          # this section alone (about three minutes on 2 cores)
+    python -m bench --grammar --quick  # a smoke run: 3 repetitions, one new process, one vocabulary
 
 Three parts, each a median of process CPU time over interleaved repetitions (wall time in brackets),
 with the heap frozen as in the other sections:
@@ -9,9 +9,9 @@ with the heap frozen as in the other sections:
 * Building: `rtcompile.structural_tag(template, TOOLS, tool_choice="required", prefix=prompt_ids,
   tokenizer=tok, stop_tokens=stops)` for 8 tools of varied schemas, the prompt rendered by the
   family's chat template and encoded with the family's token-id tokenizer (bench/token_ids.py).
-  Uncached (`rtcompile.grammar._CACHE` cleared before each call) and cached (the same request again),
-  alternating; and the first call of a fresh process (which imports the grammar backend, loads the
-  template's parser module and lowers its IR; median over a few processes).
+  Uncached (`rtcompile.grammar._CACHE` cleared before each call) and cached (the same request
+  again), alternating; and the first call of a fresh process (which imports the grammar backend,
+  loads the template's parser module and lowers its IR; median over a few processes).
 * Compiling: xgrammar's `GrammarCompiler(TokenizerInfo.from_huggingface(tok, ...),
   cache_enabled=False).compile_structural_tag(...)` of rtcompile's qwen3 tag (control tokens by id,
   and text only) beside xgrammar's built-in `get_model_structural_tag("qwen_3", ...)` (reasoning
@@ -49,16 +49,31 @@ COMPILE_RATIO_TARGET = 1.5
 CHOICES = ("auto", "required")
 
 
-def _function(name: str, properties: dict | None = None, required: tuple[str, ...] = (), **extra: Any) -> dict:
+def _function(
+    name: str, properties: dict | None = None, required: tuple[str, ...] = (), **extra: Any
+) -> dict:
     function: dict = {"name": name, "description": f"The {name.replace('_', ' ')} tool."}
     if properties is not None:
-        function["parameters"] = {"type": "object", "properties": properties, "required": list(required), **extra}
+        function["parameters"] = {
+            "type": "object",
+            "properties": properties,
+            "required": list(required),
+            **extra,
+        }
     return {"type": "function", "function": function}
 
 
 _STRING = {"type": "string"}
 TOOLS = [
-    _function("get_weather", {"city": _STRING, "days": {"type": "integer"}, "unit": {"type": "string", "enum": ["c", "f"]}}, ("city",)),
+    _function(
+        "get_weather",
+        {
+            "city": _STRING,
+            "days": {"type": "integer"},
+            "unit": {"type": "string", "enum": ["c", "f"]},
+        },
+        ("city",),
+    ),
     _function(
         "search",
         {
@@ -66,7 +81,13 @@ TOOLS = [
             "exact": {"type": "boolean"},
             "limit": {"type": "number"},
             "tags": {"type": "array", "items": _STRING},
-            "filters": {"type": "object", "properties": {"after": {"type": "string", "nullable": True}, "lang": {"type": "string", "enum": ["en", "de"]}}},
+            "filters": {
+                "type": "object",
+                "properties": {
+                    "after": {"type": "string", "nullable": True},
+                    "lang": {"type": "string", "enum": ["en", "de"]},
+                },
+            },
         },
         ("query", "exact"),
     ),
@@ -74,15 +95,42 @@ TOOLS = [
         "schedule",
         {
             "when": {"type": ["string", "integer"]},
-            "attendees": {"type": "array", "items": {"type": "object", "properties": {"name": _STRING, "optional": {"type": "boolean"}}, "required": ["name"]}},
+            "attendees": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"name": _STRING, "optional": {"type": "boolean"}},
+                    "required": ["name"],
+                },
+            },
         },
         ("when",),
         additionalProperties=False,
     ),
-    _function("send_email", {"to": {"type": "array", "items": _STRING}, "subject": _STRING, "body": _STRING}, ("to", "subject")),
-    _function("calculate", {"expression": _STRING, "precision": {"type": ["integer", "null"]}}, ("expression",)),
-    _function("write_file", {"path": _STRING, "content": _STRING, "overwrite": {"type": "boolean"}}, ("path", "content")),
-    _function("translate", {"text": _STRING, "source": {"type": "string", "enum": ["en", "fr", "de"]}, "target": {"type": "string", "enum": ["en", "fr", "de"]}}, ("text", "target")),
+    _function(
+        "send_email",
+        {"to": {"type": "array", "items": _STRING}, "subject": _STRING, "body": _STRING},
+        ("to", "subject"),
+    ),
+    _function(
+        "calculate",
+        {"expression": _STRING, "precision": {"type": ["integer", "null"]}},
+        ("expression",),
+    ),
+    _function(
+        "write_file",
+        {"path": _STRING, "content": _STRING, "overwrite": {"type": "boolean"}},
+        ("path", "content"),
+    ),
+    _function(
+        "translate",
+        {
+            "text": _STRING,
+            "source": {"type": "string", "enum": ["en", "fr", "de"]},
+            "target": {"type": "string", "enum": ["en", "fr", "de"]},
+        },
+        ("text", "target"),
+    ),
     _function("now"),
 ]
 
@@ -90,14 +138,17 @@ TOOLS = [
 # order, which xgrammar's built-in tag keeps; no text before the first call, which its "required"
 # tag refuses), then the stop.
 WALKED_OUTPUT = (
-    "<think>\nThe user wants the weather in Bern and a search for bike routes. I will call both tools.\n</think>\n\n"
-    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Bern", "days": 3, "unit": "c"}}\n</tool_call>\n'
-    '<tool_call>\n{"name": "search", "arguments": {"query": "bike routes near Bern", "exact": false, "limit": 5, '
+    "<think>\nThe user wants the weather in Bern and a search for bike routes. "
+    "I will call both tools.\n</think>\n\n"
+    '<tool_call>\n{"name": "get_weather", "arguments": '
+    '{"city": "Bern", "days": 3, "unit": "c"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "search", "arguments": '
+    '{"query": "bike routes near Bern", "exact": false, "limit": 5, '
     '"tags": ["cycling", "maps"]}}\n</tool_call>'
 )
 
 
-# ---- tokenizers and requests ----------------------------------------------------------------------
+# ---- tokenizers and requests ---------------------------------------------------------------------
 
 
 @lru_cache(maxsize=None)
@@ -123,7 +174,11 @@ def stdlib_tokenizer(name: str, vocab_size: int = 32_000) -> Any:
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     backend.train_from_iterator(texts, trainer)
     special, control = token_ids.CONTROL_TOKENS[name]
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
@@ -146,18 +201,27 @@ class Request:
 
         if token_ids:
             return rtcompile.structural_tag(
-                self.name, TOOLS, tool_choice=choice, prefix=self.prompt_ids, tokenizer=self.tokenizer, stop_tokens=self.stop_ids
+                self.name,
+                TOOLS,
+                tool_choice=choice,
+                prefix=self.prompt_ids,
+                tokenizer=self.tokenizer,
+                stop_tokens=self.stop_ids,
             )
-        return rtcompile.structural_tag(self.name, TOOLS, tool_choice=choice, prefix=self.prompt, stop_tokens=STOPS[self.name])
+        return rtcompile.structural_tag(
+            self.name, TOOLS, tool_choice=choice, prefix=self.prompt, stop_tokens=STOPS[self.name]
+        )
 
 
 def builtin_qwen3_tag(choice: str) -> str:
     import xgrammar as xgr
 
-    return xgr.get_model_structural_tag("qwen_3", tools=TOOLS, tool_choice=choice, reasoning="auto").model_dump_json()
+    return xgr.get_model_structural_tag(
+        "qwen_3", tools=TOOLS, tool_choice=choice, reasoning="auto"
+    ).model_dump_json()
 
 
-# ---- timing ----------------------------------------------------------------------------------------
+# ---- timing --------------------------------------------------------------------------------------
 
 
 def _median(samples: list[tuple[float, float]], scale: float) -> dict:
@@ -183,7 +247,9 @@ def _sample(action: Callable[[], Any], inner: int) -> tuple[float, float]:
     return cpu / inner, wall / inner
 
 
-def interleaved(actions: dict[str, Callable[[], Any]], reps: int, sample_seconds: float) -> dict[str, dict]:
+def interleaved(
+    actions: dict[str, Callable[[], Any]], reps: int, sample_seconds: float
+) -> dict[str, dict]:
     """Median seconds per call of each action (ms figures: scaled by the caller), each repetition
     running every action once, starting point rotated."""
     from .run import _frozen_heap
@@ -199,10 +265,12 @@ def interleaved(actions: dict[str, Callable[[], Any]], reps: int, sample_seconds
     return {name: {**_median(samples[name], 1.0), "inner": inner[name]} for name in names}
 
 
-# ---- building the tag ------------------------------------------------------------------------------
+# ---- building the tag ----------------------------------------------------------------------------
 
 
-def measure_building(reps: int, sample_seconds: float, first_call_runs: int, first_call_templates) -> list[dict]:
+def measure_building(
+    reps: int, sample_seconds: float, first_call_runs: int, first_call_templates
+) -> list[dict]:
     import rtcompile.grammar
 
     rows = []
@@ -253,15 +321,21 @@ def measure_first_call(name: str, runs: int) -> float:
         for _ in range(runs):
             completed = subprocess.run(
                 [sys.executable, "-c", _FIRST_CALL, name, directory],
-                cwd=repo_root, capture_output=True, text=True, timeout=300, env=os.environ.copy(),
+                cwd=repo_root,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env=os.environ.copy(),
             )
             if completed.returncode != 0:
                 raise RuntimeError(f"first-call probe of {name} failed: {completed.stderr[-2000:]}")
-            figures.append(json.loads(completed.stdout.strip().splitlines()[-1])["first_call_s"] * 1e3)
+            figures.append(
+                json.loads(completed.stdout.strip().splitlines()[-1])["first_call_s"] * 1e3
+            )
     return statistics.median(figures)
 
 
-# ---- compiling and walking -------------------------------------------------------------------------
+# ---- compiling and walking -----------------------------------------------------------------------
 
 
 def qwen3_grammars(tokenizer: Any) -> tuple[Any, dict[str, dict[str, str]], list[int]]:
@@ -269,7 +343,9 @@ def qwen3_grammars(tokenizer: Any) -> tuple[Any, dict[str, dict[str, str]], list
     import xgrammar as xgr
 
     request = Request("qwen3", tokenizer)
-    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer), stop_token_ids=request.stop_ids)
+    info = xgr.TokenizerInfo.from_huggingface(
+        tokenizer, vocab_size=len(tokenizer), stop_token_ids=request.stop_ids
+    )
     tags = {
         choice: {
             "xgrammar qwen_3": builtin_qwen3_tag(choice),
@@ -296,7 +372,10 @@ def check_walk(grammar: Any, ids: list[int], label: str) -> None:
     from .run import MismatchError
 
     matcher = xgr.GrammarMatcher(grammar)
-    if not walk(matcher, xgr.allocate_token_bitmask(1, grammar.tokenizer_info.vocab_size), ids) or not matcher.is_terminated():
+    if (
+        not walk(matcher, xgr.allocate_token_bitmask(1, grammar.tokenizer_info.vocab_size), ids)
+        or not matcher.is_terminated()
+    ):
         raise MismatchError(f"{label} refuses the walked output (or does not end after its stop)")
 
 
@@ -309,18 +388,29 @@ def measure_compiling(vocabularies: dict[str, Any], reps: int, sample_seconds: f
         compiler = xgr.GrammarCompiler(info, cache_enabled=False)
         walked = tokenizer.encode(WALKED_OUTPUT, add_special_tokens=False) + [stop_ids[0]]
         for choice, by_implementation in tags.items():
-            grammars = {impl: compiler.compile_structural_tag(tag) for impl, tag in by_implementation.items()}
+            grammars = {
+                impl: compiler.compile_structural_tag(tag)
+                for impl, tag in by_implementation.items()
+            }
             for impl, grammar in grammars.items():
                 check_walk(grammar, walked, f"{impl} ({choice}, {vocabulary})")
             compile_figures = interleaved(
-                {impl: (lambda tag=tag: compiler.compile_structural_tag(tag)) for impl, tag in by_implementation.items()},
+                {
+                    impl: (lambda tag=tag: compiler.compile_structural_tag(tag))
+                    for impl, tag in by_implementation.items()
+                },
                 reps,
                 sample_seconds,
             )
             bitmask = xgr.allocate_token_bitmask(1, info.vocab_size)
             matchers = {impl: xgr.GrammarMatcher(grammar) for impl, grammar in grammars.items()}
             walk_figures = interleaved(
-                {impl: (lambda matcher=matcher: (matcher.reset(), walk(matcher, bitmask, walked))) for impl, matcher in matchers.items()},
+                {
+                    impl: (
+                        lambda matcher=matcher: (matcher.reset(), walk(matcher, bitmask, walked))
+                    )
+                    for impl, matcher in matchers.items()
+                },
                 reps,
                 sample_seconds,
             )
@@ -330,37 +420,80 @@ def measure_compiling(vocabularies: dict[str, Any], reps: int, sample_seconds: f
                     "vocab_size": len(tokenizer),
                     "choice": choice,
                     "walked_tokens": len(walked),
-                    "compile_ms": {impl: figures["cpu"] * 1e3 for impl, figures in compile_figures.items()},
-                    "compile_wall_ms": {impl: figures["wall"] * 1e3 for impl, figures in compile_figures.items()},
-                    "mask_us_per_token": {impl: figures["cpu"] * 1e6 / len(walked) for impl, figures in walk_figures.items()},
+                    "compile_ms": {
+                        impl: figures["cpu"] * 1e3 for impl, figures in compile_figures.items()
+                    },
+                    "compile_wall_ms": {
+                        impl: figures["wall"] * 1e3 for impl, figures in compile_figures.items()
+                    },
+                    "mask_us_per_token": {
+                        impl: figures["cpu"] * 1e6 / len(walked)
+                        for impl, figures in walk_figures.items()
+                    },
                     "tag_chars": {impl: len(tag) for impl, tag in by_implementation.items()},
                 }
             )
     return rows
 
 
-# ---- the section -----------------------------------------------------------------------------------
+# ---- the section ---------------------------------------------------------------------------------
+
+
+def _versions() -> dict:
+    import platform
+    from importlib import metadata
+
+    return {
+        "python": platform.python_version(),
+        **{
+            package: metadata.version(package)
+            for package in ("xgrammar", "transformers", "tokenizers")
+        },
+        "cpus": os.cpu_count(),
+    }
+
+
+def _load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def measure(quick: bool) -> dict:
     reps, sample_seconds = (3, 0.01) if quick else (15, 0.05)
+    load_before = _load()
     first_call_templates = ("qwen3",) if quick else TEMPLATES
     started = time.perf_counter()
     building = measure_building(reps, sample_seconds, 1 if quick else 3, first_call_templates)
-    print(f"  measured building ({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
+    print(
+        f"  measured building ({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True
+    )
     vocabularies = {"family": family_tokenizer("qwen3")}
     if not quick:
         vocabularies["stdlib 32K"] = stdlib_tokenizer("qwen3")
     started = time.perf_counter()
     compiling = measure_compiling(vocabularies, reps, sample_seconds)
-    print(f"  measured compiling ({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
-    return {"building": building, "compiling": compiling, "tools": len(TOOLS)}
+    print(
+        f"  measured compiling ({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True
+    )
+    return {
+        "building": building,
+        "compiling": compiling,
+        "tools": len(TOOLS),
+        "reps": reps,
+        "versions": _versions(),
+        "load": f"{load_before} -> {_load()}",
+    }
 
 
 def render(results: dict, table, book) -> str:
+    versions = results["versions"]
     lines = [
-        f"Building the structural tag ({results['tools']} tools, tool_choice required, prompt ids as prefix): "
-        "milliseconds, CPU (wall)",
+        f"rtcompile grammar benchmark - Python {versions['python']}, "
+        f"xgrammar {versions['xgrammar']}, transformers {versions['transformers']}, "
+        f"tokenizers {versions['tokenizers']}, {versions['cpus']} CPUs, "
+        f"load average {results['load']}; medians of {results['reps']} interleaved repetitions",
+        "",
+        f"Building the structural tag ({results['tools']} tools, tool_choice required, "
+        "prompt ids as prefix): milliseconds, CPU (wall)",
     ]
     body = []
     for row in results["building"]:
@@ -372,12 +505,36 @@ def render(results: dict, table, book) -> str:
                 str(row["tag_chars"]),
                 first,
                 f"{row['uncached_ms']:.3f} ({row['uncached_wall_ms']:.3f})",
-                book.check(f"grammar build uncached {row['template']} ms", row["uncached_ms"], BUILD_TARGET_MS, at_least=False),
+                book.check(
+                    f"grammar build uncached {row['template']} ms",
+                    row["uncached_ms"],
+                    BUILD_TARGET_MS,
+                    at_least=False,
+                ),
                 f"{row['cached_ms']:.3f} ({row['cached_wall_ms']:.3f})",
-                book.check(f"grammar build cached {row['template']} ms", row["cached_ms"], BUILD_TARGET_MS, at_least=False),
+                book.check(
+                    f"grammar build cached {row['template']} ms",
+                    row["cached_ms"],
+                    BUILD_TARGET_MS,
+                    at_least=False,
+                ),
             ]
         )
-    lines.append(table(["template", "prompt ids", "tag chars", "first call in a process", "uncached", "target", "cached", "target"], body))
+    lines.append(
+        table(
+            [
+                "template",
+                "prompt ids",
+                "tag chars",
+                "first call in a process",
+                "uncached",
+                "target",
+                "cached",
+                "target",
+            ],
+            body,
+        )
+    )
     lines.append("")
     lines.append(_render_compiling(results["compiling"], table, book))
     return "\n".join(lines)
@@ -385,8 +542,9 @@ def render(results: dict, table, book) -> str:
 
 def _render_compiling(rows: list[dict], table, book) -> str:
     lines = [
-        "xgrammar on qwen3: compile (GrammarCompiler, cache off) in ms, CPU; mask + accept per token of one "
-        "walked output in us, CPU. Beside xgrammar's built-in qwen_3 tag (reasoning auto): rtcompile's tag "
+        "xgrammar on qwen3: compile (GrammarCompiler, cache off) in ms, CPU; mask + accept per "
+        "token of one walked output in us, CPU. Beside xgrammar's built-in qwen_3 tag (reasoning "
+        "auto): rtcompile's tag "
         "with control tokens by id, and text only",
     ]
     implementations = ["xgrammar qwen_3", "rtcompile ids", "rtcompile text"]
@@ -401,14 +559,27 @@ def _render_compiling(rows: list[dict], table, book) -> str:
                 row["choice"],
                 " / ".join(f"{compile_ms[impl]:.1f}" for impl in implementations),
                 f"{ratio:.2f}x",
-                book.check(f"grammar compile ratio {row['vocabulary']} {row['choice']}", ratio, COMPILE_RATIO_TARGET, at_least=False),
+                book.check(
+                    f"grammar compile ratio {row['vocabulary']} {row['choice']}",
+                    ratio,
+                    COMPILE_RATIO_TARGET,
+                    at_least=False,
+                ),
                 f"{compile_ms['rtcompile text'] / compile_ms['xgrammar qwen_3']:.2f}x",
                 " / ".join(f"{mask[impl]:.1f}" for impl in implementations),
                 f"{mask['rtcompile ids'] / mask['xgrammar qwen_3']:.2f}x",
             ]
         )
-    headers = ["vocabulary", "tool_choice", "compile ms: built-in / ids / text", "ids/built-in", "target", "text/built-in",
-               "mask us/token: built-in / ids / text", "ids/built-in"]
+    headers = [
+        "vocabulary",
+        "tool_choice",
+        "compile ms: built-in / ids / text",
+        "ids/built-in",
+        "target",
+        "text/built-in",
+        "mask us/token: built-in / ids / text",
+        "ids/built-in",
+    ]
     lines.append(table(headers, body))
     return "\n".join(lines)
 

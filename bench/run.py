@@ -4,6 +4,7 @@
     python -m bench --quick          # under a minute on 2 cores: 1K, 16K, 128K (windowed)
     python -m bench --json out.json  # also write every sample
     python -m bench --profile        # cProfile of one stream per implementation
+    python -m bench --grammar        # only the grammar backend's section (bench/grammar.py)
 
 Method (see bench/README.md for the reasoning):
 

@@ -21,7 +21,10 @@ def test_quick_grammar_section_reports_building_compiling_and_walking(tmp_path):
     output = tmp_path / "grammar.json"
     completed = subprocess.run(
         [sys.executable, "-m", "bench", "--grammar", "--quick", "--json", str(output)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     results = json.loads(output.read_text(encoding="utf-8"))["grammar"]
@@ -30,12 +33,20 @@ def test_quick_grammar_section_reports_building_compiling_and_walking(tmp_path):
         assert row["tools"] == 8 and row["prompt_ids"] > 100 and row["tag_chars"] > 0
         assert row["uncached_ms"] > 0 and row["cached_ms"] > 0
     assert results["building"][0]["first_call_ms"] > 0
-    assert {(row["vocabulary"], row["choice"]) for row in results["compiling"]} == {("family", "auto"), ("family", "required")}
+    assert {(row["vocabulary"], row["choice"]) for row in results["compiling"]} == {
+        ("family", "auto"),
+        ("family", "required"),
+    }
     for row in results["compiling"]:
         implementations = {"xgrammar qwen_3", "rtcompile ids", "rtcompile text"}
         assert set(row["compile_ms"]) == set(row["mask_us_per_token"]) == implementations
-        assert all(value > 0 for value in [*row["compile_ms"].values(), *row["mask_us_per_token"].values()])
-    assert "Building the structural tag" in completed.stdout and "xgrammar on qwen3" in completed.stdout
+        assert all(
+            value > 0 for value in [*row["compile_ms"].values(), *row["mask_us_per_token"].values()]
+        )
+    assert (
+        "Building the structural tag" in completed.stdout
+        and "xgrammar on qwen3" in completed.stdout
+    )
 
 
 def test_every_qwen3_grammar_accepts_the_walked_output_and_a_refused_one_stops_the_run():
@@ -51,7 +62,9 @@ def test_every_qwen3_grammar_accepts_the_walked_output_and_a_refused_one_stops_t
     walked = tokenizer.encode(grammar.WALKED_OUTPUT, add_special_tokens=False) + [stop_ids[0]]
     for choice, by_implementation in tags.items():
         for implementation, tag in by_implementation.items():
-            grammar.check_walk(compiler.compile_structural_tag(tag), walked, f"{implementation} {choice}")
+            grammar.check_walk(
+                compiler.compile_structural_tag(tag), walked, f"{implementation} {choice}"
+            )
     refused = tokenizer.encode("Free text before a call.", add_special_tokens=False) + walked
     with_text_first = compiler.compile_structural_tag(tags["required"]["xgrammar qwen_3"])
     with pytest.raises(MismatchError, match="built-in required refuses"):

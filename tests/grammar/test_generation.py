@@ -20,12 +20,13 @@ through a fresh matcher, which must accept it (and the stop), so a failure here 
 not the harness's.
 
 The quick tier runs each request once per template with fixed seeds; the full tier runs several
-fresh seeds per request and template (a failure prints them).
+fresh seeds per request and template (a failure prints them). A generation that never ends is a
+grammar with a dead end (text after which nothing but more text is allowed, so a forced call can
+never come): the last test checks the one these generations found directly, without a model.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import zlib
 from dataclasses import dataclass
@@ -35,12 +36,18 @@ from typing import Any
 import pytest
 import torch
 import xgrammar as xgr
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsProcessorList
+from transformers import (
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    LogitsProcessor,
+    LogitsProcessorList,
+)
 from transformers.utils.chat_parsing import parse_response as interpreter_parse
 from xgrammar.contrib.hf import LogitsProcessor as GrammarLogitsProcessor
 
 import rtcompile
-from grammar_walk import CLOSING, Walker, check_calls, family_tokenizer, message_calls
+from grammar_walk import Walker, check_calls, family_tokenizer, message_calls
 from rtcompile.library import template_names
 
 TOOLS = [
@@ -97,7 +104,10 @@ TOOLS = [
                         "type": "array",
                         "items": {
                             "type": "object",
-                            "properties": {"name": {"type": "string"}, "optional": {"type": "boolean"}},
+                            "properties": {
+                                "name": {"type": "string"},
+                                "optional": {"type": "boolean"},
+                            },
                             "required": ["name"],
                         },
                     },
@@ -136,7 +146,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-# ---- the model and its generations ------------------------------------------------------------------
+# ---- the model and its generations ---------------------------------------------------------------
 
 
 @dataclass
@@ -218,11 +228,16 @@ def generate(model_family: Family, grammar: Any, seed: int) -> tuple[list[int], 
         eos_token_id=model_family.stop_ids,
         pad_token_id=model_family.stop_ids[0],
     )
-    processors = LogitsProcessorList([Preference(model_family.preferred, PREFERENCE), GrammarLogitsProcessor(grammar)])
+    processors = LogitsProcessorList(
+        [Preference(model_family.preferred, PREFERENCE), GrammarLogitsProcessor(grammar)]
+    )
     prompt = torch.tensor([model_family.prompt_ids])
     torch.manual_seed(seed)
     output = model_family.model.generate(
-        prompt, attention_mask=torch.ones_like(prompt), generation_config=config, logits_processor=processors
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        generation_config=config,
+        logits_processor=processors,
     )
     ids = output[0, prompt.shape[1] :].tolist()
     if ids and ids[-1] in model_family.stop_ids:
@@ -239,13 +254,20 @@ class Outcome:
     ended: bool
     problems: list[str]
     calls: int
-    controls_at_end: list[str]  # (of a generation that did not end: the control tokens still allowed)
+    controls_at_end: list[
+        str
+    ]  # (of a generation that did not end: the control tokens still allowed)
 
     def describe(self, tokenizer: Any) -> str:
         text = tokenizer.decode(self.ids)
         shown = text if len(text) <= 1_500 else text[:500] + " [...] " + text[-1_000:]
-        state = "ended" if self.ended else f"did not end within {BUDGET} tokens, allowing only {self.controls_at_end} of the control tokens"
-        return f"{self.name}, request {self.request!r}, seed {self.seed}: {len(self.ids)} tokens, {state}: {self.problems}\n{shown!r}"
+        state = (
+            "ended"
+            if self.ended
+            else f"no end in {BUDGET} tokens, only {self.controls_at_end} of the controls allowed"
+        )
+        where = f"{self.name}, request {self.request!r}, seed {self.seed}"
+        return f"{where}: {len(self.ids)} tokens, {state}: {self.problems}\n{shown!r}"
 
 
 def outcome(name: str, request: str, seed: int) -> Outcome:
@@ -262,10 +284,16 @@ def outcome(name: str, request: str, seed: int) -> Outcome:
     choice, parallel = REQUESTS[request]
     try:
         message = interpreter_parse(
-            ids, model_family.template, prefix=model_family.prompt_ids, tools=TOOLS, tokenizer=model_family.tokenizer
+            ids,
+            model_family.template,
+            prefix=model_family.prompt_ids,
+            tools=TOOLS,
+            tokenizer=model_family.tokenizer,
         )
     except Exception as error:  # a parse error is a finding: the grammar let the output through
-        return Outcome(name, request, seed, ids, ended, [*problems, f"the interpreter raised {error!r}"], 0, [])
+        return Outcome(
+            name, request, seed, ids, ended, [*problems, f"the interpreter raised {error!r}"], 0, []
+        )
     problems += check_calls(message, TOOLS, choice, parallel)
     calls = len(message_calls(message))
     if calls == 0 and not problems:
@@ -273,7 +301,7 @@ def outcome(name: str, request: str, seed: int) -> Outcome:
     return Outcome(name, request, seed, ids, ended, problems, calls, [])
 
 
-# ---- the tests -------------------------------------------------------------------------------------
+# ---- the tests -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", template_names())
@@ -292,7 +320,9 @@ def test_many_generations_under_the_grammar_parse_into_allowed_calls(name):
     """Several fresh seeds per request: every generation that ends parses into allowed calls, and
     nearly all end within the budget."""
     draw = random.SystemRandom().randrange
-    outcomes = [outcome(name, request, draw(2**31)) for request in REQUESTS for _ in range(FULL_SEEDS)]
+    outcomes = [
+        outcome(name, request, draw(2**31)) for request in REQUESTS for _ in range(FULL_SEEDS)
+    ]
     tokenizer = family(name).tokenizer
     invalid = [o.describe(tokenizer) for o in outcomes if o.problems]
     assert not invalid, "\n\n".join(invalid)
@@ -312,23 +342,40 @@ def test_free_text_never_closes_the_way_to_a_call(name):
     model_family = family(name)
     grammar = compiled(name, "required")
     walker, tokenizer = model_family.walker, model_family.tokenizer
-    runs = [i for i in range(len(tokenizer)) if i not in walker.control_ids and _is_whitespace_run(tokenizer.decode([i]))]
+    runs = [
+        i
+        for i in range(len(tokenizer))
+        if i not in walker.control_ids and _is_whitespace_run(tokenizer.decode([i]))
+    ]
     assert runs, "the family tokenizer has no whitespace-run token"
     word, after = tokenizer.convert_tokens_to_ids("x"), tokenizer.convert_tokens_to_ids("b")
     start = _allowed_controls(walker, grammar, [word])
-    assert (start is None) == (name in DELIMITER_FIRST), "free text at the start of a required output"
+    assert (start is None) == (
+        name in DELIMITER_FIRST
+    ), "free text at the start of a required output"
     if start is None:
         return
     lost = {}
     for run in runs:
         after_run = _allowed_controls(walker, grammar, [word, run, after])
         if after_run != start:
-            lost[repr(tokenizer.decode([run]))] = sorted(tokenizer.decode([i]) for i in start - (after_run or set()))
-    assert not lost, f"after 'x', a whitespace-run token and 'b', these control tokens are no longer allowed: {lost}"
+            lost[repr(tokenizer.decode([run]))] = sorted(
+                tokenizer.decode([i]) for i in start - (after_run or set())
+            )
+    assert (
+        not lost
+    ), f"after 'x', a whitespace-run token and 'b', these controls are no longer allowed: {lost}"
 
 
 # Templates whose output under "required" starts with a delimiter (no free text before the call).
-DELIMITER_FIRST = {"cohere_command_r7b", "gemma3_pythonic", "gpt_oss", "llama3_2_pythonic", "llama3_json", "llama4_pythonic"}
+DELIMITER_FIRST = {
+    "cohere_command_r7b",
+    "gemma3_pythonic",
+    "gpt_oss",
+    "llama3_2_pythonic",
+    "llama3_json",
+    "llama4_pythonic",
+}
 
 
 def _is_whitespace_run(text: str) -> bool:
