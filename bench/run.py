@@ -4,6 +4,7 @@
     python -m bench --quick          # under a minute on 2 cores: 1K, 16K, 128K (windowed)
     python -m bench --json out.json  # also write every sample
     python -m bench --profile        # cProfile of one stream per implementation
+    python -m bench --grammar        # only the grammar backend's section (bench/grammar.py)
 
 Method (see bench/README.md for the reasoning):
 
@@ -1025,6 +1026,9 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-token-ids", action="store_true", help="skip the token-id section")
     parser.add_argument(
+        "--grammar", action="store_true", help="only the grammar backend's section (bench/grammar.py)"
+    )
+    parser.add_argument(
         "--batch-template", choices=workloads.TEMPLATE_NAMES, default="qwen3_5",
         help="the template of the batch throughput rows (default qwen3_5)",
     )
@@ -1045,6 +1049,12 @@ def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
 
         rows, report = token_ids.main(arguments.quick, _table)
         return {"token_ids": rows, "environment": _environment(), "targets": []}, report, 0
+    if arguments.grammar:
+        from . import grammar
+
+        book = TargetBook()
+        figures, report = grammar.main(arguments.quick, _table, book)
+        return {"grammar": figures, "quick": arguments.quick, "environment": _environment(), "targets": book.entries}, report, 0
     config = QUICK if arguments.quick else FULL
     if arguments.sizes:
         ordered = [size for size in workloads.SIZES if size in arguments.sizes]
