@@ -112,6 +112,9 @@ class CallWriter:
         self.closing = closing(field.close, speller, f"{self.where}.close")
         # Text the region's content must not hold beside its closer (MessageWriter.also_excluded).
         self.also_excluded: tuple[str, ...] = ()
+        # Whether free text before a call writes the whitespace its opener may start with (then
+        # the opener writes none: see `opener`).
+        self.after_free_text = False
         self.content = field.content.parser
         if not isinstance(field.content.args, dict):
             raise GrammarError(self.where, "content_args must be an object: the parser fails on anything else")
@@ -155,7 +158,9 @@ class CallWriter:
             captures[self.shape.name.value] = tool.name
         where = f"{self.where}.open" + (f" (tool {tool.name!r})" if tool is not None else "")
         written = write_delimiter(self.field.open, self.speller, where, captures)
-        # (no whitespace of its own first: text before the call writes it; xgrammar's matcher
+        if not self.after_free_text:
+            return written
+        # (no whitespace of its own first: the text before the call writes it; xgrammar's matcher
         # dead-ends on free tokens, then a whitespace regex, then a control token)
         return Written(without_leading_layout(written.format), written.at_start, written.tail, written.assumes)
 
@@ -326,9 +331,11 @@ def without_leading_layout(fmt: F.Format) -> F.Format:
     if kind == "or":
         return F.choice(*(without_leading_layout(e) for e in fmt["elements"]))
     if kind == "sequence":
-        first = fmt["elements"][0]
+        first, rest = fmt["elements"][0], F.sequence(*fmt["elements"][1:])
         if first.get("type") == "regex" and _layout_only(first["pattern"]):
-            return F.sequence(*fmt["elements"][1:])
+            return without_leading_layout(rest)
+        if first.get("type") == "optional":  # (with it, or without it and what follows it trimmed)
+            return F.choice(F.sequence(first["content"], rest), without_leading_layout(rest))
     return fmt
 
 

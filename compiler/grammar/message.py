@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from rtcompile.frontend import facts, ir
 
 from . import formats as F
-from .calls import CallWriter, closing
+from .calls import CallWriter, closing, without_leading_layout
 from .delimiters import blocking_literals, opener_firsts, unfactored, write_delimiter
 from .errors import GrammarError
 from .request import Request
@@ -72,6 +72,7 @@ class MessageWriter:
             if not fits_defaults(self.call_field, template.defaults):
                 raise GrammarError(f"fields.{self.call_field.name}", "the template's default for it cannot take a region's value")
             self.calls = CallWriter(self.call_field, speller)
+            self.calls.after_free_text = self.implicit is not None
             self.tools = self.calls.callable_tools(request.callable)
             if not self.tools:
                 raise GrammarError(f"fields.{self.call_field.name}", "names no tool of the request")
@@ -223,7 +224,8 @@ class MessageWriter:
         close = closing(self.implicit.close, self.speller, f"fields.{self.implicit.name}.close")
         if close.written is None:
             return lead
-        return F.sequence(lead, F.star(F.sequence(close.written, LAYOUT)))
+        # (a marker's own leading whitespace left out: see CallWriter.opener)
+        return F.sequence(lead, F.star(F.sequence(without_leading_layout(close.written), LAYOUT)))
 
     def glue(self) -> F.Format:
         """What may come between regions where text outside regions is dropped: the start anchor,
