@@ -32,7 +32,7 @@ from .delimiters import Written, blocking_literals, parse, unfactored, write_del
 from .errors import GrammarError
 from .request import Tool
 from .spelling import Speller
-from .values import COMMA, Dialect, JsonWriter, ordered_members, raw_value, standard_schema
+from .values import COMMA, SPACE, Dialect, JsonWriter, ordered_members, raw_value, standard_schema
 
 CALL_LIST_NAME = regex.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[-.][A-Za-z0-9_]+)*")
 LAYOUT = C.LAYOUT_WHITESPACE
@@ -47,6 +47,8 @@ class Closing:
     written: F.Format | None
     by_next: tuple[str, ...]
     blocking: tuple[str, ...]
+    # Some alternative is a stop token: the output's end may close the region.
+    stops: bool = False
 
 
 def closing(delimiter: ir.Delimiter | None, speller: Speller, where: str) -> Closing:
@@ -55,9 +57,10 @@ def closing(delimiter: ir.Delimiter | None, speller: Speller, where: str) -> Clo
     blocking = blocking_literals(delimiter, where)
     if delimiter.literals is not None:
         kept = [literal for literal in delimiter.literals if not speller.is_stop(literal)]
-        return Closing(F.choice(*(speller.write(k) for k in kept)) if kept else None, (), blocking)
+        stops = len(kept) < len(delimiter.literals)
+        return Closing(F.choice(*(speller.write(k) for k in kept)) if kept else None, (), blocking, stops)
     lead, branches = _branches(parse(delimiter.pattern, where).root)
-    written, by_next = [], []
+    written, by_next, stops = [], [], False
     for branch in branches:
         look = _lookahead_only(branch)
         if look is not None:
@@ -65,11 +68,12 @@ def closing(delimiter: ir.Delimiter | None, speller: Speller, where: str) -> Clo
             continue
         literal = _literal_text(branch)
         if literal is not None and speller.is_stop(literal):
+            stops = True
             continue  # (a stop token: the output ends there)
         written.append(rs.to_source(rs.Seq(lead + branch.items)))
     if not written:
-        return Closing(None, tuple(by_next), blocking)
-    return Closing(write_pattern("|".join(written), speller, where).format, tuple(by_next), blocking)
+        return Closing(None, tuple(by_next), blocking, stops)
+    return Closing(write_pattern("|".join(written), speller, where).format, tuple(by_next), blocking, stops)
 
 
 def _branches(root: rs.Seq) -> tuple[tuple, list[rs.Seq]]:
@@ -145,12 +149,25 @@ class CallWriter:
         closer = self.closing.written if closed and self.closing.written is not None else F.EMPTY
         if self.shape.each:
             opener = self.opener(None)
-            return F.sequence(opener.format, self.listed(tools, low, high, opener.tail), closer)
+            content = self.listed(tools, low, high, opener.tail)
+            self._check_fixed_text(content, self.where)
+            _check_assumptions(opener, content, self.where)
+            return F.sequence(opener.format, content, closer)
         return F.choice(*(F.sequence(self._opened(tool), closer) for tool in tools))
 
     def _opened(self, tool: Tool) -> F.Format:
         opener = self.opener(tool)
-        return F.sequence(opener.format, self.arguments(tool, opener.tail))
+        content = self.arguments(tool, opener.tail)
+        self._check_fixed_text(content, f"{self.where} (tool {tool.name!r})")
+        _check_assumptions(opener, content, f"{self.where} (tool {tool.name!r})")
+        return F.sequence(opener.format, content)
+
+    def _check_fixed_text(self, content: F.Format, where: str) -> None:
+        """Refuse content whose fixed text (a name, a key, a tag) holds what closes the region."""
+        for text in _fixed_texts(content, self.speller):
+            for blocked in self.excluded:
+                if blocked in text:
+                    raise GrammarError(where, f"the content writes {text!r}, which holds its closer {blocked!r}")
 
     def opener(self, tool: Tool | None) -> Written:
         captures = {}
@@ -197,13 +214,21 @@ class CallWriter:
         return F.regex(f"[{_esc(chars)}]*") if chars else F.EMPTY
 
     def json_content(self, schema: Any, tail: C.CharClass | None, where: str) -> F.Format:
+        return F.sequence(self.layout(tail), self.json_value(schema, where), self.layout())
+
+    def json_value(self, schema: Any, where: str) -> F.Format:
+        """A JSON value valid against `schema` that holds no closer: rtcompile's own writer (its
+        strings kept from closers by a small automaton, which xgrammar compiles several times
+        faster than json_schema's `excludes`), or, for schema keywords the writer does not
+        enforce, xgrammar's json_schema (refused where its syntax could write a closer)."""
         excludes = self.excluded
-        if self.args.get("string_delims") or self.args.get("unquoted_keys") or _json_may_write(excludes):
-            writer = self.json_writer(excludes, where)
-            value = writer.value(schema, where)
-        else:
-            value = F.json_schema(schema, excludes)
-        return F.sequence(self.layout(tail), value, self.layout())
+        dialect = bool(self.args.get("string_delims") or self.args.get("unquoted_keys"))
+        try:
+            return self.json_writer(excludes, where).value(schema, where)
+        except GrammarError:
+            if dialect or _json_may_write(excludes):
+                raise
+        return F.json_schema(schema, excludes)
 
     def json_writer(self, excludes: tuple[str, ...], where: str) -> JsonWriter:
         """rtcompile's own JSON writer for the region (dialects, or closers JSON's syntax could
@@ -234,11 +259,15 @@ class CallWriter:
         schema: dict = {"type": "array", "items": item, "minItems": low}
         if high is not None:
             schema["maxItems"] = high
-        if self.args.get("string_delims") or self.args.get("unquoted_keys") or _json_may_write(self.excluded):
+        try:
             writer = self.json_writer(self.excluded, where)
             calls = F.choice(*(writer.value(self.content_schema(t, where), where) for t in tools))
-            return F.sequence(self.layout(tail), F.const("["), _counted(calls, COMMA, low, high), F.const("]"), self.layout())
-        return F.sequence(self.layout(tail), F.json_schema(schema, self.excluded), self.layout())
+            listed = F.sequence(F.const("["), SPACE, _counted(calls, COMMA, low, high), SPACE, F.const("]"))
+        except GrammarError:
+            if self.args.get("string_delims") or self.args.get("unquoted_keys") or _json_may_write(self.excluded):
+                raise
+            listed = F.json_schema(schema, self.excluded)
+        return F.sequence(self.layout(tail), listed, self.layout())
 
     def call_list(self, tools: tuple[Tool, ...], low: int, high: int | None, where: str) -> F.Format:
         if (self.shape.name.value, self.shape.arguments.value) != (("name",), ("arguments",)):
@@ -265,8 +294,9 @@ class CallWriter:
         if "value_parser_by" in self.args or self.args.get("merge_duplicates") not in (None, False):
             if "value_parser_by" in self.args:
                 raise GrammarError(where, "value_parser_by (a parser chosen by the model's text) cannot be written")
-        if "value" not in (parse(pattern, where).group_names or {}).values():
-            raise GrammarError(where, "a tag_pattern without a 'value' group gives every argument the empty string")
+        groups = set((parse(pattern, where).group_names or {}).values())
+        if not {"key", "value"} <= groups:
+            raise GrammarError(where, "a tag_pattern needs both a 'key' and a 'value' group")
         properties, required = _object_members(tool.parameters, where)
         tags = []
         for key, sub in properties.items():
@@ -302,27 +332,66 @@ class CallWriter:
 
         def write(terminator: str) -> F.Format:
             excludes = [terminator, *blocking]
+            space = "".join(c for c in LAYOUT if not any(c in t for t in excludes if not t.strip()))
+            writer = JsonWriter(Dialect(excludes=tuple(excludes), space=space), self.speller.write)
             if name == "json":
-                return F.json_schema(standard_schema(schema), excludes)
-            text = (lambda: _trimmed_text(excludes)) if stripped or name == "text" else (lambda: F.any_text(excludes))
-            return raw_value(schema, text, tuple(excludes), where)
+                return writer.value(standard_schema(schema), where)
+            # (free text, stripped or not by the parser: any text is a string; it is followed by
+            # fixed text only, as xgrammar's any_text must be)
+            strips = stripped and self.args.get("strip", True) or (name == "text" and (parser.get("args") or {}).get("strip", True))
+            return raw_value(schema, lambda: F.any_text(excludes), writer, where, bool(strips))
 
         return write
 
 
-def _trimmed_text(excludes: list[str]) -> F.Format:
-    """Text that stripping leaves as it is (the value parser strips): empty, or starting and ending
-    with a non-whitespace character."""
-    edge = C.CharClass(C.WHITESPACE.chars, negated=True).source()
-    return F.optional(F.sequence(F.regex(edge), F.optional(F.sequence(F.any_text(excludes), F.regex(edge)))))
+def _check_assumptions(opener: Written, content: F.Format, where: str) -> None:
+    """The opener's lookaheads (left out when writing it) must hold for what the content starts
+    with: its first fixed text, after layout, agrees with each one's literal text."""
+    if not opener.assumes:
+        return
+    first = _first_text(content)
+    for required in opener.assumes:
+        if first is None or not (first.startswith(required) or required.startswith(first)) or not required:
+            raise GrammarError(where, f"the opener requires {required!r} next, which its content does not start with")
+
+
+def _first_text(fmt: F.Format) -> str | None:
+    """The fixed text a format starts with, after optional whitespace (None if unknown)."""
+    kind = fmt.get("type")
+    if kind == "const_string":
+        return fmt["value"] or None
+    if kind == "sequence":
+        for element in fmt["elements"]:
+            if element.get("type") == "regex" and _layout_only(element["pattern"]):
+                continue
+            return _first_text(element)
+        return None
+    if kind == "or":
+        texts = {_first_text(e) for e in fmt["elements"]}
+        return texts.pop() if len(texts) == 1 else None
+    return None
+
+
+def _fixed_texts(fmt: F.Format, speller: Speller) -> list[str]:
+    """The literal texts a format writes (constants, control tokens spelled)."""
+    kind = fmt.get("type")
+    if kind == "const_string":
+        return [fmt["value"]]
+    if kind == "token":
+        spelled = {token_id: text for text, token_id in speller.control.items()}
+        return [spelled.get(fmt["token"], "")]
+    out: list[str] = []
+    for child in fmt.get("elements", []):
+        out.extend(_fixed_texts(child, speller))
+    if isinstance(fmt.get("content"), dict):
+        out.extend(_fixed_texts(fmt["content"], speller))
+    return out
 
 
 # What xgrammar's JSON may write outside strings: a closer made of these alone could appear there.
 JSON_SYNTAX = frozenset(' \t\n\r{}[],:-+.0123456789eE"truefalsn')
-
-
-# What rtcompile's JSON writer writes outside strings (compact, a space after ',' and ':').
-WRITER_SYNTAX = frozenset("{}[],: -+.0123456789truefalsnTFN")
+# What rtcompile's JSON writer writes outside strings (punctuation, whitespace, numbers, words).
+WRITER_SYNTAX = frozenset("{}[],: \t\n\r-+.0123456789truefalsnTFN")
 
 
 def without_leading_layout(fmt: F.Format) -> F.Format:
@@ -397,11 +466,12 @@ def _schema_of_paths(parts: list[tuple[tuple, Any]], where: str) -> Any:
 def _tree_schema(node: dict) -> Any:
     if "__schema__" in node:
         return node["__schema__"]
-    # Keys the transform does not read may stand beside those it reads (Mistral's chat template
-    # writes each call's "id" after its arguments): the transform ignores them.
+    # Only the keys the transform reads: a key it ignores (Mistral's chat templates write each
+    # call's "id") would be harmless, but an open member set makes xgrammar's compile five times
+    # slower.
     return {
         "type": "object",
         "properties": {key: _tree_schema(child) for key, child in node.items()},
         "required": list(node),
-        "additionalProperties": True,
+        "additionalProperties": False,
     }

@@ -41,7 +41,8 @@ class Written:
     at_start: bool = False
     # A greedy capture ends the delimiter: what the grammar writes next must start outside it.
     tail: C.CharClass | None = None
-    # Lookaheads were left out: what follows must satisfy them.
+    # Lookaheads were left out: the literal text each requires next ("" if none is known); what
+    # follows must satisfy them.
     assumes: tuple[str, ...] = field(default=())
 
 
@@ -256,7 +257,7 @@ class _Converter:
                 if literal is not None and known.endswith(literal) != node.negated:
                     return F.EMPTY  # (what the grammar wrote right before decides it)
                 raise GrammarError(self.where, "a lookbehind that what is written before does not decide cannot be written")
-            self.assumes.append(rs.to_source(node))
+            self.assumes.append(rs.literal_prefix(rs.Seq(tuple(unfactored(list(node.body.items))))) if not node.negated else "")
             return F.EMPTY
         if isinstance(node, (rs.Anchor, rs.Backref, rs.Conditional, rs.Atomic)):
             raise GrammarError(self.where, f"{rs.to_source(node)!r} in a pattern cannot be written")

@@ -22,6 +22,8 @@ from typing import Any
 Format = dict
 
 EMPTY: Format = {"type": "const_string", "value": ""}
+# A choice with no way through (`choice` leaves it out).
+NEVER: Format = {"type": "or", "elements": []}
 
 
 def const(text: str) -> Format:
@@ -71,7 +73,7 @@ def sequence(*elements: Format) -> Format:
 def choice(*elements: Format) -> Format:
     unique: list[Format] = []
     for element in elements:
-        if element not in unique:
+        if element not in unique and element != NEVER:
             unique.append(element)
     if len(unique) == 1:
         return unique[0]

@@ -35,9 +35,11 @@ def triggered_loop(writer: "MessageWriter", with_calls: bool, text_only: bool = 
             region = writer.call_region()
             if writer.request.parallel and region.closed is not None:
                 repeating.append((call_field.name, region.closed))
+                if writer.calls.closing.stops:  # (the last call may end with the output)
+                    ends.append(region.open_end)
             else:  # (calls only at the end: content never opens one)
                 forbidden.extend(blocking_literals(call_field.open, f"fields.{call_field.name}.open"))
-            ends.append(writer.call_tail())
+                ends.append(writer.call_tail())
         elif with_calls and call_field.open is not None:  # tool_choice none
             forbidden.extend(blocking_literals(call_field.open, f"fields.{call_field.name}.open"))
     repeating.extend(_markers(writer))
@@ -115,16 +117,7 @@ def _ends_with_tokens(tags: dict) -> bool:
 
 
 def _loop(writer: "MessageWriter", regions: list[tuple[str, F.Format]], forbidden: list[str], text_only: bool) -> F.Format:
-    tags: dict[tuple[str, object], list[F.Format]] = {}
-    for name, region in regions:
-        triggers = _field_triggers(writer, name)
-        for first, rest in split_first(region, f"fields.{name}.open"):
-            kind, value = first
-            trigger = value
-            if kind == TEXT:
-                trigger = next((t for k, t in triggers if k == TEXT and value.startswith(t)), value)
-                rest = F.sequence(F.const(value[len(trigger) :]), rest)
-            tags.setdefault((kind, trigger), []).append(rest)
+    tags = _tags(writer, regions, spelled=False)
     kinds = {kind for kind, _ in tags}
     if len(kinds) > 1:
         _drop_optional_tokens(tags)
@@ -135,10 +128,10 @@ def _loop(writer: "MessageWriter", regions: list[tuple[str, F.Format]], forbidde
         # (free text between tokens is read token by token: it may only follow a token)
         if not writer.also_excluded:
             raise _SpelledOut
-        tags = _spelled_out(writer, tags)
+        tags = _tags(writer, regions, spelled=True)
         kinds = {TEXT}
     if not tags:
-        return writer.free_text(tuple(forbidden), after_token=not text_only)
+        return writer.free_text(tuple(forbidden), after_token=not text_only, outside=True)
     if kinds == {TOKEN}:
         exclude = writer.speller.excluded_ids(forbidden)
         if exclude is None:  # (text to keep out of the free text: a loop triggered by text does)
@@ -146,6 +139,7 @@ def _loop(writer: "MessageWriter", regions: list[tuple[str, F.Format]], forbidde
                 raise _SpelledOut
             raise GrammarError("fields", f"free content cannot avoid {forbidden!r}")
         ordered = sorted(tags, key=lambda key: key[1])
+        exclude = [*exclude, *writer.opening_token_ids(keep=tuple(key[1] for key in ordered))]
         return F.token_triggered_tags(
             [key[1] for key in ordered], [_tag(F.token(key[1]), tags[key]) for key in ordered], exclude_ids=exclude
         )
@@ -185,16 +179,27 @@ def _without_last(fmt: F.Format) -> F.Format:
     return F.EMPTY
 
 
-def _spelled_out(writer: "MessageWriter", tags: dict) -> dict:
-    """Token triggers turned into their spellings, for a loop that text triggers too. A region
-    entered by a spelled-out control token is text to the parser, which is no call, so the request
-    still holds; an id still opens the region, as the grammar says."""
-    by_spelling = {token_id: text for text, token_id in writer.speller.control.items()}
-    out: dict = {}
-    for (kind, value), rests in tags.items():
-        key = (TEXT, by_spelling[value]) if kind == TOKEN else (kind, value)
-        out.setdefault(key, []).extend(rests)
-    return out
+def _tags(writer: "MessageWriter", regions: list[tuple[str, F.Format]], spelled: bool) -> dict:
+    """The regions' alternatives by trigger: (kind, first piece) -> the rests. A text first piece
+    is cut at its field's trigger (`<|tool_call>call:` for gemma's per-tool openers), so the free
+    text can hold no opener of any name. `spelled`: control tokens as their text, for a loop that
+    text triggers too (a region entered by a spelled-out token is text to the parser, which is no
+    call, so the request still holds; an id still opens the region, as the grammar says)."""
+    by_id = {token_id: text for text, token_id in writer.speller.control.items()}
+    tags: dict[tuple[str, object], list[F.Format]] = {}
+    for name, region in regions:
+        triggers = [
+            (TEXT, by_id[value]) if spelled and kind == TOKEN else (kind, value) for kind, value in _field_triggers(writer, name)
+        ]
+        for (kind, value), rest in split_first(region, f"fields.{name}.open"):
+            if spelled and kind == TOKEN:
+                kind, value = TEXT, by_id[value]
+            trigger = value
+            if kind == TEXT:
+                trigger = next((t for k, t in triggers if k == TEXT and value.startswith(t)), value)
+                rest = F.sequence(F.const(value[len(trigger) :]), rest)
+            tags.setdefault((kind, trigger), []).append(rest)
+    return tags
 
 
 def _drop_optional_tokens(tags: dict) -> None:

@@ -113,7 +113,7 @@ class MessageWriter:
             if self.request.forced:
                 raise GrammarError(where, "the prompt opens a region only the output's end closes")
             return rest
-        tail = F.sequence(close.written, self.body(reasoning_done=field is self.reasoning))
+        tail = F.sequence(without_leading_layout(close.written), self.body(reasoning_done=field is self.reasoning))
         return F.sequence(rest, tail if self.request.forced else F.optional(tail))
 
     def body(self, reasoning_done: bool) -> F.Format:
@@ -159,10 +159,10 @@ class MessageWriter:
         before = after = F.EMPTY
         if self.implicit is not None:
             openers = self.opener_texts()
-            before = F.optional(self.free_text(openers, after_token=not _ends_in_text(lead)))
-            after = F.optional(F.sequence(self.markers(), self.free_text(openers, after_token=False)))
+            before = F.optional(self.free_text(openers, after_token=not _ends_in_text(lead), outside=True))
+            after = F.optional(F.sequence(self.markers(), self.free_text(openers, after_token=False, outside=True)))
         closed, open_end = self.call_blocks()
-        calls = F.choice(F.sequence(closed, after), open_end) if closed is not None else open_end
+        calls = open_end if closed is None else F.choice(F.sequence(closed, after), open_end)
         return F.sequence(lead, before, self.markers(leading=False), self.glue(), calls)
 
     def opener_texts(self) -> tuple[str, ...]:
@@ -181,28 +181,30 @@ class MessageWriter:
     def call_block(self) -> F.Format:
         """At least one call, the last one closed or ended by the output's end."""
         closed, open_end = self.call_blocks()
-        return F.choice(closed, open_end) if closed is not None else open_end
+        return open_end if closed is None else F.choice(closed, open_end)
 
     def call_blocks(self) -> tuple[F.Format | None, F.Format]:
         """The calls of a forced request (or of an opener only at the start), at least one: ending
         with a written closer (None where closers are never written), and ending with the output's
-        end (the last call's closer left to it)."""
+        end (the last call's closer left to it, where a stop token may close it). Each tool's
+        region is written once where the closer is always written (xgrammar compiles each copy)."""
         calls = self.calls
         parallel = self.request.parallel
         high = None if parallel else 1
         if calls.shape.each:
             closed = calls.region(self.tools, 1, high) if calls.closing.written is not None else None
             return closed, calls.region(self.tools, 1, high, closed=False)
-        one_closed = calls.region(self.tools)
         one_open = calls.region(self.tools, closed=False)
         if calls.closing.written is None:
             if parallel and self._calls_follow_directly():
-                return None, F.sequence(one_open, F.star(one_open))
+                return None, F.plus(one_open)
             return None, one_open
-        if not parallel:
-            return one_closed, one_open
-        earlier = F.star(F.sequence(one_closed, self.markers(), self.glue()))
-        return F.sequence(earlier, one_closed), F.sequence(earlier, one_open)
+        one_closed = calls.region(self.tools)
+        closed = F.plus(F.sequence(one_closed, self.markers(), self.glue())) if parallel else one_closed
+        if not calls.closing.stops:
+            return closed, F.NEVER
+        earlier = F.star(F.sequence(one_closed, self.markers(), self.glue())) if parallel else F.EMPTY
+        return closed, F.sequence(earlier, one_open)
 
     def _calls_follow_directly(self) -> bool:
         """Whether a call's lookahead closer is satisfied by the next call's opener."""
@@ -256,7 +258,9 @@ class MessageWriter:
         close = closing(field.close, self.speller, f"{where}.close")
         text = self.free_text(close.blocking, after_token=not _ends_in_text(opener.format))
         body = F.sequence(opener.format, text)
-        return Region(F.sequence(body, close.written) if close.written is not None else None, body)
+        # (the free text writes the closer's leading whitespace: see CallWriter.opener)
+        closer = without_leading_layout(close.written) if close.written is not None else None
+        return Region(F.sequence(body, closer) if closer is not None else None, body)
 
     def call_region(self) -> Region:
         """The call field's region for the loops: one call, or a list (transform_each)."""
@@ -273,7 +277,20 @@ class MessageWriter:
         """The calls that end the output (after content): as `call_block`."""
         return self.call_block()
 
-    def free_text(self, blocking: tuple[str, ...], after_token: bool) -> F.Format:
+    def opening_token_ids(self, keep: tuple = ()) -> list[int]:
+        """Control tokens whose text alone holds an opener's match (a `<call=ab>` token where
+        calls open with `<call=(?P<name>\\w+)>`): free text outside regions never writes them
+        (but the triggers in `keep`, which a loop dispatches on)."""
+        import regex
+
+        openers = [f.open.alternation for f in self.template.fields if f.open is not None]
+        return [
+            token_id
+            for text, token_id in self.speller.control.items()
+            if token_id not in keep and any(regex.search(pattern, text, regex.DOTALL) for pattern in openers)
+        ]
+
+    def free_text(self, blocking: tuple[str, ...], after_token: bool, outside: bool = False) -> F.Format:
         """Any text holding none of `blocking`. Read token by token (`any_tokens`, excluding
         ids: the spelled-out tokens stay text, as the parser reads them) where each holds a control
         token and the text starts at a token boundary (`after_token`), else character by character
@@ -283,7 +300,7 @@ class MessageWriter:
         blocking = tuple(dict.fromkeys((*blocking, *self.also_excluded)))
         ids = self.speller.excluded_ids(list(blocking))
         if after_token and ids is not None and self.speller.control:
-            return F.any_tokens(ids)
+            return F.any_tokens([*ids, *(self.opening_token_ids() if outside else ())])
         return F.any_text(blocking)
 
 

@@ -37,11 +37,15 @@ class Speller:
         from rtcompile.runtime.token_ids import profile_for
 
         profile = profile_for(tokenizer)
-        control = {spelling: token_id for token_id, spelling in profile.control_ids.items()}
+        # (a one-character control token cannot be spelled out any other way: the parser reads the
+        # ordinary token of that character as the delimiter too, so it is text to the grammar)
+        control = {spelling: token_id for token_id, spelling in profile.control_ids.items() if len(spelling) > 1}
         for spelling in control:
-            if len(spelling) > 1 and all(c.isalnum() or c == "_" or c.isspace() for c in spelling):
+            reads_as_text = all(c.isalnum() or c == "_" or c.isspace() for c in spelling)
+            if len(spelling) > 1 and (reads_as_text or spelling != spelling.strip()):
                 # (written out with ordinary tokens, it reaches the parser defused, U+FDD2 between
-                # its characters: in whitespace or JSON syntax that text no longer parses)
+                # its characters: in whitespace, names or JSON syntax that text no longer parses,
+                # and a delimiter written around it no longer matches)
                 raise GrammarError("tokenizer", f"the control token {spelling!r} looks like ordinary text the grammar writes")
         return cls(control, _stop_spellings(tokenizer, stop_tokens))
 
@@ -78,6 +82,8 @@ class Speller:
             if first is None:
                 return None
             ids.append(first)
+            # (and every control token that holds the literal: its id alone would write it)
+            ids.extend(token_id for spelling, token_id in self.control.items() if literal in spelling)
         return ids
 
 

@@ -27,23 +27,27 @@ def string_rules(name: str, words: list[str], quote: str | None, *, opening: str
         excluded += quote + "\\"
     singles = {w for w in words if len(w) == 1}
     longer = [w for w in words if len(w) > 1]
-    states = sorted({w[:size] for w in longer for size in range(len(w))}, key=lambda s: (len(s), s))
+    states = sorted({"", *(w[:size] for w in longer for size in range(len(w)))}, key=lambda s: (len(s), s))
     index = {state: number for number, state in enumerate(states)}
-    alphabet = sorted({c for w in longer for c in w})
-    other = "[^" + _chars(excluded + "".join(singles) + "".join(alphabet)) + ("\\u0000-\\u001f" if quote else "") + "]"
+    alphabet = sorted({c for w in longer for c in w} - set(excluded) - singles)
+    control = "\\u0000-\\u001f" if quote else ""
     rules = [f"{name} ::= {opening} {name}_0"]
     for state in states:
         choices = [closing]
-        choices.append(f"{other} {name}_0")
+        moves: dict[str, str] = {}  # char -> next state's rule, for moves that keep a partial match
+        forbidden = ""  # chars that would complete a word here
+        for char in alphabet:
+            following = _next(state, char, longer)
+            if following is None:
+                forbidden += char
+            elif following:
+                moves[char] = f"{name}_{index[following]}"
+        # Every other character goes back to the empty state: one class.
+        choices.append(f"[^{_chars(excluded + ''.join(singles) + forbidden + ''.join(moves))}{control}] {name}_0")
         if quote is not None:
             escapes = _chars(quote + "\\/bfnrt")
             choices.append(f'"\\\\" [{escapes}] {name}_0')
-        for char in alphabet:
-            if char in excluded or char in singles:
-                continue
-            following = _next(state, char, longer)
-            if following is not None:
-                choices.append(f"[{_chars(char)}] {name}_{index[following]}")
+        choices.extend(f"[{_chars(char)}] {rule}" for char, rule in moves.items())
         rules.append(f"{name}_{index[state]} ::= " + " | ".join(choices))
     return rules
 

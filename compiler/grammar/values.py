@@ -89,6 +89,8 @@ class Dialect:
     excludes: tuple[str, ...] = ()
     # python-call-list: strings in either quote, Python's True/False/None beside JSON's words.
     python: bool = False
+    # The whitespace the writer may write around punctuation (none that could close the region).
+    space: str = " \t\n\r"
 
 
 class JsonWriter:
@@ -97,6 +99,10 @@ class JsonWriter:
     def __init__(self, dialect: Dialect, write_text: Callable[[str], F.Format]):
         self.dialect = dialect
         self.write_text = write_text  # (literal text as the speller writes it: control tokens by id)
+        space = "[" + _class_chars(dialect.space) + "]*" if dialect.space else ""
+        self.space = F.regex(space) if space else F.EMPTY
+        self.comma = F.regex(space + "," + space)
+        self.colon = F.regex(space + ":" + space)
 
     def value(self, schema: Any, where: str) -> F.Format:
         if isinstance(schema, dict) and "anyOf" in schema:
@@ -120,7 +126,9 @@ class JsonWriter:
                 return self.any_value("array")
             items = schema.get("items", True)
             item = self.value(items, f"{where}.items")
-            return F.sequence(F.const("["), F.optional(F.sequence(item, F.star(F.sequence(COMMA, item)))), F.const("]"))
+            return F.sequence(
+                F.const("["), self.space, F.optional(F.sequence(item, F.star(F.sequence(self.comma, item)))), self.space, F.const("]")
+            )
         if name == "string":
             return self.string()
         if name == "integer":
@@ -140,10 +148,15 @@ class JsonWriter:
         orders = [list(members)]
         if sorted(members) != orders[0]:  # (chat templates that sort keys, Gemma's among them)
             orders.append(sorted(members))
-        return F.choice(*(F.sequence(F.const("{"), ordered_members([members[k] for k in order], COMMA), F.const("}")) for order in orders))
+        return F.choice(
+            *(
+                F.sequence(F.const("{"), self.space, ordered_members([members[k] for k in order], self.comma), self.space, F.const("}"))
+                for order in orders
+            )
+        )
 
     def member(self, key: str, schema: Any, where: str) -> F.Format:
-        return F.sequence(self._key(key), F.regex(": ?"), self.value(schema, where))
+        return F.sequence(self._key(key), self.colon, self.value(schema, where))
 
     def string(self) -> F.Format:
         """A string that holds no excluded text (the region's closer, spelled out or as a control
@@ -183,7 +196,7 @@ class JsonWriter:
             "string ::= " + " | ".join(_heads(strings)),
             *strings,
             'number ::= "-"? ("0" | [1-9] [0-9]{0,14}) ("." [0-9]{1,15})?',
-            "ws ::= [ ]?",
+            f"ws ::= [{_class_chars(self.dialect.space)}]*" if self.dialect.space else 'ws ::= ""',
         ]
         return {"type": "grammar", "grammar": "\n".join(rules) + "\n"}
 
@@ -264,7 +277,10 @@ def _joined(parts: list[F.Format]) -> F.Format:
 
 
 # A separator as chat templates write it (JSON's ", " of Python's json.dumps, or compact).
-COMMA = F.regex(", ?")
+# JSON's whitespace around its punctuation, as chat templates write it (compact, `", "` of
+# Python's json.dumps, or indented).
+SPACE = F.regex("[ \\t\\n\\r]*")
+COMMA = F.regex("[ \\t\\n\\r]*,[ \\t\\n\\r]*")
 
 
 def ordered_members(members: list[tuple[F.Format, bool]], separator: F.Format, index: int = 0, first: bool = True) -> F.Format:
@@ -303,15 +319,15 @@ def _int_as_number(value: Any, types: tuple[str, ...]) -> bool:
 # ---- raw values: xml-inline and kv-lines text cast by the schema ------------------------------------
 
 
-def raw_value(schema: Any, text: Callable[[], F.Format], excludes: tuple[str, ...], where: str) -> F.Format:
+def raw_value(schema: Any, text: Callable[[], F.Format], writer: "JsonWriter", where: str, stripped: bool = False) -> F.Format:
     """The text of a value the interpreter casts with `schema` into a valid argument; `text()`: free
-    text for a string (its terminator excluded by the caller); `excludes`: what JSON text (of an
-    object or array value) must not hold, the value's terminator first."""
+    text for a string (its terminator excluded by the caller); `writer`: writes the JSON text of
+    an object or array value (keeping out the value's terminator)."""
     types = schema_types(schema, where)
     cast_types = cast_order(schema)
     if isinstance(schema, dict) and ("enum" in schema or "const" in schema):
         values = schema["enum"] if "enum" in schema else [schema["const"]]
-        return F.choice(*(_raw_literal(v, cast_types, where) for v in values))
+        return F.choice(*(_raw_literal(v, cast_types, where, stripped) for v in values))
     if "string" in types:
         if "object" in types or "array" in types:
             raise GrammarError(where, "a string that may also be an object or array cannot be written as text")
@@ -330,7 +346,7 @@ def raw_value(schema: Any, text: Callable[[], F.Format], excludes: tuple[str, ..
             written.append(F.choice(F.const("null"), F.const("None")))
         else:  # object, array: json.loads of the text
             sub = {"type": name, **{k: v for k, v in (schema if isinstance(schema, dict) else {}).items() if k not in ("type", "nullable")}}
-            written.append(F.json_schema(standard_schema(sub), excludes))
+            written.append(writer.value(sub, where))
     return F.choice(*written)
 
 
@@ -341,11 +357,14 @@ def cast_order(schema: Any) -> tuple[str, ...]:
     return runtime_schema_types(schema)
 
 
-def _raw_literal(value: Any, cast_types: tuple[str, ...], where: str) -> F.Format:
-    """An enum member written as text that the interpreter's cast turns back into it."""
+def _raw_literal(value: Any, cast_types: tuple[str, ...], where: str, stripped: bool = False) -> F.Format:
+    """An enum member written as text that the interpreter's cast turns back into it (after the
+    parser strips it, where it does)."""
     from rtcompile.runtime.coerce import coerce_value
 
     text = value if isinstance(value, str) else json.dumps(value)
+    if stripped and text != text.strip():
+        raise GrammarError(where, f"the value {value!r} loses its whitespace where the parser strips values")
     cast = coerce_value(text, cast_types) if cast_types else text
     if cast != value or type(cast) is not type(value):
         raise GrammarError(where, f"the enum value {value!r} cannot be written as text the cast gives back")
