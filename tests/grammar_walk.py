@@ -143,6 +143,11 @@ class Walker:
         return True, len(ids)
 
 
+def text_of(tokenizer: Any, ids: list[int]) -> str:
+    """The text of ids exactly as decoded (no clean-up of spaces, special tokens kept)."""
+    return tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
 def ordinary_spelling(tokenizer: Any, text: str) -> list[int]:
     """`text` as ordinary tokens (the backend's model only: no added token)."""
     return _plain_backend(tokenizer).encode(text, add_special_tokens=False).ids

@@ -88,7 +88,10 @@ def prompt_state(module: Any, ir: Any, prefix: Any, tokenizer: Any) -> tuple[str
     if prefix is None:
         return None, True
     options = {"tokenizer": tokenizer} if tokenizer is not None else {}
-    parser = module.ResponseParser(prefix, errors="keep", **options)
+    try:
+        parser = module.ResponseParser(prefix, errors="keep", **options)
+    except (TypeError, ValueError, KeyError, AttributeError) as error:  # (the parser's own, on the prompt)
+        raise GrammarError("prefix", f"the prompt does not parse: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}") from error
     closed = [event for event in parser.initial_events if event["type"] == "region_close"]
     if any(event["field"] == "tool_calls" for event in closed):
         raise GrammarError("prefix", "the prompt already holds tool calls after its start anchor")

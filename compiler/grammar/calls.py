@@ -129,6 +129,10 @@ class CallWriter:
             raise GrammarError(self.where, "the transform takes the arguments from no place in the content")
         if self.shape.name.kind not in (facts.PATH, facts.CAPTURE, facts.LITERAL):
             raise GrammarError(self.where, "the transform takes the call's name from no single place")
+        read = {s.value for s in (self.shape.name, self.shape.arguments, self.shape.id) if s is not None and s.kind == facts.CAPTURE}
+        if field.close is not None and read & set(field.close.group_names):
+            # (the closer's captures take the place of the opener's: the name would be what it matched)
+            raise GrammarError(f"{self.where}.close", f"the closer captures {sorted(read & set(field.close.group_names))[0]!r}, which the call reads")
 
     @property
     def excluded(self) -> tuple[str, ...]:
@@ -205,6 +209,12 @@ class CallWriter:
         if self.shape.id is not None and self.shape.id.kind == facts.PATH:
             parts.append((self.shape.id.value, {"type": "string"}))
         return _schema_of_paths(parts, where)
+
+    def layout_chars(self) -> str:
+        """The whitespace the grammar may write inside the region: none that could be (part of)
+        its closer (a closer such as "\\n")."""
+        closer_chars = "".join(text for text in self.excluded if not text.strip())
+        return "".join(c for c in LAYOUT if c not in closer_chars)
 
     def layout(self, tail: C.CharClass | None = None) -> F.Format:
         """Whitespace the grammar may write inside the region: none that continues a capture before
@@ -302,7 +312,7 @@ class CallWriter:
         for key, sub in properties.items():
             value_where = f"{where}.{key}"
             writer = self._value_writer(sub, value_where)
-            written = write_pattern(pattern, self.speller, value_where, {"key": key, "value": writer})
+            written = write_pattern(pattern, self.speller, value_where, {"key": key, "value": writer}, layout=self.layout_chars())
             tags.append((written.format, key in required))
         glue = self.layout()
         # (with no tag, the trailing glue follows the opener: it must not go on with its capture)
@@ -321,7 +331,9 @@ class CallWriter:
             writer = self._value_writer(sub, f"{where}.{key}", stripped=True)
             lines.append((F.sequence(F.const(key + kv_sep), writer(line_sep)), key in required))
         separator = self.speller.write(line_sep)
-        return F.sequence(self.layout(tail), F.optional(separator), ordered_members(lines, separator), F.optional(separator))
+        # (without strip, whitespace around a line would be part of its key)
+        layout = self.layout(tail) if self.args.get("strip", True) else F.EMPTY
+        return F.sequence(layout, F.optional(separator), ordered_members(lines, separator), F.optional(separator))
 
     def _value_writer(self, schema: Any, where: str, stripped: bool = False):
         parser = self.args.get("value_parser")

@@ -53,11 +53,11 @@ def write_delimiter(delimiter: ir.Delimiter, speller: Speller, where: str, captu
     return write_pattern(delimiter.pattern, speller, where, captures)
 
 
-def write_pattern(source: str, speller: Speller, where: str, captures: dict | None = None) -> Written:
+def write_pattern(source: str, speller: Speller, where: str, captures: dict | None = None, layout: str = C.LAYOUT_WHITESPACE) -> Written:
     """How to write what `source` matches; `captures`: group name -> the text it must capture, or
     a function of the value's terminator returning the format that writes the value (a lazy
     `(?P<value>.*?)` group, as in xml-inline tag patterns)."""
-    return _Converter(speller, captures or {}, parse(source, where), where).written()
+    return _Converter(speller, captures or {}, parse(source, where), where, layout).written()
 
 
 def parse(source: str, where: str) -> rs.Syntax:
@@ -128,8 +128,9 @@ class _Converter:
     enclosing groups (`follow`), so a greedy capture is checked against the first characters of
     everything that may come next; an alternative that fails the check is left out."""
 
-    def __init__(self, speller: Speller, captures: dict, syntax: rs.Syntax, where: str):
+    def __init__(self, speller: Speller, captures: dict, syntax: rs.Syntax, where: str, layout: str = C.LAYOUT_WHITESPACE):
         self.speller = speller
+        self.layout = C.CharClass(frozenset(layout))  # (what `\\s` is written as)
         self.captures = captures
         self.root = syntax.root
         self.names = syntax.group_names
@@ -282,7 +283,9 @@ class _Converter:
         if len(items) == 1 and _is_single_char(items[0]):
             cls = _class_of(items[0], self.dotall, self.where)
             if cls == C.WHITESPACE:
-                cls = C.LAYOUT
+                cls = self.layout
+                if cls.is_empty():
+                    return F.EMPTY if node.min == 0 else _refuse(self.where, "whitespace the region's closer is made of")
             return F.regex(cls.source() + _quantifier(node.min, node.max))
         # (a repeated body is followed by itself, then by what follows the repeat)
         body = self.sequence(list(items), [node] + follow)
@@ -357,6 +360,10 @@ def unfactored(items) -> list:
                 node = rs.Alternation(tuple(rs.Seq(tuple(run) + branch.items) for branch in node.branches))
         out.append(node)
     return out
+
+
+def _refuse(where: str, what: str) -> F.Format:
+    raise GrammarError(where, f"the pattern needs {what}")
 
 
 def _quantifier(low: int, high: int | None) -> str:

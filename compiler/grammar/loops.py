@@ -5,20 +5,17 @@ trigger's tags. Every region is split into its first piece and the rest: a contr
 (token-triggered tags, whose free text may still spell the token out: the parser reads that as text)
 or literal text (text-triggered tags, whose free text can never hold the trigger). Regions that
 start the same way share one tag whose content chooses among them. What the free text must never
-hold (the openers of regions the request forbids) is excluded from it.
+hold (the openers of regions the request forbids) is excluded from it. (`MessageWriter` in the
+annotations is message.py's, which imports this module.)
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from . import formats as F
 from .calls import closing
 from .delimiters import blocking_literals, write_delimiter
 from .errors import GrammarError
 
-if TYPE_CHECKING:
-    from .message import MessageWriter
 
 TOKEN, TEXT = "token", "text"
 

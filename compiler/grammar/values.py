@@ -117,6 +117,8 @@ class JsonWriter:
         return F.choice(*(self.typed(name, schema if isinstance(schema, dict) else {}, where) for name in types))
 
     def typed(self, name: str, schema: dict, where: str) -> F.Format:
+        if name != "string":
+            self._check_syntax(where)
         if name == "object":
             if "properties" not in schema and schema.get("additionalProperties", True) is not False:
                 return self.any_value("object")
@@ -138,6 +140,14 @@ class JsonWriter:
         if name == "boolean":
             return F.choice(*(F.const(w) for w in (("true", "false", "True", "False") if self.dialect.python else ("true", "false"))))
         return F.choice(F.const("null"), F.const("None")) if self.dialect.python else F.const("null")
+
+    def _check_syntax(self, where: str) -> None:
+        """Refuse a value whose own syntax (punctuation, whitespace, digits, words) could write an
+        excluded text (a kv-lines separator ",", a closer "}")."""
+        syntax = set("{}[],:-+.0123456789truefalsnTFN") | set(self.dialect.space)
+        for text in self.dialect.excludes:
+            if text and set(text) <= syntax:
+                raise GrammarError(where, f"the value's JSON would write {text!r}, which ends it")
 
     def object(self, schema: dict, where: str) -> F.Format:
         properties = schema.get("properties", {})

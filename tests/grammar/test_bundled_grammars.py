@@ -18,7 +18,7 @@ import pytest
 from transformers.utils.chat_parsing import parse_response as interpreter_parse
 
 import rtcompile
-from grammar_walk import Walker, check_calls, family_tokenizer, message_calls
+from grammar_walk import Walker, check_calls, family_tokenizer, message_calls, text_of
 from rtcompile.library import template_names
 
 TOOLS = [
@@ -74,7 +74,7 @@ def _walk_and_check(template, walker, tag, prefix, tokenizer, choice, parallel) 
             continue
         ended += 1
         if tokenizer is None:
-            text = walker.tokenizer.decode(ids)
+            text = text_of(walker.tokenizer, ids)
             message = interpreter_parse(text, template, prefix=prefix, tools=TOOLS)
         else:
             message = interpreter_parse(ids, template, prefix=prefix, tools=TOOLS, tokenizer=tokenizer)
