@@ -46,18 +46,25 @@ class Written:
     assumes: tuple[str, ...] = field(default=())
 
 
-def write_delimiter(delimiter: ir.Delimiter, speller: Speller, where: str, captures: dict | None = None) -> Written:
-    """How to write `delimiter`; `captures`: group name -> the text it must capture."""
+def write_delimiter(
+    delimiter: ir.Delimiter, speller: Speller, where: str, captures: dict | None = None, *, checked: bool = True
+) -> Written:
+    """How to write `delimiter`; `captures`: group name -> the text it must capture. `checked=False`:
+    only its shape is wanted (its first pieces), not text to write."""
     if delimiter.literals is not None:
         return Written(F.choice(*(speller.write(literal) for literal in delimiter.literals)))
-    return write_pattern(delimiter.pattern, speller, where, captures)
+    return write_pattern(delimiter.pattern, speller, where, captures, checked=checked)
 
 
-def write_pattern(source: str, speller: Speller, where: str, captures: dict | None = None, layout: str = C.LAYOUT_WHITESPACE) -> Written:
+def write_pattern(
+    source: str, speller: Speller, where: str, captures: dict | None = None, layout: str = C.LAYOUT_WHITESPACE, *, checked: bool = True
+) -> Written:
     """How to write what `source` matches; `captures`: group name -> the text it must capture, or
     a function of the value's terminator returning the format that writes the value (a lazy
     `(?P<value>.*?)` group, as in xml-inline tag patterns)."""
-    return _Converter(speller, captures or {}, parse(source, where), where, layout).written()
+    converter = _Converter(speller, captures or {}, parse(source, where), where, layout)
+    converter.checked = checked
+    return converter.written()
 
 
 def parse(source: str, where: str) -> rs.Syntax:
@@ -131,6 +138,7 @@ class _Converter:
     def __init__(self, speller: Speller, captures: dict, syntax: rs.Syntax, where: str, layout: str = C.LAYOUT_WHITESPACE):
         self.speller = speller
         self.layout = C.CharClass(frozenset(layout))  # (what `\\s` is written as)
+        self.checked = True
         self.captures = captures
         self.root = syntax.root
         self.names = syntax.group_names
@@ -187,6 +195,11 @@ class _Converter:
             known = ""
         if text:
             out.append(self.speller.write("".join(text)))
+        for index, element in enumerate(out if self.checked else ()):  # (text no control token may straddle)
+            if element.get("type") == "const_string":
+                before = out[index - 1] if index else None
+                after = out[index + 1] if index + 1 < len(out) else None
+                self.speller.check_edges(before, element["value"], after, self.where)
         return F.sequence(*out)
 
     def _check_follow(self, tail: C.CharClass | None, rest: list) -> None:

@@ -242,7 +242,7 @@ def _field_triggers(writer: "MessageWriter", name: str) -> list[tuple[str, objec
     delimiter = field.open if field is not writer.implicit else field.close
     if delimiter is None:
         return []
-    written = write_delimiter(delimiter, writer.speller, f"fields.{name}")
+    written = write_delimiter(delimiter, writer.speller, f"fields.{name}", checked=False)
     return [first for first, _ in split_first(written.format, f"fields.{name}")]
 
 

@@ -129,7 +129,7 @@ class MessageWriter:
 
     def _calls_at_start(self) -> bool:
         field = self.call_field
-        return write_delimiter(field.open, self.speller, f"fields.{field.name}.open").at_start
+        return write_delimiter(field.open, self.speller, f"fields.{field.name}.open", checked=False).at_start
 
     def at_start_output(self) -> F.Format:
         """The calls first, or content that cannot start like their opener."""
@@ -321,6 +321,9 @@ def _check_openers_apart(template: ir.Template, speller: Speller) -> None:
             if delimiter.pattern in patterns:
                 raise GrammarError(f"fields.{field.name}", f"its delimiter is also {patterns[delimiter.pattern]!r}'s: the parser picks by name")
             patterns[delimiter.pattern] = field.name
+        for literal in delimiter.literals or ():
+            if any(ord(c) < 0x20 and c not in "\t\n\r" for c in literal):
+                raise GrammarError(f"fields.{field.name}", f"its delimiter {literal!r} holds a control character")
         for literal in _starting_texts(delimiter):
             # (a stop token is never written; a control token's id is never free text)
             if _bordered(literal) and not speller.is_stop(literal) and speller.first_id(literal) is None:

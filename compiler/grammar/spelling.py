@@ -65,6 +65,22 @@ class Speller:
         """The format that writes exactly `text` as the parser must see it."""
         return F.sequence(*(F.token(p) if isinstance(p, int) else F.const(p) for p in self.pieces(text)))
 
+    def check_edges(self, before: F.Format | None, text: str, after: F.Format | None, where: str) -> None:
+        """Refuse delimiter text a control token could straddle with the regex beside it (`<` then
+        `[a-z]+`, where `<a` is a control token): the parser would read the token defused (U+FDD2
+        inside) and the delimiter would no longer match."""
+        import regex
+
+        for spelling in self.control:
+            for size in range(1, len(spelling)):
+                head, rest = spelling[:size], spelling[size:]
+                if after is not None and text.endswith(head) and after.get("type") == "regex":
+                    if regex.fullmatch(after["pattern"], rest, partial=True):
+                        raise GrammarError(where, f"the control token {spelling!r} could be spelled across {text!r}")
+                if before is not None and text.startswith(rest) and before.get("type") == "regex":
+                    if regex.fullmatch(before["pattern"], head):
+                        raise GrammarError(where, f"the control token {spelling!r} could be spelled across {text!r}")
+
     def first_id(self, text: str) -> int | None:
         """The id of the control token `text` starts with, if any."""
         pieces = self.pieces(text)
