@@ -17,6 +17,7 @@ from rtcompile.runtime import (
     PatternWindow,
     PlainRegex,
     ReadAgain,
+    StartLiterals,
     check_abi,
     coerce_tool_calls,
     each_scope,
@@ -32,7 +33,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(11)
+check_abi(12)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -69,9 +70,9 @@ OPEN_0 = LazyRegex(
     "^\\s*(?=\\[\\s*[A-Za-z_][A-Za-z0-9_.-]*\\s*\\(\\s*(?:\\)|[A-Za-z_][A-Za-z0-9_]*\\s*=))"
 )  # compiled (regex, DOTALL) on first use
 CLOSE_0 = LiteralSearch(("<|eot_id|>", "<|eom_id|>"))  # (longest first: it wins at one place)
-STARTS_SCAN_IN_0_TOOL_CALLS = LiteralSearch(
+STARTS_SCAN_IN_0_TOOL_CALLS = StartLiterals(
     ("<|eot_id|>", "<|eom_id|>")
-)  # what the state's delimiters start with
+)  # what a state's delimiters start with, after which lead
 
 # ---- fields: content parser, then transform --------------------------------------------------
 CONTENT_0 = make_parser("python-call-list", {})
@@ -98,7 +99,7 @@ def _finish_1_content(body, captures):
     return content
 
 
-# ---- the parser: one scan method per state -----------------------------------------------------
+# ---- the parser: one scan method per state, and its fast path --------------------------------
 class ResponseParser(Machine):
     FIELD_NAMES = ("tool_calls", "content")
     DIRTY = (True, False)
@@ -112,6 +113,13 @@ class ResponseParser(Machine):
     DEFAULT_KEYS = frozenset(("role",))
     START_LITERAL = START_ANCHOR  # the start anchor, one literal that cannot overlap itself
     STATE_SCANS = ("_scan_in_0_tool_calls", "_scan_in_1_content")
+    # The fast path of feed in each field, and outside explicit regions: its method, the one
+    # character the state's delimiters start with ("" for several), their lead characters.
+    STATE_COMMONS = (
+        None,
+        None,
+    )
+    SINK_COMMON = None
     FINISH = (
         _finish_0_tool_calls,
         _finish_1_content,
@@ -222,18 +230,8 @@ FULL_CLOSE_1 = PlainRegex(
 
 def _close_0_tool_calls(run, body, captures):
     "Field 0 ('tool_calls'): its region's value goes into the message."
-    try:  # (the finish function _finish_0_tool_calls, inlined: one call less per region)
-        content = CONTENT_0(body)
-        value = [
-            {
-                "type": "function",
-                "function": {
-                    "name": resolve(scope, "name", "name"),
-                    "arguments": resolve(scope, "arguments", "arguments"),
-                },
-            }
-            for scope in each_scope("tool_calls", content, captures)
-        ]
+    try:
+        value = _finish_0_tool_calls(body, captures)
         if run.tool_params and not isinstance(value, str):  # (text is never a tool call)
             value = coerce_tool_calls(value, run.tool_params, True)
     except Exception as error:
@@ -249,9 +247,8 @@ def _close_0_tool_calls(run, body, captures):
 
 def _close_1_content(run, body, captures):
     "Field 1 ('content'): its region's value goes into the message."
-    try:  # (the finish function _finish_1_content, inlined: one call less per region)
-        content = body.strip()
-        value = content
+    try:
+        value = _finish_1_content(body, captures)
     except Exception as error:
         run.region_failed("content", body, captures, error)
         return

@@ -58,6 +58,14 @@ def trailing_run(buf: str, pos: int, chars: str) -> int:
     return run_start(buf, pos, len(buf), chars)
 
 
+def tail_pattern(literals: tuple[str, ...]) -> Any:
+    """A stdlib pattern matching a prefix of one of `literals` that runs to the end of the text:
+    searched from where such a prefix could begin, it finds the leftmost one (what
+    literal_partial_start finds one character at a time, in one C call)."""
+    prefixes = dict.fromkeys(literal[:end] for literal in literals for end in range(1, len(literal) + 1))
+    return re.compile("(?:%s)\\Z" % "|".join(map(re.escape, prefixes)))
+
+
 class LazyRegex:
     """A pattern compiled with the `regex` module (DOTALL) the first time it is used.
 
@@ -125,7 +133,7 @@ class LiteralSearch:
     scans of one buffer, one after each commit, do not read the same text again.
     """
 
-    __slots__ = ("literals", "longest", "lead", "_first", "_single", "_alternation")
+    __slots__ = ("literals", "longest", "lead", "_first", "_single", "_alternation", "_tail")
 
     def __init__(self, literals: tuple[str, ...], lead: str = ""):
         self.literals = tuple(literals)
@@ -134,7 +142,9 @@ class LiteralSearch:
         firsts = {literal[0] for literal in self.literals}
         self._first = firsts.pop() if len(firsts) == 1 else None
         self._single = self.literals[0] if len(self.literals) == 1 else None
-        self._alternation = None  # compiled when first needed (most searches never need it)
+        # (both compiled when first needed: most searches never need them)
+        self._alternation = None
+        self._tail = None  # a proper prefix of a literal at the end of a text (see partial_start)
 
     def find(self, memo: dict | None, buf: str, pos: int, bound: int | None = None) -> tuple[int, int]:
         """(start, end) of the leftmost occurrence of a literal in buf[pos:]; (-1, -1) if none.
@@ -179,19 +189,6 @@ class LiteralSearch:
             memo[self] = (-1, -1, origin, n + 1 if stop == n else limit + 1)
         return (-1, -1) if stop == n else (-2, -2)
 
-    def starts_nowhere(self, text: str) -> bool:
-        """Whether no position of `text` starts one of the literals, nor, at its end, a proper
-        prefix of one: for the generated fast path, where every match of a state's delimiters starts
-        (after its run of lead characters) with one of these, no delimiter can start in `text`."""
-        for literal in self.literals:
-            first = literal[0]
-            at = text.find(first)
-            while at >= 0:
-                if literal.startswith(text[at : at + len(literal)]):
-                    return False
-                at = text.find(first, at + 1)
-        return True
-
     def pending(self, buf: str, pos: int, found: int) -> int:
         """Where a partial match of these literals at the end of `buf` starts (len(buf): none),
         for a scan that found the first literal of its state at `found` (-1: none at all), and
@@ -209,8 +206,13 @@ class LiteralSearch:
     def partial_start(self, buf: str, pos: int) -> int:
         """Where a match that runs into the end of `buf` starts (len(buf) if none): a proper
         prefix of a literal at the very end, or a run of lead characters reaching the end, with
-        the run of lead characters before it."""
-        return run_start(buf, pos, literal_partial_start(buf, pos, self.literals, self.longest), self.lead)
+        the run of lead characters before it. (What literal_partial_start finds, in one search.)"""
+        n = len(buf)
+        tail = self._tail
+        if tail is None:
+            tail = self._tail = tail_pattern(self.literals)
+        found = tail.search(buf, max(pos, n - self.longest + 1))
+        return run_start(buf, pos, n if found is None else found.start(), self.lead)
 
     def _search(self, buf: str, pos: int, stop: int) -> tuple[int, int] | None:
         """The leftmost occurrence within buf[pos:stop]."""
@@ -243,6 +245,66 @@ class LiteralSearch:
             alternation = self._alternation = re.compile("|".join(re.escape(lit) for lit in self.literals))
         m = alternation.search(buf, pos, stop)
         return None if m is None else m.span()
+
+
+class StartLiterals(LiteralSearch):
+    """What the delimiters watched in one parser state start with, for the state's fast path (the
+    generated `_common_*` method, see Machine.feed): every match of each of them is a run of its
+    lead characters, then one of its literals (a literal delimiter's, a literal run's, a pattern's
+    literal prefix, which the pattern spells out right after its leading `[lead]*`), then the
+    rest; and no literal starts with a lead character.
+
+    So in a chunk where no literal occurs whole (`occurs`), no delimiter matches completely, and
+    a match may still be starting in one place only: a proper prefix of a literal that runs to the
+    chunk's end, with the run of lead characters before it (`hold`). That is where the scan would
+    hold the text back (the regex partial search's leftmost partial match), found with no regex
+    call and no scan. Where these are also the state's literal delimiters' literals, the scan's
+    one search for them (LiteralSearch.find) is this object's too.
+
+    `leads`: per literal, the lead characters its delimiter's matches may start with before it
+    ("" for none). Where literals of several delimiters share a prefix, the scan holds from the
+    earliest of their partial matches: the one whose lead run reaches furthest back, a lead that is
+    a superset of the others' (the code generator builds a StartLiterals only where there is one).
+    """
+
+    __slots__ = ("_leads",)
+
+    def __init__(self, literals: tuple[str, ...], leads: tuple[str, ...] | None = None):
+        super().__init__(literals)
+        prefix_leads: dict[str, str] = {}  # prefix -> the lead characters walked back over
+        for literal, lead in zip(self.literals, leads or ("",) * len(self.literals)):
+            for end in range(1, len(literal) + 1):
+                known = prefix_leads.setdefault(literal[:end], lead)
+                if not set(known) >= set(lead):
+                    if not set(lead) >= set(known):
+                        raise ValueError(f"the leads {known!r} and {lead!r} of one prefix are not nested")
+                    prefix_leads[literal[:end]] = lead
+        self._leads = prefix_leads
+
+    def occurs(self, text: str) -> bool:
+        """Whether one of the literals occurs whole in `text`."""
+        alternation = self._alternation
+        if alternation is None:
+            alternation = self._alternation = re.compile("|".join(map(re.escape, self.literals)))
+        return alternation.search(text) is not None
+
+    def hold(self, text: str) -> int:
+        """Where a proper prefix of a literal that runs to the end of `text` starts, with the run of
+        lead characters before it; len(text) if none does. (For a text in which none occurs.)"""
+        n = len(text)
+        tail = self._tail
+        if tail is None:
+            tail = self._tail = tail_pattern(self.literals)
+        found = tail.search(text, max(0, n - self.longest + 1))
+        if found is None or found.start() == n:
+            return n
+        start = found.start()
+        return run_start(text, 0, start, self._leads[text[start:]])
+
+    def starts_nowhere(self, text: str) -> bool:
+        """Whether no position of `text` starts one of the literals, nor, at its end, a proper
+        prefix of one: then no delimiter can start in `text`."""
+        return not self.occurs(text) and self.hold(text) == len(text)
 
 
 class PatternWindow:
