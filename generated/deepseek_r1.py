@@ -89,8 +89,8 @@ CLOSE_1_WINDOW = PatternWindow(
     lead_run=False,
     prefix="\n```",
 )
-LITERALS_SCAN_SINK = LiteralSearch(
-    ("<think>", "<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>")
+LITERALS_SCAN_SINK = StartLiterals(
+    ("<think>", "<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>"), ("", WHITESPACE, WHITESPACE)
 )  # a state's literals: where any first occurs
 STARTS_SCAN_IN_0_REASONING_CONTENT = StartLiterals(
     ("</think>",)
@@ -255,7 +255,14 @@ class ResponseParser(Machine):
         if "<" not in joined:
             hold = len(joined)
         else:
-            return None  # (a delimiter may start here: the scan decides)
+            # (a delimiter may match here: the scan decides, unless one is still being matched
+            # from the start of what is unread, which the scan would hold back, with all after it)
+            m = OPEN_1.scan(joined, 0, False, self._timeout)
+            if m is not None and m.start() == 0 and (m.partial or m.end() == len(joined)):
+                return self._read_before(joined, 0)
+            if not LITERALS_SCAN_SINK.occurs(joined) and LITERALS_SCAN_SINK.hold(joined) == 0:
+                return self._read_before(joined, 0)
+            return None
         if hold == len(joined) and joined[-1] in WHITESPACE:
             # (a trailing run of lead characters, the \s* of a delimiter like \s*<tool_call>, is
             # held back where it starts: str.rstrip, one C call for what trailing_run walks)
@@ -267,6 +274,12 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
+        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_0_REASONING_CONTENT.occurs(buf, pos):
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            hold = STARTS_SCAN_IN_0_REASONING_CONTENT.hold(buf, pos)
+            return hold, None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
@@ -312,6 +325,12 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("\n", pos) < 0:
             return n, None
+        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_1_TOOL_CALLS.occurs(buf, pos):
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            hold = STARTS_SCAN_IN_1_TOOL_CALLS.hold(buf, pos)
+            return hold, None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
@@ -353,7 +372,16 @@ class ResponseParser(Machine):
         if "\n" not in joined:
             hold = len(joined)
         elif STARTS_SCAN_IN_1_TOOL_CALLS.occurs(joined):
-            return None  # (a delimiter may match here: the scan decides)
+            # (a delimiter may match here: the scan decides, unless one is still being matched
+            # from the start of what is unread, which the scan would hold back, with all after it)
+            m = CLOSE_1.scan(joined, 0, False, self._timeout)
+            if (
+                m is not None
+                and m.start() == 0
+                and (m.partial or m.end() == len(joined) and not self._eager)
+            ):
+                return self._read_before(joined, 0)
+            return None
         else:  # where a delimiter may still be starting at the end, if anywhere: held back
             hold = STARTS_SCAN_IN_1_TOOL_CALLS.hold(joined)
         return self._read_before(joined, hold)

@@ -180,6 +180,12 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
+        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_0_TOOL_CALLS.occurs(buf, pos):
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            hold = STARTS_SCAN_IN_0_TOOL_CALLS.hold(buf, pos)
+            return hold, None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later

@@ -87,7 +87,7 @@ CLOSE_0 = LiteralSearch(
 )  # (longest first: it wins at one place)
 CLOSE_1 = LiteralSearch(("<|call|>",))
 CLOSE_2 = LiteralSearch(("<|return|>", "<|end|>"))  # (longest first: it wins at one place)
-LITERALS_SCAN_SINK = LiteralSearch(
+LITERALS_SCAN_SINK = StartLiterals(
     ("<|channel|>analysis<|message|>", "<|channel|>final<|message|>")
 )  # a state's literals: where any first occurs
 STARTS_SCAN_IN_0_REASONING_CONTENT = StartLiterals(
@@ -250,7 +250,14 @@ class ResponseParser(Machine):
         if "<" not in joined and "t" not in joined:
             hold = len(joined)
         else:
-            return None  # (a delimiter may start here: the scan decides)
+            # (a delimiter may match here: the scan decides, unless one is still being matched
+            # from the start of what is unread, which the scan would hold back, with all after it)
+            m = OPEN_1.scan(joined, 0, False, self._timeout)
+            if m is not None and m.start() == 0 and (m.partial or m.end() == len(joined)):
+                return self._read_before(joined, 0)
+            if not LITERALS_SCAN_SINK.occurs(joined) and LITERALS_SCAN_SINK.hold(joined) == 0:
+                return self._read_before(joined, 0)
+            return None
         if hold == len(joined) and joined[-1] in WHITESPACE:
             # (a trailing run of lead characters, the \s* of a delimiter like \s*<tool_call>, is
             # held back where it starts: str.rstrip, one C call for what trailing_run walks)
@@ -262,6 +269,12 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
+        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_0_REASONING_CONTENT.occurs(buf, pos):
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            hold = STARTS_SCAN_IN_0_REASONING_CONTENT.hold(buf, pos)
+            return hold, None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
@@ -307,6 +320,12 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
+        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_1_TOOL_CALLS.occurs(buf, pos):
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            hold = STARTS_SCAN_IN_1_TOOL_CALLS.hold(buf, pos)
+            return hold, None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
@@ -352,6 +371,12 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
+        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_2_CONTENT.occurs(buf, pos):
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            hold = STARTS_SCAN_IN_2_CONTENT.hold(buf, pos)
+            return hold, None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later

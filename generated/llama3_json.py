@@ -186,6 +186,15 @@ class ResponseParser(Machine):
                 return n, None
             self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_take)
             return trailing_run(buf, pos, WHITESPACE), None
+        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_0_TOOL_CALLS.occurs(buf, pos):
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            hold = STARTS_SCAN_IN_0_TOOL_CALLS.hold(buf, pos)
+            if hold < n or buf[-1] not in WHITESPACE:
+                return hold, None
+            self._lead_held = True  # (a bare lead run, as above)
+            return trailing_run(buf, pos, WHITESPACE), None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later

@@ -159,6 +159,12 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0 and buf.find("[", pos) < 0:
             return n, None
+        if n - pos < SHORT_BUFFER and not STARTS_SCAN_SINK.occurs(buf, pos):
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            hold = STARTS_SCAN_SINK.hold(buf, pos)
+            return hold, None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
@@ -228,7 +234,16 @@ class ResponseParser(Machine):
         if "<" not in joined and "[" not in joined:
             hold = len(joined)
         elif STARTS_SCAN_SINK.occurs(joined):
-            return None  # (a delimiter may match here: the scan decides)
+            # (a delimiter may match here: the scan decides, unless one is still being matched
+            # from the start of what is unread, which the scan would hold back, with all after it)
+            m = OPEN_1.scan(joined, 0, False, self._timeout)
+            if (
+                m is not None
+                and m.start() == 0
+                and (m.partial or m.end() == len(joined) and not self._eager)
+            ):
+                return self._read_before(joined, 0)
+            return None
         else:  # where a delimiter may still be starting at the end, if anywhere: held back
             hold = STARTS_SCAN_SINK.hold(joined)
         return self._read_before(joined, hold)
@@ -238,6 +253,12 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("[", pos) < 0:
             return n, None
+        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_0_REASONING_CONTENT.occurs(buf, pos):
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            hold = STARTS_SCAN_IN_0_REASONING_CONTENT.hold(buf, pos)
+            return hold, None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later

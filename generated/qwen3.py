@@ -145,6 +145,15 @@ class ResponseParser(Machine):
                 return n, None
             self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_take)
             return trailing_run(buf, pos, WHITESPACE), None
+        if n - pos < SHORT_BUFFER and not STARTS_SCAN_SINK.occurs(buf, pos):
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            hold = STARTS_SCAN_SINK.hold(buf, pos)
+            if hold < n or buf[-1] not in WHITESPACE:
+                return hold, None
+            self._lead_held = True  # (a bare lead run, as above)
+            return trailing_run(buf, pos, WHITESPACE), None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
@@ -242,6 +251,12 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
+        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_0_REASONING_CONTENT.occurs(buf, pos):
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            hold = STARTS_SCAN_IN_0_REASONING_CONTENT.hold(buf, pos)
+            return hold, None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
@@ -287,6 +302,12 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
+        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_1_TOOL_CALLS.occurs(buf, pos):
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            hold = STARTS_SCAN_IN_1_TOOL_CALLS.hold(buf, pos)
+            return hold, None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later

@@ -182,6 +182,15 @@ class ResponseParser(Machine):
                 return n, None
             self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_take)
             return trailing_run(buf, pos, WHITESPACE), None
+        if n - pos < SHORT_BUFFER and not STARTS_SCAN_SINK.occurs(buf, pos):
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            hold = STARTS_SCAN_SINK.hold(buf, pos)
+            if hold < n or buf[-1] not in WHITESPACE:
+                return hold, None
+            self._lead_held = True  # (a bare lead run, as above)
+            return trailing_run(buf, pos, WHITESPACE), None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
@@ -263,7 +272,16 @@ class ResponseParser(Machine):
         if "<" not in joined:
             hold = len(joined)
         elif STARTS_SCAN_SINK.occurs(joined):
-            return None  # (a delimiter may match here: the scan decides)
+            # (a delimiter may match here: the scan decides, unless one is still being matched
+            # from the start of what is unread, which the scan would hold back, with all after it)
+            m = OPEN_1.scan(joined, 0, False, self._timeout)
+            if (
+                m is not None
+                and m.start() == 0
+                and (m.partial or m.end() == len(joined) and not self._eager)
+            ):
+                return self._read_before(joined, 0)
+            return None
         else:  # where a delimiter may still be starting at the end, if anywhere: held back
             hold = STARTS_SCAN_SINK.hold(joined)
         if hold == len(joined) and joined[-1] in WHITESPACE:
@@ -277,6 +295,12 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
+        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_0_REASONING_CONTENT.occurs(buf, pos):
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            hold = STARTS_SCAN_IN_0_REASONING_CONTENT.hold(buf, pos)
+            return hold, None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
@@ -325,6 +349,15 @@ class ResponseParser(Machine):
                 return n, None
             self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_take)
             return trailing_run(buf, pos, WHITESPACE), None
+        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_1_TOOL_CALLS.occurs(buf, pos):
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            hold = STARTS_SCAN_IN_1_TOOL_CALLS.hold(buf, pos)
+            if hold < n or buf[-1] not in WHITESPACE:
+                return hold, None
+            self._lead_held = True  # (a bare lead run, as above)
+            return trailing_run(buf, pos, WHITESPACE), None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
@@ -371,7 +404,16 @@ class ResponseParser(Machine):
         if "<" not in joined:
             hold = len(joined)
         elif STARTS_SCAN_IN_1_TOOL_CALLS.occurs(joined):
-            return None  # (a delimiter may match here: the scan decides)
+            # (a delimiter may match here: the scan decides, unless one is still being matched
+            # from the start of what is unread, which the scan would hold back, with all after it)
+            m = CLOSE_1.scan(joined, 0, False, self._timeout)
+            if (
+                m is not None
+                and m.start() == 0
+                and (m.partial or m.end() == len(joined) and not self._eager)
+            ):
+                return self._read_before(joined, 0)
+            return None
         else:  # where a delimiter may still be starting at the end, if anywhere: held back
             hold = STARTS_SCAN_IN_1_TOOL_CALLS.hold(joined)
         if hold == len(joined) and joined[-1] in WHITESPACE:

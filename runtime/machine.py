@@ -213,7 +213,11 @@ class Machine:
             return [{"type": "region_chunk", "field": self._chunk_field, "text": text, "dirty": self._chunk_dirty}]
         common = self._common
         if common is not None:  # (None once finalized or failed, and in states without one)
-            read = common(self, text)
+            try:
+                read = common(self, text)
+            except BaseException as e:  # (a regex time bound; no chunk of text raises otherwise)
+                self._fail(e)
+                raise
             if read is not None:
                 if not read:
                     return []
@@ -276,7 +280,11 @@ class Machine:
         common = self._common
         if common is None:
             return None
-        read = common(self, text)
+        try:
+            read = common(self, text)
+        except BaseException as e:  # (a regex time bound; no chunk of text raises otherwise)
+            self._fail(e)
+            raise
         if read is None:
             return None
         if read:

@@ -58,14 +58,6 @@ def trailing_run(buf: str, pos: int, chars: str) -> int:
     return run_start(buf, pos, len(buf), chars)
 
 
-def tail_pattern(literals: tuple[str, ...]) -> Any:
-    """A stdlib pattern matching a prefix of one of `literals` that runs to the end of the text:
-    searched from where such a prefix could begin, it finds the leftmost one (what
-    literal_partial_start finds one character at a time, in one C call)."""
-    prefixes = dict.fromkeys(literal[:end] for literal in literals for end in range(1, len(literal) + 1))
-    return re.compile("(?:%s)\\Z" % "|".join(map(re.escape, prefixes)))
-
-
 class LazyRegex:
     """A pattern compiled with the `regex` module (DOTALL) the first time it is used.
 
@@ -133,7 +125,7 @@ class LiteralSearch:
     scans of one buffer, one after each commit, do not read the same text again.
     """
 
-    __slots__ = ("literals", "longest", "lead", "_first", "_single", "_alternation", "_tail")
+    __slots__ = ("literals", "longest", "lead", "_first", "_single", "_alternation", "_prefixes")
 
     def __init__(self, literals: tuple[str, ...], lead: str = ""):
         self.literals = tuple(literals)
@@ -142,9 +134,9 @@ class LiteralSearch:
         firsts = {literal[0] for literal in self.literals}
         self._first = firsts.pop() if len(firsts) == 1 else None
         self._single = self.literals[0] if len(self.literals) == 1 else None
-        # (both compiled when first needed: most searches never need them)
-        self._alternation = None
-        self._tail = None  # a proper prefix of a literal at the end of a text (see partial_start)
+        self._alternation = None  # compiled when first needed (most searches never need it)
+        # Every prefix of a literal -> the lead characters a match may start with before it.
+        self._prefixes = {literal[:end]: lead for literal in self.literals for end in range(1, len(literal) + 1)}
 
     def find(self, memo: dict | None, buf: str, pos: int, bound: int | None = None) -> tuple[int, int]:
         """(start, end) of the leftmost occurrence of a literal in buf[pos:]; (-1, -1) if none.
@@ -206,13 +198,31 @@ class LiteralSearch:
     def partial_start(self, buf: str, pos: int) -> int:
         """Where a match that runs into the end of `buf` starts (len(buf) if none): a proper
         prefix of a literal at the very end, or a run of lead characters reaching the end, with
-        the run of lead characters before it. (What literal_partial_start finds, in one search.)"""
-        n = len(buf)
-        tail = self._tail
-        if tail is None:
-            tail = self._tail = tail_pattern(self.literals)
-        found = tail.search(buf, max(pos, n - self.longest + 1))
-        return run_start(buf, pos, n if found is None else found.start(), self.lead)
+        the run of lead characters before it."""
+        start = self._tail_start(buf, pos)
+        return run_start(buf, pos, len(buf), self.lead) if start == len(buf) else start
+
+    def _tail_start(self, text: str, pos: int) -> int:
+        """Where the leftmost prefix of a literal that runs to the end of text[pos:] starts, with the
+        run of lead characters before it; len(text) if none. (What literal_partial_start finds,
+        looking only where a literal's first character is, near the end.)"""
+        n = len(text)
+        prefixes = self._prefixes
+        first = self._first
+        at = max(pos, n - self.longest + 1)  # (a whole literal of the longest is no partial)
+        if first is not None:
+            at = text.find(first, at)
+            while at >= 0:
+                lead = prefixes.get(text[at:])
+                if lead is not None:
+                    return run_start(text, pos, at, lead) if lead else at
+                at = text.find(first, at + 1)
+            return n
+        for at in range(at, n):
+            lead = prefixes.get(text[at:])
+            if lead is not None:
+                return run_start(text, pos, at, lead) if lead else at
+        return n
 
     def _search(self, buf: str, pos: int, stop: int) -> tuple[int, int] | None:
         """The leftmost occurrence within buf[pos:stop]."""
@@ -267,39 +277,32 @@ class StartLiterals(LiteralSearch):
     a superset of the others' (the code generator builds a StartLiterals only where there is one).
     """
 
-    __slots__ = ("_leads",)
+    __slots__ = ()
 
     def __init__(self, literals: tuple[str, ...], leads: tuple[str, ...] | None = None):
         super().__init__(literals)
-        prefix_leads: dict[str, str] = {}  # prefix -> the lead characters walked back over
+        prefixes: dict[str, str] = {}  # prefix -> the lead characters walked back over
         for literal, lead in zip(self.literals, leads or ("",) * len(self.literals)):
             for end in range(1, len(literal) + 1):
-                known = prefix_leads.setdefault(literal[:end], lead)
+                known = prefixes.setdefault(literal[:end], lead)
                 if not set(known) >= set(lead):
                     if not set(lead) >= set(known):
                         raise ValueError(f"the leads {known!r} and {lead!r} of one prefix are not nested")
-                    prefix_leads[literal[:end]] = lead
-        self._leads = prefix_leads
+                    prefixes[literal[:end]] = lead
+        self._prefixes = prefixes
 
-    def occurs(self, text: str) -> bool:
-        """Whether one of the literals occurs whole in `text`."""
+    def occurs(self, text: str, pos: int = 0) -> bool:
+        """Whether one of the literals occurs whole in text[pos:]."""
         alternation = self._alternation
         if alternation is None:
             alternation = self._alternation = re.compile("|".join(map(re.escape, self.literals)))
-        return alternation.search(text) is not None
+        return alternation.search(text, pos) is not None
 
-    def hold(self, text: str) -> int:
-        """Where a proper prefix of a literal that runs to the end of `text` starts, with the run of
-        lead characters before it; len(text) if none does. (For a text in which none occurs.)"""
-        n = len(text)
-        tail = self._tail
-        if tail is None:
-            tail = self._tail = tail_pattern(self.literals)
-        found = tail.search(text, max(0, n - self.longest + 1))
-        if found is None or found.start() == n:
-            return n
-        start = found.start()
-        return run_start(text, 0, start, self._leads[text[start:]])
+    def hold(self, text: str, pos: int = 0) -> int:
+        """Where a proper prefix of a literal that runs to the end of `text` starts (not before
+        `pos`), with the run of lead characters before it; len(text) if none does. (For a text in
+        which none occurs whole.)"""
+        return self._tail_start(text, pos)
 
     def starts_nowhere(self, text: str) -> bool:
         """Whether no position of `text` starts one of the literals, nor, at its end, a proper

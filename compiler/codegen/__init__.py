@@ -139,6 +139,14 @@ class Watch:
         return self.delimiter.pattern is not None and self.delimiter.final_at_edge
 
     @property
+    def holds_from_start(self) -> Code:
+        """True when its match `m`, found by `scan` in `joined` (the unread text and a chunk),
+        starts at the start and is held there, as the state's scan would hold it: then the scan
+        holds everything, whatever the other delimiters find (see Machine.feed)."""
+        edge = "m.end() == len(joined)" + (" and not self._eager" if self.eager_at_edge else "")
+        return Code(f"m is not None and m.start() == 0 and (m.partial or {edge})")
+
+    @property
     def match_expr(self) -> Code:
         return Code("m" if self.wants_match else "None")
 
@@ -168,6 +176,10 @@ class State:
     common: str | None = None  # its fast path for feed and feed_text (see Machine.feed), if any
     common_doc: str = ""
     shared_const: str | None = None  # the constant of its one search for literals (shared_search)
+    # Where the state's fast path has no start literals (a pattern without a literal prefix) but
+    # its literal delimiters' literals tell where one of them is still being matched: those, with
+    # their lead characters, for the one search (a StartLiterals).
+    literal_starts: tuple[tuple[str, str], ...] | None = None
 
     @property
     def uses_memo(self) -> bool:
@@ -218,7 +230,14 @@ def _state(method: str, doc: str, watches: list[Watch], triggers: dict, leads: L
     # Literal searches first: once a match is known, later regex searches only need to look at
     # text before it (PatternWindow), instead of running on to the end of a long buffer.
     ordered = sorted(watches, key=lambda w: not w.searched_as_literals)
-    return State(method, doc, ordered, _quick_check(method, watches, triggers, leads))
+    state = State(method, doc, ordered, _quick_check(method, watches, triggers, leads))
+    quick = state.quick
+    if quick is not None and quick.starts is None and quick.patterns and state.shared_search:
+        # (its literal delimiters alone: where none occurs whole, which is still being matched)
+        starts = _start_literals(state.literal_watches)
+        if _tail_is_exact(state.literal_watches, starts):
+            state.literal_starts = tuple((s, leads.name(c) if c else "") for s, c in starts)
+    return state
 
 
 @dataclass
@@ -237,6 +256,9 @@ class QuickCheck:
     # Whether the one place a delimiter may still start, where no start literal occurs whole, is
     # exactly where the scan holds text back (StartLiterals.hold); see _tail_is_exact.
     tail: bool
+    # The watched delimiters that are patterns (not literal runs): a chunk that leaves one of them
+    # matching from the start of the unread text, partly or up to its end, is held whole.
+    patterns: tuple[Watch, ...] = ()
 
     def absent(self, target: str, start: str = "") -> Code:
         """True when no first character occurs in `target` (from `start`, as the scans read)."""
@@ -277,6 +299,7 @@ def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: Leads
         starts=None if starts is None else tuple((s, leads.name(c) if c and tail else "") for s, c in starts),
         starts_const=f"STARTS_{tag}",
         tail=tail,
+        patterns=tuple(w for w in watches if w.delimiter.pattern is not None and w.delimiter.literal_run is None),
     )
 
 
@@ -581,7 +604,12 @@ def _literal_searches(states: list[State], consts: dict[str, ir.Delimiter], lead
             if state.shared_search and set(literals) == set(state.all_literals) and len(literals) == len(state.all_literals):
                 state.shared_const = quick.starts_const  # (the same literals: one search)
             add(quick.starts_const, ("starts", quick.starts), f"StartLiterals({py_literal(literals)}{_leads_argument(quick.starts)})")
-        if state.shared_search and state.shared_const is None:
+        if state.literal_starts is not None:
+            state.shared_const = state.literals_const
+            literals = tuple(literal for literal, _ in state.literal_starts)
+            construction = f"StartLiterals({py_literal(literals)}{_leads_argument(state.literal_starts)})"
+            add(state.literals_const, ("starts", state.literal_starts), construction)
+        elif state.shared_search and state.shared_const is None:
             state.shared_const = state.literals_const
             literals = state.all_literals
             add(state.literals_const, (literals, ""), f"LiteralSearch({py_literal(literals)})")
