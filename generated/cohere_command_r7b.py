@@ -130,13 +130,14 @@ class ResponseParser(Machine):
     START_LITERAL = START_ANCHOR  # the start anchor, one literal that cannot overlap itself
     STATE_SCANS = ("_scan_in_0_reasoning_content", "_scan_in_1_tool_calls", "_scan_in_2_content")
     # The fast path of feed in each field, and outside explicit regions: its method, the one
-    # character the state's delimiters start with ("" for several), their lead characters.
+    # character the state's delimiters start with ("" for several), their lead characters, and
+    # whether a trailing run of those is held where it starts.
     STATE_COMMONS = (
-        ("_common_in_0_reasoning_content", "<", ""),
-        ("_common_in_1_tool_calls", "<", ""),
-        ("_common_in_2_content", "<", ""),
+        ("_common_in_0_reasoning_content", "<", "", False),
+        ("_common_in_1_tool_calls", "<", "", False),
+        ("_common_in_2_content", "<", "", False),
     )
-    SINK_COMMON = ("_common_sink", "<", "")
+    SINK_COMMON = ("_common_sink", "<", "", False)
     FINISH = (
         _finish_0_reasoning_content,
         _finish_1_tool_calls,

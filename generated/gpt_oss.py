@@ -149,13 +149,14 @@ class ResponseParser(Machine):
     START_LITERAL = START_ANCHOR  # the start anchor, one literal that cannot overlap itself
     STATE_SCANS = ("_scan_in_0_reasoning_content", "_scan_in_1_tool_calls", "_scan_in_2_content")
     # The fast path of feed in each field, and outside explicit regions: its method, the one
-    # character the state's delimiters start with ("" for several), their lead characters.
+    # character the state's delimiters start with ("" for several), their lead characters, and
+    # whether a trailing run of those is held where it starts.
     STATE_COMMONS = (
-        ("_common_in_0_reasoning_content", "<", ""),
-        ("_common_in_1_tool_calls", "<", ""),
-        ("_common_in_2_content", "<", ""),
+        ("_common_in_0_reasoning_content", "<", "", False),
+        ("_common_in_1_tool_calls", "<", "", False),
+        ("_common_in_2_content", "<", "", False),
     )
-    SINK_COMMON = ("_common_sink", "", WHITESPACE)
+    SINK_COMMON = ("_common_sink", "", WHITESPACE, True)
     FINISH = (
         _finish_0_reasoning_content,
         _finish_1_tool_calls,
@@ -252,7 +253,7 @@ class ResponseParser(Machine):
         else:
             # (a delimiter may match here: the scan decides, unless one is still being matched
             # from the start of what is unread, which the scan would hold back, with all after it)
-            m = OPEN_1.scan(joined, 0, False, self._timeout)
+            m = OPEN_1.compiled().search(joined, partial=True, timeout=self._timeout)
             if m is not None and m.start() == 0 and (m.partial or m.end() == len(joined)):
                 return self._read_before(joined, 0)
             if not LITERALS_SCAN_SINK.occurs(joined) and LITERALS_SCAN_SINK.hold(joined) == 0:

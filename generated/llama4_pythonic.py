@@ -116,7 +116,8 @@ class ResponseParser(Machine):
     START_LITERAL = START_ANCHOR  # the start anchor, one literal that cannot overlap itself
     STATE_SCANS = ("_scan_in_0_tool_calls", "_scan_in_1_content")
     # The fast path of feed in each field, and outside explicit regions: its method, the one
-    # character the state's delimiters start with ("" for several), their lead characters.
+    # character the state's delimiters start with ("" for several), their lead characters, and
+    # whether a trailing run of those is held where it starts.
     STATE_COMMONS = (
         None,
         None,

@@ -107,12 +107,13 @@ class ResponseParser(Machine):
     DEFAULT_KEYS = frozenset(("role",))
     STATE_SCANS = ("_scan_in_0_tool_calls", "_scan_in_1_content")
     # The fast path of feed in each field, and outside explicit regions: its method, the one
-    # character the state's delimiters start with ("" for several), their lead characters.
+    # character the state's delimiters start with ("" for several), their lead characters, and
+    # whether a trailing run of those is held where it starts.
     STATE_COMMONS = (
-        ("_common_in_0_tool_calls", "<", ""),
+        ("_common_in_0_tool_calls", "<", "", False),
         None,
     )
-    SINK_COMMON = ("_common_sink", "", "")
+    SINK_COMMON = ("_common_sink", "", "", False)
     FINISH = (
         _finish_0_tool_calls,
         _finish_1_content,

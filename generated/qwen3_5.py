@@ -153,13 +153,14 @@ class ResponseParser(Machine):
     START_LITERAL = START_ANCHOR  # the start anchor, one literal that cannot overlap itself
     STATE_SCANS = ("_scan_in_0_reasoning_content", "_scan_in_1_tool_calls", "_scan_in_2_content")
     # The fast path of feed in each field, and outside explicit regions: its method, the one
-    # character the state's delimiters start with ("" for several), their lead characters.
+    # character the state's delimiters start with ("" for several), their lead characters, and
+    # whether a trailing run of those is held where it starts.
     STATE_COMMONS = (
-        ("_common_in_0_reasoning_content", "<", ""),
-        ("_common_in_1_tool_calls", "<", WHITESPACE),
+        ("_common_in_0_reasoning_content", "<", "", False),
+        ("_common_in_1_tool_calls", "<", WHITESPACE, True),
         None,
     )
-    SINK_COMMON = ("_common_sink", "<", WHITESPACE)
+    SINK_COMMON = ("_common_sink", "<", WHITESPACE, True)
     FINISH = (
         _finish_0_reasoning_content,
         _finish_1_tool_calls,
@@ -274,7 +275,7 @@ class ResponseParser(Machine):
         elif STARTS_SCAN_SINK.occurs(joined):
             # (a delimiter may match here: the scan decides, unless one is still being matched
             # from the start of what is unread, which the scan would hold back, with all after it)
-            m = OPEN_1.scan(joined, 0, False, self._timeout)
+            m = OPEN_1.compiled().search(joined, partial=True, timeout=self._timeout)
             if (
                 m is not None
                 and m.start() == 0
@@ -406,7 +407,7 @@ class ResponseParser(Machine):
         elif STARTS_SCAN_IN_1_TOOL_CALLS.occurs(joined):
             # (a delimiter may match here: the scan decides, unless one is still being matched
             # from the start of what is unread, which the scan would hold back, with all after it)
-            m = CLOSE_1.scan(joined, 0, False, self._timeout)
+            m = CLOSE_1.compiled().search(joined, partial=True, timeout=self._timeout)
             if (
                 m is not None
                 and m.start() == 0

@@ -86,10 +86,10 @@ class Machine:
     STATE_SCANS: tuple[str, ...] = ()  # per field: name of the scan method used inside it
     # Per field, the fast path of feed inside it (see feed), None where it has none: (the name of
     # its method, the one character every watched delimiter starts with or "" where they start
-    # with several, the lead characters they may start with before it); SINK_COMMON is the one
-    # outside explicit regions.
-    STATE_COMMONS: tuple[tuple[str, str, str] | None, ...] = ()
-    SINK_COMMON: tuple[str, str, str] | None = None
+    # with several, the lead characters they may start with before it, whether a trailing run of
+    # them is held where it starts); SINK_COMMON is the one outside explicit regions.
+    STATE_COMMONS: tuple[tuple[str, str, str, bool] | None, ...] = ()
+    SINK_COMMON: tuple[str, str, str, bool] | None = None
     DEFAULT_KEYS: frozenset = frozenset()
     # The start anchor when it is one literal that cannot overlap itself (its last occurrence in
     # a prompt is where the prompt is cut): a token-id prompt is then decoded from its last
@@ -201,33 +201,38 @@ class Machine:
         """Feed the next piece of model output; returns the events it produced.
 
         Most chunks can only add to the open region: no delimiter can start in them, or one may
-        only be starting at their end (a "<" that may begin "</think>"). The commonest, a chunk
-        without the one character the state's delimiters start with, with nothing held before it
-        and no lead character at its end, is read here. The current state's fast path (`_common`,
+        only be starting at their end (a "<" that may begin "</think>"). Those without the one
+        character the state's delimiters start with are read here (`_read_lead`, where a run of
+        lead characters ends them or is held); the current state's fast path (`_common`,
         generated per state from what its delimiters start with) reads the others, and returns
         the text read (the chunk, less what it holds back, plus held text the chunk shows is no
         delimiter); it returns None for any other chunk, which the general path reads
         (`_feed_scanned`: the state's scan decides)."""
-        if self._trigger not in text and text and not self._buf and self._opened and text[-1] not in self._lead_chars:
-            self._parts.append(text)
-            return [{"type": "region_chunk", "field": self._chunk_field, "text": text, "dirty": self._chunk_dirty}]
-        common = self._common
-        if common is not None:  # (None once finalized or failed, and in states without one)
+        read = None
+        if self._trigger not in text and text and self._opened:
+            if not self._buf and text[-1] not in self._lead_chars:  # (the commonest chunk)
+                self._parts.append(text)
+                return [{"type": "region_chunk", "field": self._chunk_field, "text": text, "dirty": self._chunk_dirty}]
+            read = self._read_lead(text)
+        if read is None:
+            common = self._common
+            if common is None:  # (None once finalized or failed, and in states without one)
+                return self._feed_scanned(text)
             try:
                 read = common(self, text)
             except BaseException as e:  # (a regex time bound; no chunk of text raises otherwise)
                 self._fail(e)
                 raise
-            if read is not None:
-                if not read:
-                    return []
-                if self._opened:
-                    self._parts.append(read)
-                    return [{"type": "region_chunk", "field": self._chunk_field, "text": read, "dirty": self._chunk_dirty}]
-                events: list[dict] = []
-                self._accumulate(events, read)  # (the implicit field opens; the null sink drops it)
-                return events
-        return self._feed_scanned(text)
+            if read is None:
+                return self._feed_scanned(text)
+        if not read:
+            return []
+        if self._opened:
+            self._parts.append(read)
+            return [{"type": "region_chunk", "field": self._chunk_field, "text": read, "dirty": self._chunk_dirty}]
+        events: list[dict] = []
+        self._accumulate(events, read)  # (the implicit field opens; the null sink drops it)
+        return events
 
     def _feed_scanned(self, text: str) -> list[dict]:
         """feed() by the general path: the current state's scan decides."""
@@ -274,24 +279,45 @@ class Machine:
         feed()). Saves building the events of the chunks that make up most of a stream."""
         if not self._opened:
             return None
-        if self._trigger not in text and text and not self._buf and text[-1] not in self._lead_chars:
-            self._parts.append(text)  # (the commonest chunk, as in feed)
-            return self._chunk_field, text
-        common = self._common
-        if common is None:
-            return None
-        try:
-            read = common(self, text)
-        except BaseException as e:  # (a regex time bound; no chunk of text raises otherwise)
-            self._fail(e)
-            raise
+        read = None
+        if self._trigger not in text and text:  # (as in feed)
+            if not self._buf and text[-1] not in self._lead_chars:
+                self._parts.append(text)
+                return self._chunk_field, text
+            read = self._read_lead(text)
         if read is None:
-            return None
+            common = self._common
+            if common is None:
+                return None
+            try:
+                read = common(self, text)
+            except BaseException as e:  # (a regex time bound; no chunk of text raises otherwise)
+                self._fail(e)
+                raise
+            if read is None:
+                return None
         if read:
             self._parts.append(read)
         return self._chunk_field, read
 
-    def _enter_common(self, common: tuple[str, str, str] | None) -> None:
+    def _read_lead(self, text: str) -> str | None:
+        """feed's and feed_text's reading of a chunk in which no delimiter of the state starts (it
+        has none of their first characters) but a run of lead characters at its end (held back,
+        where the state holds such runs: a possible start of a delimiter like \\s*<tool_call>),
+        or a chunk after such a run held (read with it). None for anything else."""
+        lead = self._lead_chars
+        if not self._buf:
+            if not self._lead_hold:
+                return None
+            run_start = len(text.rstrip(lead))  # (str.rstrip: one C call for the run)
+            self._buf = text[run_start:]
+            self._lead_held = True
+            return text[:run_start]
+        if self._lead_held:
+            return self._lead_take(text, len(text.rstrip(lead)))
+        return None
+
+    def _enter_common(self, common: tuple[str, str, str, bool] | None) -> None:
         """Take the fast path of the state being entered (an entry of STATE_COMMONS), and what a
         region_chunk event of the field it reads names (feed's hot path reads it from here)."""
         index = self._current
@@ -301,10 +327,11 @@ class Machine:
             self._common = None
             self._trigger = ""  # ("" is in every text: no chunk takes feed's first test)
             self._lead_chars = ""
+            self._lead_hold = False
         else:
             # (the class's plain function: a bound method stored on the instance would be a cycle)
             self._common = getattr(type(self), common[0])
-            self._trigger, self._lead_chars = common[1] or "", common[2]
+            self._trigger, self._lead_chars, self._lead_hold = common[1], common[2], common[3]
 
     def chunk_event(self, text: str) -> dict:
         """The region_chunk event of `text` in the open region: what feed would have returned for

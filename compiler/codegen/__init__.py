@@ -503,12 +503,14 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
 
 def _common_entry(state: State) -> Code:
     """A state's entry in STATE_COMMONS (see Machine.STATE_COMMONS): its fast path's method, the
-    one character its delimiters start with ("" for several), and their lead characters."""
+    one character its delimiters start with ("" for several), their lead characters, and whether
+    a trailing run of them is held."""
     if state.common is None:
         return Code("None")
     quick = state.quick
     trigger = next(iter(quick.first)) if len(quick.first) == 1 else ""
-    return Code(f"({py_literal(state.common)}, {py_literal(trigger)}, {quick.lead or py_literal('')})")
+    lead = quick.lead or py_literal("")
+    return Code(f"({py_literal(state.common)}, {py_literal(trigger)}, {lead}, {py_literal(quick.lead_hold)})")
 
 
 def _anchor(anchor: ir.Delimiter) -> dict:
