@@ -67,20 +67,11 @@ START_ANCHOR = "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
 OPEN_0 = LiteralSearch(("<|START_THINKING|>",))
 OPEN_1 = LiteralSearch(("<|START_ACTION|>",))
 OPEN_2 = LiteralSearch(("<|START_RESPONSE|>",))
-CLOSE_0 = LiteralSearch(("<|END_THINKING|>",))
-CLOSE_1 = LiteralSearch(("<|END_ACTION|>",))
-CLOSE_2 = LiteralSearch(("<|END_RESPONSE|>",))
+CLOSE_0 = StartLiterals(("<|END_THINKING|>",))
+CLOSE_1 = StartLiterals(("<|END_ACTION|>",))
+CLOSE_2 = StartLiterals(("<|END_RESPONSE|>",))
 STARTS_SCAN_SINK = StartLiterals(
     ("<|START_THINKING|>", "<|START_ACTION|>", "<|START_RESPONSE|>")
-)  # what a state's delimiters start with, after which lead
-STARTS_SCAN_IN_0_REASONING_CONTENT = StartLiterals(
-    ("<|END_THINKING|>",)
-)  # what a state's delimiters start with, after which lead
-STARTS_SCAN_IN_1_TOOL_CALLS = StartLiterals(
-    ("<|END_ACTION|>",)
-)  # what a state's delimiters start with, after which lead
-STARTS_SCAN_IN_2_CONTENT = StartLiterals(
-    ("<|END_RESPONSE|>",)
 )  # what a state's delimiters start with, after which lead
 
 # ---- fields: content parser, then transform --------------------------------------------------
@@ -239,11 +230,11 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
-        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_0_REASONING_CONTENT.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER and not CLOSE_0.occurs(buf, pos):
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = STARTS_SCAN_IN_0_REASONING_CONTENT.hold(buf, pos)
+            hold = CLOSE_0.hold(buf, pos)
             return hold, None
         hold = n
         best = None
@@ -279,10 +270,10 @@ class ResponseParser(Machine):
             joined = self._buf + text
         if "<" not in joined:
             hold = len(joined)
-        elif STARTS_SCAN_IN_0_REASONING_CONTENT.occurs(joined):
+        elif CLOSE_0.occurs(joined):
             return None  # (a delimiter may match here: the scan decides)
         else:  # where a delimiter may still be starting at the end, if anywhere: held back
-            hold = STARTS_SCAN_IN_0_REASONING_CONTENT.hold(joined)
+            hold = CLOSE_0.hold(joined)
         return self._read_before(joined, hold)
 
     def _scan_in_1_tool_calls(self, buf, pos, eos):
@@ -290,11 +281,11 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
-        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_1_TOOL_CALLS.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER and not CLOSE_1.occurs(buf, pos):
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = STARTS_SCAN_IN_1_TOOL_CALLS.hold(buf, pos)
+            hold = CLOSE_1.hold(buf, pos)
             return hold, None
         hold = n
         best = None
@@ -330,10 +321,10 @@ class ResponseParser(Machine):
             joined = self._buf + text
         if "<" not in joined:
             hold = len(joined)
-        elif STARTS_SCAN_IN_1_TOOL_CALLS.occurs(joined):
+        elif CLOSE_1.occurs(joined):
             return None  # (a delimiter may match here: the scan decides)
         else:  # where a delimiter may still be starting at the end, if anywhere: held back
-            hold = STARTS_SCAN_IN_1_TOOL_CALLS.hold(joined)
+            hold = CLOSE_1.hold(joined)
         return self._read_before(joined, hold)
 
     def _scan_in_2_content(self, buf, pos, eos):
@@ -341,11 +332,11 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
-        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_2_CONTENT.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER and not CLOSE_2.occurs(buf, pos):
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = STARTS_SCAN_IN_2_CONTENT.hold(buf, pos)
+            hold = CLOSE_2.hold(buf, pos)
             return hold, None
         hold = n
         best = None
@@ -381,10 +372,10 @@ class ResponseParser(Machine):
             joined = self._buf + text
         if "<" not in joined:
             hold = len(joined)
-        elif STARTS_SCAN_IN_2_CONTENT.occurs(joined):
+        elif CLOSE_2.occurs(joined):
             return None  # (a delimiter may match here: the scan decides)
         else:  # where a delimiter may still be starting at the end, if anywhere: held back
-            hold = STARTS_SCAN_IN_2_CONTENT.hold(joined)
+            hold = CLOSE_2.hold(joined)
         return self._read_before(joined, hold)
 
 
@@ -463,18 +454,15 @@ def _read_outside(run, buf, pos, head):
         if k == 1:
             # open of field 2
             s, e, found = q, m.end(), None
-            index, rank = 2, 0
+            index = 2
         elif k == 2:
             # open of field 0
             s, e, found = q, m.end(), None
-            index, rank = 0, 1
+            index = 0
         elif k == 3:
             # open of field 1
             s, e, found = q, m.end(), None
-            index, rank = 1, 2
-        if s < 0:
-            q += 1  # (no match where this key is: the search goes on after it)
-            continue
+            index = 1
         return index, e, {}
     return None
 

@@ -70,8 +70,8 @@ CLOSE_2_PATTERN = "\\s*(?:<response>|</response>|<\\|im_end\\|>|<\\|end_of_sente
 CLOSE_2 = LiteralSearch(
     ("<response>", "</response>", "<|im_end|>", "<|end_of_sentence|>", "</s>"), WHITESPACE
 )
-CLOSE_0 = LiteralSearch(("</think>",))
-CLOSE_1 = LiteralSearch(("</tool_call>",))
+CLOSE_0 = StartLiterals(("</think>",))
+CLOSE_1 = StartLiterals(("</tool_call>",))
 STARTS_SCAN_SINK = StartLiterals(
     (
         "<think>",
@@ -83,12 +83,6 @@ STARTS_SCAN_SINK = StartLiterals(
         "</s>",
     ),
     ("", WHITESPACE, WHITESPACE, WHITESPACE, WHITESPACE, WHITESPACE, WHITESPACE),
-)  # what a state's delimiters start with, after which lead
-STARTS_SCAN_IN_0_REASONING_CONTENT = StartLiterals(
-    ("</think>",)
-)  # what a state's delimiters start with, after which lead
-STARTS_SCAN_IN_1_TOOL_CALLS = StartLiterals(
-    ("</tool_call>",)
 )  # what a state's delimiters start with, after which lead
 
 # ---- fields: content parser, then transform --------------------------------------------------
@@ -271,11 +265,11 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
-        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_0_REASONING_CONTENT.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER and not CLOSE_0.occurs(buf, pos):
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = STARTS_SCAN_IN_0_REASONING_CONTENT.hold(buf, pos)
+            hold = CLOSE_0.hold(buf, pos)
             return hold, None
         hold = n
         best = None
@@ -311,10 +305,10 @@ class ResponseParser(Machine):
             joined = self._buf + text
         if "<" not in joined:
             hold = len(joined)
-        elif STARTS_SCAN_IN_0_REASONING_CONTENT.occurs(joined):
+        elif CLOSE_0.occurs(joined):
             return None  # (a delimiter may match here: the scan decides)
         else:  # where a delimiter may still be starting at the end, if anywhere: held back
-            hold = STARTS_SCAN_IN_0_REASONING_CONTENT.hold(joined)
+            hold = CLOSE_0.hold(joined)
         return self._read_before(joined, hold)
 
     def _scan_in_1_tool_calls(self, buf, pos, eos):
@@ -322,11 +316,11 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
-        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_1_TOOL_CALLS.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER and not CLOSE_1.occurs(buf, pos):
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = STARTS_SCAN_IN_1_TOOL_CALLS.hold(buf, pos)
+            hold = CLOSE_1.hold(buf, pos)
             return hold, None
         hold = n
         best = None
@@ -362,10 +356,10 @@ class ResponseParser(Machine):
             joined = self._buf + text
         if "<" not in joined:
             hold = len(joined)
-        elif STARTS_SCAN_IN_1_TOOL_CALLS.occurs(joined):
+        elif CLOSE_1.occurs(joined):
             return None  # (a delimiter may match here: the scan decides)
         else:  # where a delimiter may still be starting at the end, if anywhere: held back
-            hold = STARTS_SCAN_IN_1_TOOL_CALLS.hold(joined)
+            hold = CLOSE_1.hold(joined)
         return self._read_before(joined, hold)
 
 
@@ -445,22 +439,19 @@ def _read_outside(run, buf, pos, head):
         if k == 1:
             # open of field 0
             s, e, found = q, m.end(), None
-            index, rank = 0, 0
+            index = 0
         elif k == 2:
             # open of field 1
             s, e, found = q, m.end(), None
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # (the match starts with the run of lead characters before its key)
-            index, rank = 1, 1
+            index = 1
         elif k == 3:
             # close of field 2
             s, e, found = q, m.end(), None
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # (the match starts with the run of lead characters before its key)
-            index, rank = 2, 2
-        if s < 0:
-            q += 1  # (no match where this key is: the search goes on after it)
-            continue
+            index = 2
         if index == 2:  # the implicit field's close
             if s > pos or head:
                 _close_2_content(run, head + buf[pos:s], {})

@@ -82,23 +82,14 @@ OPEN_1_WINDOW = PatternWindow(
     lead_run=True,
     prefix="",
 )
-CLOSE_0 = LiteralSearch(
+CLOSE_0 = StartLiterals(
     ("<|return|>", "<|call|>", "<|end|>")
 )  # (longest first: it wins at one place)
-CLOSE_1 = LiteralSearch(("<|call|>",))
-CLOSE_2 = LiteralSearch(("<|return|>", "<|end|>"))  # (longest first: it wins at one place)
+CLOSE_1 = StartLiterals(("<|call|>",))
+CLOSE_2 = StartLiterals(("<|return|>", "<|end|>"))  # (longest first: it wins at one place)
 LITERALS_SCAN_SINK = StartLiterals(
     ("<|channel|>analysis<|message|>", "<|channel|>final<|message|>")
 )  # a state's literals: where any first occurs
-STARTS_SCAN_IN_0_REASONING_CONTENT = StartLiterals(
-    ("<|end|>", "<|return|>", "<|call|>")
-)  # what a state's delimiters start with, after which lead
-STARTS_SCAN_IN_1_TOOL_CALLS = StartLiterals(
-    ("<|call|>",)
-)  # what a state's delimiters start with, after which lead
-STARTS_SCAN_IN_2_CONTENT = StartLiterals(
-    ("<|return|>", "<|end|>")
-)  # what a state's delimiters start with, after which lead
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -270,11 +261,11 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
-        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_0_REASONING_CONTENT.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER and not CLOSE_0.occurs(buf, pos):
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = STARTS_SCAN_IN_0_REASONING_CONTENT.hold(buf, pos)
+            hold = CLOSE_0.hold(buf, pos)
             return hold, None
         hold = n
         best = None
@@ -310,10 +301,10 @@ class ResponseParser(Machine):
             joined = self._buf + text
         if "<" not in joined:
             hold = len(joined)
-        elif STARTS_SCAN_IN_0_REASONING_CONTENT.occurs(joined):
+        elif CLOSE_0.occurs(joined):
             return None  # (a delimiter may match here: the scan decides)
         else:  # where a delimiter may still be starting at the end, if anywhere: held back
-            hold = STARTS_SCAN_IN_0_REASONING_CONTENT.hold(joined)
+            hold = CLOSE_0.hold(joined)
         return self._read_before(joined, hold)
 
     def _scan_in_1_tool_calls(self, buf, pos, eos):
@@ -321,11 +312,11 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
-        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_1_TOOL_CALLS.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER and not CLOSE_1.occurs(buf, pos):
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = STARTS_SCAN_IN_1_TOOL_CALLS.hold(buf, pos)
+            hold = CLOSE_1.hold(buf, pos)
             return hold, None
         hold = n
         best = None
@@ -361,10 +352,10 @@ class ResponseParser(Machine):
             joined = self._buf + text
         if "<" not in joined:
             hold = len(joined)
-        elif STARTS_SCAN_IN_1_TOOL_CALLS.occurs(joined):
+        elif CLOSE_1.occurs(joined):
             return None  # (a delimiter may match here: the scan decides)
         else:  # where a delimiter may still be starting at the end, if anywhere: held back
-            hold = STARTS_SCAN_IN_1_TOOL_CALLS.hold(joined)
+            hold = CLOSE_1.hold(joined)
         return self._read_before(joined, hold)
 
     def _scan_in_2_content(self, buf, pos, eos):
@@ -372,11 +363,11 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
-        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_2_CONTENT.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER and not CLOSE_2.occurs(buf, pos):
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = STARTS_SCAN_IN_2_CONTENT.hold(buf, pos)
+            hold = CLOSE_2.hold(buf, pos)
             return hold, None
         hold = n
         best = None
@@ -412,10 +403,10 @@ class ResponseParser(Machine):
             joined = self._buf + text
         if "<" not in joined:
             hold = len(joined)
-        elif STARTS_SCAN_IN_2_CONTENT.occurs(joined):
+        elif CLOSE_2.occurs(joined):
             return None  # (a delimiter may match here: the scan decides)
         else:  # where a delimiter may still be starting at the end, if anywhere: held back
-            hold = STARTS_SCAN_IN_2_CONTENT.hold(joined)
+            hold = CLOSE_2.hold(joined)
         return self._read_before(joined, hold)
 
 
@@ -435,12 +426,6 @@ SEARCH_READ_IN_0_REASONING_CONTENT = PlainRegex(
 SEARCH_READ_IN_2_CONTENT = PlainRegex(
     "<\\|return\\|>|<\\|end\\|>"
 )  # where the state's next delimiter may be
-SEARCH_READ_IN_0_REASONING_CONTENT_KEYS = {
-    "<|return|>": 1,
-    "<|call|>": 1,
-    "<|end|>": 1,
-}  # which key a literal found is
-SEARCH_READ_IN_2_CONTENT_KEYS = {"<|return|>": 1, "<|end|>": 1}  # which key a literal found is
 
 
 def _close_0_reasoning_content(run, body, captures):
@@ -499,18 +484,15 @@ def _read_outside(run, buf, pos, head):
         if k == 1:
             # open of field 2
             s, e, found = q, m.end(), None
-            index, rank = 2, 0
+            index = 2
         elif k == 2:
             # open of field 0
             s, e, found = q, m.end(), None
-            index, rank = 0, 1
+            index = 0
         elif k == 3:
             # open of field 1
             s, e, found = q, m.end(), m  # (the search's match is the pattern's own)
-            index, rank = 1, 2
-        if s < 0:
-            q += 1  # (no match where this key is: the search goes on after it)
-            continue
+            index = 1
         if index == 1:
             return (
                 index,
@@ -523,22 +505,11 @@ def _read_outside(run, buf, pos, head):
 
 def _read_in_0_reasoning_content(run, buf, pos, head, captures):
     "Inside field 0 ('reasoning_content'): its text up to its close, or to the end. Returns where the text goes on (-1: the end)."
-    q = pos  # where the search for the next key goes on
-    while True:
-        m = SEARCH_READ_IN_0_REASONING_CONTENT.search(buf, q)
-        if m is None:
-            break
-        q = m.start()
-        k = SEARCH_READ_IN_0_REASONING_CONTENT_KEYS[
-            m.group()
-        ]  # which key the search found first here
-        if k == 1:
-            # close of field 0
-            s, e, found = q, m.end(), None
-            index, rank = 0, 0
-        if s < 0:
-            q += 1  # (no match where this key is: the search goes on after it)
-            continue
+    # close of field 0
+    # (its literals, in the engine's order: the one the search finds is the delimiter's match)
+    m = SEARCH_READ_IN_0_REASONING_CONTENT.search(buf, pos)
+    if m is not None:
+        s, e = m.span()
         _close_0_reasoning_content(run, head + buf[pos:s], captures)
         return e
     _close_0_reasoning_content(run, head + buf[pos:], captures)  # (no close: it runs to the end)
@@ -559,20 +530,11 @@ def _read_in_1_tool_calls(run, buf, pos, head, captures):
 
 def _read_in_2_content(run, buf, pos, head, captures):
     "Inside field 2 ('content'): its text up to its close, or to the end. Returns where the text goes on (-1: the end)."
-    q = pos  # where the search for the next key goes on
-    while True:
-        m = SEARCH_READ_IN_2_CONTENT.search(buf, q)
-        if m is None:
-            break
-        q = m.start()
-        k = SEARCH_READ_IN_2_CONTENT_KEYS[m.group()]  # which key the search found first here
-        if k == 1:
-            # close of field 2
-            s, e, found = q, m.end(), None
-            index, rank = 2, 0
-        if s < 0:
-            q += 1  # (no match where this key is: the search goes on after it)
-            continue
+    # close of field 2
+    # (its literals, in the engine's order: the one the search finds is the delimiter's match)
+    m = SEARCH_READ_IN_2_CONTENT.search(buf, pos)
+    if m is not None:
+        s, e = m.span()
         _close_2_content(run, head + buf[pos:s], captures)
         return e
     _close_2_content(run, head + buf[pos:], captures)  # (no close: it runs to the end)

@@ -66,13 +66,10 @@ OPEN_0 = LiteralSearch(("<tool_call>",), WHITESPACE)
 CLOSE_1_PATTERN = "\\s*(?:<\\|im_end\\|>|<\\|endoftext\\|>|<\\|end_of_text\\|>)"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.
 CLOSE_1 = LiteralSearch(("<|im_end|>", "<|endoftext|>", "<|end_of_text|>"), WHITESPACE)
-CLOSE_0 = LiteralSearch(("</tool_call>",))
+CLOSE_0 = StartLiterals(("</tool_call>",))
 STARTS_SCAN_SINK = StartLiterals(
     ("<tool_call>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>"),
     (WHITESPACE, WHITESPACE, WHITESPACE, WHITESPACE),
-)  # what a state's delimiters start with, after which lead
-STARTS_SCAN_IN_0_TOOL_CALLS = StartLiterals(
-    ("</tool_call>",)
 )  # what a state's delimiters start with, after which lead
 
 # ---- fields: content parser, then transform --------------------------------------------------
@@ -228,11 +225,11 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
-        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_0_TOOL_CALLS.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER and not CLOSE_0.occurs(buf, pos):
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = STARTS_SCAN_IN_0_TOOL_CALLS.hold(buf, pos)
+            hold = CLOSE_0.hold(buf, pos)
             return hold, None
         hold = n
         best = None
@@ -268,10 +265,10 @@ class ResponseParser(Machine):
             joined = self._buf + text
         if "<" not in joined:
             hold = len(joined)
-        elif STARTS_SCAN_IN_0_TOOL_CALLS.occurs(joined):
+        elif CLOSE_0.occurs(joined):
             return None  # (a delimiter may match here: the scan decides)
         else:  # where a delimiter may still be starting at the end, if anywhere: held back
-            hold = STARTS_SCAN_IN_0_TOOL_CALLS.hold(joined)
+            hold = CLOSE_0.hold(joined)
         return self._read_before(joined, hold)
 
 
@@ -335,16 +332,13 @@ def _read_outside(run, buf, pos, head):
             s, e, found = q, m.end(), None
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # (the match starts with the run of lead characters before its key)
-            index, rank = 0, 0
+            index = 0
         elif k == 2:
             # close of field 1
             s, e, found = q, m.end(), None
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # (the match starts with the run of lead characters before its key)
-            index, rank = 1, 1
-        if s < 0:
-            q += 1  # (no match where this key is: the search goes on after it)
-            continue
+            index = 1
         if index == 1:  # the implicit field's close
             if s > pos or head:
                 _close_1_content(run, head + buf[pos:s], {})

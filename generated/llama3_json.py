@@ -71,10 +71,7 @@ OPEN_0 = LazyRegex(
 )  # compiled (regex, DOTALL) on first use
 CLOSE_0_PATTERN = "\\s*(?:<\\|eot_id\\|>|<\\|eom_id\\|>)"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.
-CLOSE_0 = LiteralSearch(("<|eot_id|>", "<|eom_id|>"), WHITESPACE)
-STARTS_SCAN_IN_0_TOOL_CALLS = StartLiterals(
-    ("<|eot_id|>", "<|eom_id|>"), (WHITESPACE, WHITESPACE)
-)  # what a state's delimiters start with, after which lead
+CLOSE_0 = StartLiterals(("<|eot_id|>", "<|eom_id|>"), (WHITESPACE, WHITESPACE))
 
 # ---- fields: content parser, then transform --------------------------------------------------
 CONTENT_0 = make_parser("json", {})
@@ -187,11 +184,11 @@ class ResponseParser(Machine):
                 return n, None
             self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_take)
             return trailing_run(buf, pos, WHITESPACE), None
-        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_0_TOOL_CALLS.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER and not CLOSE_0.occurs(buf, pos):
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = STARTS_SCAN_IN_0_TOOL_CALLS.hold(buf, pos)
+            hold = CLOSE_0.hold(buf, pos)
             if hold < n or buf[-1] not in WHITESPACE:
                 return hold, None
             self._lead_held = True  # (a bare lead run, as above)
@@ -237,10 +234,6 @@ SEARCH_READ_OUTSIDE = PlainRegex(
 SEARCH_READ_IN_0_TOOL_CALLS = PlainRegex(
     "<\\|eot_id\\|>|<\\|eom_id\\|>"
 )  # where the state's next delimiter may be
-SEARCH_READ_IN_0_TOOL_CALLS_KEYS = {
-    "<|eot_id|>": 1,
-    "<|eom_id|>": 1,
-}  # which key a literal found is
 FULL_CLOSE_1 = PlainRegex(
     "\\s*(?:<\\|eot_id\\|>|<\\|eom_id\\|>|<\\|end_of_text\\|>)"
 )  # a delimiter, matched where its key is
@@ -295,14 +288,11 @@ def _read_outside(run, buf, pos, head):
                 t, u = q, other.end()
             if t >= 0 and (s < 0 or (t, t - u, 1) < (s, s - e, rank)):
                 s, e, found = t, u, other
-                index, rank = 1, 1
+                index = 1
         elif k == 2:
             # close of field 1
             s, e, found = q, m.end(), m  # (the search's match is the pattern's own)
-            index, rank = 1, 1
-        if s < 0:
-            q += 1  # (no match where this key is: the search goes on after it)
-            continue
+            index = 1
         if s == len(buf):
             break  # (an empty match at the very end: the machine never commits one there)
         if s == e:  # (it matched the empty string)
@@ -323,22 +313,13 @@ def _read_outside(run, buf, pos, head):
 
 def _read_in_0_tool_calls(run, buf, pos, head, captures):
     "Inside field 0 ('tool_calls'): its text up to its close, or to the end. Returns where the text goes on (-1: the end)."
-    q = pos  # where the search for the next key goes on
-    while True:
-        m = SEARCH_READ_IN_0_TOOL_CALLS.search(buf, q)
-        if m is None:
-            break
-        q = m.start()
-        k = SEARCH_READ_IN_0_TOOL_CALLS_KEYS[m.group()]  # which key the search found first here
-        if k == 1:
-            # close of field 0
-            s, e, found = q, m.end(), None
-            while s > pos and buf[s - 1] in WHITESPACE:
-                s -= 1  # (the match starts with the run of lead characters before its key)
-            index, rank = 0, 0
-        if s < 0:
-            q += 1  # (no match where this key is: the search goes on after it)
-            continue
+    # close of field 0
+    # (its literals, in the engine's order: the one the search finds is the delimiter's match)
+    m = SEARCH_READ_IN_0_TOOL_CALLS.search(buf, pos)
+    if m is not None:
+        s, e = m.span()
+        while s > pos and buf[s - 1] in WHITESPACE:
+            s -= 1  # (the match starts with the run of lead characters before its key)
         _close_0_tool_calls(run, head + buf[pos:s], captures)
         return e
     _close_0_tool_calls(run, head + buf[pos:], captures)  # (no close: it runs to the end)

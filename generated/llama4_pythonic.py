@@ -69,12 +69,9 @@ CLOSE_1 = LiteralSearch(("<|eot|>", "<|eom|>", "<|end_of_text|>"), WHITESPACE)
 OPEN_0 = LazyRegex(
     "^\\s*(?:<\\|python_start\\|>\\s*)?(?=\\[\\s*[A-Za-z_][A-Za-z0-9_.-]*\\s*\\(\\s*(?:\\)|[A-Za-z_][A-Za-z0-9_]*\\s*=))"
 )  # compiled (regex, DOTALL) on first use
-CLOSE_0 = LiteralSearch(
+CLOSE_0 = StartLiterals(
     ("<|python_end|>", "<|eom|>", "<|eot|>")
 )  # (longest first: it wins at one place)
-STARTS_SCAN_IN_0_TOOL_CALLS = StartLiterals(
-    ("<|python_end|>", "<|eom|>", "<|eot|>")
-)  # what a state's delimiters start with, after which lead
 
 # ---- fields: content parser, then transform --------------------------------------------------
 CONTENT_0 = make_parser("python-call-list", {})
@@ -186,11 +183,11 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
-        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_0_TOOL_CALLS.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER and not CLOSE_0.occurs(buf, pos):
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = STARTS_SCAN_IN_0_TOOL_CALLS.hold(buf, pos)
+            hold = CLOSE_0.hold(buf, pos)
             return hold, None
         hold = n
         best = None
@@ -228,11 +225,6 @@ SEARCH_READ_OUTSIDE = PlainRegex(
 SEARCH_READ_IN_0_TOOL_CALLS = PlainRegex(
     "<\\|python_end\\|>|<\\|eom\\|>|<\\|eot\\|>"
 )  # where the state's next delimiter may be
-SEARCH_READ_IN_0_TOOL_CALLS_KEYS = {
-    "<|python_end|>": 1,
-    "<|eom|>": 1,
-    "<|eot|>": 1,
-}  # which key a literal found is
 FULL_CLOSE_1 = PlainRegex(
     "\\s*(?:<\\|eot\\|>|<\\|eom\\|>|<\\|end_of_text\\|>)"
 )  # a delimiter, matched where its key is
@@ -290,14 +282,11 @@ def _read_outside(run, buf, pos, head):
                 t, u = q, other.end()
             if t >= 0 and (s < 0 or (t, t - u, 1) < (s, s - e, rank)):
                 s, e, found = t, u, other
-                index, rank = 1, 1
+                index = 1
         elif k == 2:
             # close of field 1
             s, e, found = q, m.end(), m  # (the search's match is the pattern's own)
-            index, rank = 1, 1
-        if s < 0:
-            q += 1  # (no match where this key is: the search goes on after it)
-            continue
+            index = 1
         if s == len(buf):
             break  # (an empty match at the very end: the machine never commits one there)
         if s == e:  # (it matched the empty string)
@@ -318,20 +307,11 @@ def _read_outside(run, buf, pos, head):
 
 def _read_in_0_tool_calls(run, buf, pos, head, captures):
     "Inside field 0 ('tool_calls'): its text up to its close, or to the end. Returns where the text goes on (-1: the end)."
-    q = pos  # where the search for the next key goes on
-    while True:
-        m = SEARCH_READ_IN_0_TOOL_CALLS.search(buf, q)
-        if m is None:
-            break
-        q = m.start()
-        k = SEARCH_READ_IN_0_TOOL_CALLS_KEYS[m.group()]  # which key the search found first here
-        if k == 1:
-            # close of field 0
-            s, e, found = q, m.end(), None
-            index, rank = 0, 0
-        if s < 0:
-            q += 1  # (no match where this key is: the search goes on after it)
-            continue
+    # close of field 0
+    # (its literals, in the engine's order: the one the search finds is the delimiter's match)
+    m = SEARCH_READ_IN_0_TOOL_CALLS.search(buf, pos)
+    if m is not None:
+        s, e = m.span()
         _close_0_tool_calls(run, head + buf[pos:s], captures)
         return e
     _close_0_tool_calls(run, head + buf[pos:], captures)  # (no close: it runs to the end)

@@ -73,7 +73,7 @@ OPEN_1_WINDOW = PatternWindow(
     lead_run=False,
     prefix="[TOOL_CALLS]",
 )
-CLOSE_0 = LiteralSearch(("[/THINK]",))
+CLOSE_0 = StartLiterals(("[/THINK]",))
 CLOSE_1 = LazyRegex("(?=\\[TOOL_CALLS\\])|</s>")  # compiled (regex, DOTALL) on first use
 STARTS_SCAN_SINK = StartLiterals(
     ("[THINK]", "[TOOL_CALLS]", "</s>")
@@ -81,9 +81,6 @@ STARTS_SCAN_SINK = StartLiterals(
 LITERALS_SCAN_SINK = LiteralSearch(
     ("[THINK]", "</s>")
 )  # a state's literals: where any first occurs
-STARTS_SCAN_IN_0_REASONING_CONTENT = StartLiterals(
-    ("[/THINK]",)
-)  # what a state's delimiters start with, after which lead
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -254,11 +251,11 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("[", pos) < 0:
             return n, None
-        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_0_REASONING_CONTENT.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER and not CLOSE_0.occurs(buf, pos):
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = STARTS_SCAN_IN_0_REASONING_CONTENT.hold(buf, pos)
+            hold = CLOSE_0.hold(buf, pos)
             return hold, None
         hold = n
         best = None
@@ -294,10 +291,10 @@ class ResponseParser(Machine):
             joined = self._buf + text
         if "[" not in joined:
             hold = len(joined)
-        elif STARTS_SCAN_IN_0_REASONING_CONTENT.occurs(joined):
+        elif CLOSE_0.occurs(joined):
             return None  # (a delimiter may match here: the scan decides)
         else:  # where a delimiter may still be starting at the end, if anywhere: held back
-            hold = STARTS_SCAN_IN_0_REASONING_CONTENT.hold(joined)
+            hold = CLOSE_0.hold(joined)
         return self._read_before(joined, hold)
 
     def _scan_in_1_tool_calls(self, buf, pos, eos):
@@ -401,7 +398,7 @@ def _read_outside(run, buf, pos, head):
         if k == 1:
             # open of field 0
             s, e, found = q, m.end(), None
-            index, rank = 0, 0
+            index = 0
         elif k == 2:
             # open of field 1
             s = q
@@ -410,11 +407,11 @@ def _read_outside(run, buf, pos, head):
                 s = -1  # (its key, but not a match)
             else:
                 e = found.end()
-            index, rank = 1, 1
+            index = 1
         elif k == 3:
             # close of field 2
             s, e, found = q, m.end(), None
-            index, rank = 2, 2
+            index = 2
         if s < 0:
             q += 1  # (no match where this key is: the search goes on after it)
             continue

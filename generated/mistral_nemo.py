@@ -60,13 +60,10 @@ TEMPLATE = {
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = re.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]")
 OPEN_0 = LiteralSearch(("[TOOL_CALLS]",))
-CLOSE_1 = LiteralSearch(("</s>",))
+CLOSE_1 = StartLiterals(("</s>",))
 CLOSE_0 = CLOSE_1
 STARTS_SCAN_SINK = StartLiterals(
     ("[TOOL_CALLS]", "</s>")
-)  # what a state's delimiters start with, after which lead
-STARTS_SCAN_IN_0_TOOL_CALLS = StartLiterals(
-    ("</s>",)
 )  # what a state's delimiters start with, after which lead
 
 # ---- fields: content parser, then transform --------------------------------------------------
@@ -201,11 +198,11 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
-        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_0_TOOL_CALLS.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER and not CLOSE_0.occurs(buf, pos):
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = STARTS_SCAN_IN_0_TOOL_CALLS.hold(buf, pos)
+            hold = CLOSE_0.hold(buf, pos)
             return hold, None
         hold = n
         best = None
@@ -241,10 +238,10 @@ class ResponseParser(Machine):
             joined = self._buf + text
         if "<" not in joined:
             hold = len(joined)
-        elif STARTS_SCAN_IN_0_TOOL_CALLS.occurs(joined):
+        elif CLOSE_0.occurs(joined):
             return None  # (a delimiter may match here: the scan decides)
         else:  # where a delimiter may still be starting at the end, if anywhere: held back
-            hold = STARTS_SCAN_IN_0_TOOL_CALLS.hold(joined)
+            hold = CLOSE_0.hold(joined)
         return self._read_before(joined, hold)
 
 
@@ -302,14 +299,11 @@ def _read_outside(run, buf, pos, head):
         if k == 1:
             # open of field 0
             s, e, found = q, m.end(), None
-            index, rank = 0, 0
+            index = 0
         elif k == 2:
             # close of field 1
             s, e, found = q, m.end(), None
-            index, rank = 1, 1
-        if s < 0:
-            q += 1  # (no match where this key is: the search goes on after it)
-            continue
+            index = 1
         if index == 1:  # the implicit field's close
             if s > pos or head:
                 _close_1_content(run, head + buf[pos:s], {})

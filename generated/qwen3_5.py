@@ -79,7 +79,7 @@ OPEN_1_WINDOW = PatternWindow(
     lead_run=True,
     prefix="<tool_call>",
 )
-CLOSE_0 = LiteralSearch(("</think>",))
+CLOSE_0 = StartLiterals(("</think>",))
 CLOSE_1 = LazyRegex("\\s*</function>\\s*</tool_call>")  # compiled (regex, DOTALL) on first use
 CLOSE_1_WINDOW = PatternWindow(
     CLOSE_1,
@@ -96,9 +96,6 @@ STARTS_SCAN_SINK = StartLiterals(
 LITERALS_SCAN_SINK = LiteralSearch(
     ("<think>", "<|im_end|>", "<|endoftext|>")
 )  # a state's literals: where any first occurs
-STARTS_SCAN_IN_0_REASONING_CONTENT = StartLiterals(
-    ("</think>",)
-)  # what a state's delimiters start with, after which lead
 STARTS_SCAN_IN_1_TOOL_CALLS = StartLiterals(
     ("</function>",), (WHITESPACE,)
 )  # what a state's delimiters start with, after which lead
@@ -296,11 +293,11 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
-        if n - pos < SHORT_BUFFER and not STARTS_SCAN_IN_0_REASONING_CONTENT.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER and not CLOSE_0.occurs(buf, pos):
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = STARTS_SCAN_IN_0_REASONING_CONTENT.hold(buf, pos)
+            hold = CLOSE_0.hold(buf, pos)
             return hold, None
         hold = n
         best = None
@@ -336,10 +333,10 @@ class ResponseParser(Machine):
             joined = self._buf + text
         if "<" not in joined:
             hold = len(joined)
-        elif STARTS_SCAN_IN_0_REASONING_CONTENT.occurs(joined):
+        elif CLOSE_0.occurs(joined):
             return None  # (a delimiter may match here: the scan decides)
         else:  # where a delimiter may still be starting at the end, if anywhere: held back
-            hold = STARTS_SCAN_IN_0_REASONING_CONTENT.hold(joined)
+            hold = CLOSE_0.hold(joined)
         return self._read_before(joined, hold)
 
     def _scan_in_1_tool_calls(self, buf, pos, eos):
@@ -503,7 +500,7 @@ def _read_outside(run, buf, pos, head):
         if k == 1:
             # open of field 0
             s, e, found = q, m.end(), None
-            index, rank = 0, 0
+            index = 0
         elif k == 2:
             # open of field 1
             s = q
@@ -514,13 +511,13 @@ def _read_outside(run, buf, pos, head):
                 s = -1  # (its key, but not a match)
             else:
                 e = found.end()
-            index, rank = 1, 1
+            index = 1
         elif k == 3:
             # close of field 2
             s, e, found = q, m.end(), None
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # (the match starts with the run of lead characters before its key)
-            index, rank = 2, 2
+            index = 2
         if s < 0:
             q += 1  # (no match where this key is: the search goes on after it)
             continue

@@ -403,13 +403,13 @@ def _read_outside(run, buf, pos, head):
                 s = -1  # (its key, but not a match)
             else:
                 e = found.end()
-            index, rank = 0, 0
+            index = 0
         elif k == 2:
             # close of field 1
             s, e, found = q, m.end(), None
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # (the match starts with the run of lead characters before its key)
-            index, rank = 1, 1
+            index = 1
         if s < 0:
             q += 1  # (no match where this key is: the search goes on after it)
             continue

@@ -280,7 +280,9 @@ class StartLiterals(LiteralSearch):
     __slots__ = ()
 
     def __init__(self, literals: tuple[str, ...], leads: tuple[str, ...] | None = None):
-        super().__init__(literals)
+        # (where every literal has the same lead, that is its lead as a LiteralSearch: one
+        # constant then serves a literal delimiter's scan and its state's fast path)
+        super().__init__(literals, leads[0] if leads and len(set(leads)) == 1 else "")
         prefixes: dict[str, str] = {}  # prefix -> the lead characters walked back over
         for literal, lead in zip(self.literals, leads or ("",) * len(self.literals)):
             for end in range(1, len(literal) + 1):

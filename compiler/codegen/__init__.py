@@ -491,6 +491,7 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         context=template.context,
         one_shot=one_shot.plan(template, states, tuple(field_methods)),
         stores=stores,
+        pads=(Code(""), Code("    ")),
         store_names={store["field"].index: store["name"] for store in stores},
         implicit=template.implicit,
         implicit_close=template.implicit is not None and fields[template.implicit].close is not None,
@@ -569,6 +570,29 @@ def _lead_names(consts: dict[str, ir.Delimiter], leads: Leads) -> dict[str, Code
     return names
 
 
+def _delimiters_as_starts(states: list[State]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """The literal delimiters whose literals are also all their state's start literals (a state
+    watching one literal delimiter, say `</think>`): their constant serves the state's fast path
+    too (it becomes the state's starts_const), so the module does not hold the literals twice.
+    Constant name -> its (literal, lead constant) pairs, in the delimiter's own order."""
+    shared = {}
+    for state in states:
+        quick = state.quick
+        if quick is None or quick.starts is None or len(state.watches) != 1:
+            continue
+        watch = state.watches[0]
+        if not watch.searched_as_literals:
+            continue
+        leads = dict(quick.starts)
+        literals = _preferred_literals(watch.delimiter)
+        if set(literals) == set(leads) and len(literals) == len(quick.starts):
+            # (a StartLiterals is a LiteralSearch: the scan's searches are unchanged)
+            if len(set(leads.values())) == 1:
+                shared[watch.const] = tuple((literal, leads[literal]) for literal in literals)
+                quick.starts_const = watch.const
+    return shared
+
+
 def _leads_argument(starts: tuple[tuple[str, str], ...]) -> str:
     """StartLiterals' second argument: per literal, the constant of its lead characters ("" where
     none has any: the default)."""
@@ -594,14 +618,22 @@ def _literal_searches(states: list[State], consts: dict[str, ir.Delimiter], lead
             built[key] = name
             searches[name] = Code(construction)
 
+    starting = _delimiters_as_starts(states)
+    searched = {}  # literal delimiter's constant -> (its literals, their lead)
     for name, d in consts.items():
         if d.literals is not None or d.literal_run is not None:
-            literals = tuple(_preferred_literals(d))
             lead = leads.name(d.literal_run.lead) if d.literal_run is not None and d.literal_run.lead else ""
+            searched[name] = (tuple(_preferred_literals(d)), lead)
+    # (a search that is also a state's start literals is a StartLiterals: with the leads)
+    as_starts = {searched[name]: pairs for name, pairs in starting.items()}
+    for name, (literals, lead) in searched.items():
+        if (literals, lead) in as_starts:
+            add(name, (literals, lead), f"StartLiterals({py_literal(literals)}{_leads_argument(as_starts[literals, lead])})")
+        else:
             add(name, (literals, lead), f"LiteralSearch({py_literal(literals)}{', ' + lead if lead else ''})")
     for state in states:
         quick = state.quick
-        if quick is not None and quick.starts is not None:
+        if quick is not None and quick.starts is not None and quick.starts_const not in consts:
             literals = tuple(literal for literal, _ in quick.starts)
             if state.shared_search and set(literals) == set(state.all_literals) and len(literals) == len(state.all_literals):
                 state.shared_const = quick.starts_const  # (the same literals: one search)

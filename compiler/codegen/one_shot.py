@@ -114,6 +114,12 @@ class ReadState:
     source: str = ""
     literal_keys: dict = field(default_factory=dict)  # "literals": literal -> its key's number
 
+    @property
+    def may_miss(self) -> bool:
+        """Whether a key the search found may turn out not to be its delimiter's match (a prefix
+        key whose pattern fails there, a pattern key matched again): the search then goes on."""
+        return any(key.form == PREFIX or (key.form == PATTERN and not key.direct) for key in self.keys)
+
 
 @dataclass
 class Plan:
