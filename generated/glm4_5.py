@@ -264,7 +264,11 @@ class ResponseParser(Machine):
         elif STARTS_SCAN_SINK.occurs(joined):
             # (a delimiter may match here: the scan decides, unless one is still being matched
             # from the start of what is unread, which the scan would hold back, with all after it)
-            m = OPEN_1.compiled().search(joined, partial=True, timeout=self._timeout)
+            m = (
+                OPEN_1.compiled().match(joined, partial=True, timeout=self._timeout)
+                if joined.count("<tool_call>") < 2
+                else OPEN_1.compiled().search(joined, partial=True, timeout=self._timeout)
+            )
             if m is not None and m.start() == 0 and (m.partial or m.end() == len(joined)):
                 return self._read_before(joined, 0)
             return None

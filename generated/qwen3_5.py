@@ -272,7 +272,11 @@ class ResponseParser(Machine):
         elif STARTS_SCAN_SINK.occurs(joined):
             # (a delimiter may match here: the scan decides, unless one is still being matched
             # from the start of what is unread, which the scan would hold back, with all after it)
-            m = OPEN_1.compiled().search(joined, partial=True, timeout=self._timeout)
+            m = (
+                OPEN_1.compiled().match(joined, partial=True, timeout=self._timeout)
+                if joined.count("<tool_call>") < 2
+                else OPEN_1.compiled().search(joined, partial=True, timeout=self._timeout)
+            )
             if (
                 m is not None
                 and m.start() == 0
@@ -404,7 +408,11 @@ class ResponseParser(Machine):
         elif STARTS_SCAN_IN_1_TOOL_CALLS.occurs(joined):
             # (a delimiter may match here: the scan decides, unless one is still being matched
             # from the start of what is unread, which the scan would hold back, with all after it)
-            m = CLOSE_1.compiled().search(joined, partial=True, timeout=self._timeout)
+            m = (
+                CLOSE_1.compiled().match(joined, partial=True, timeout=self._timeout)
+                if joined.count("</function>") < 2
+                else CLOSE_1.compiled().search(joined, partial=True, timeout=self._timeout)
+            )
             if (
                 m is not None
                 and m.start() == 0

@@ -167,9 +167,8 @@ class Machine:
         self._pos = 0
         self._output = self._new_output()
         self._current = self.IMPLICIT  # field index, or None for the null sink
-        # The current state's scan method, as the class's plain function: a bound method stored on
-        # the instance would be a reference cycle, and the parser (with its buffer) would outlive its
-        # last use until the garbage collector's next full pass.
+        # The current state's scan method, as the class's plain function: a bound method stored on the
+        # instance is a reference cycle, and the parser (its buffer) would outlive its last use.
         self._scan = type(self)._scan_sink
         self._enter_common(self.SINK_COMMON)
         self._captures: dict = {}

@@ -139,6 +139,21 @@ class Watch:
         return self.delimiter.pattern is not None and self.delimiter.final_at_edge
 
     @property
+    def partial_from_start(self) -> Code:
+        """The expression of its match in `joined` that the state's scan would find (a partial
+        search: the leftmost complete match anywhere, else the leftmost partial one), as far as
+        a match starting at the start of `joined` goes. Where every match starts with a run of
+        lead characters then the literal prefix, a complete match starting later would need that
+        prefix again after the one the match at the start has: where it occurs at most once, a
+        match anchored at the start (which need not try every later place) gives the same."""
+        charsets = self.delimiter.charsets
+        search = f"{self.const}.compiled().search(joined, partial=True, timeout=self._timeout)"
+        if not charsets.prefix or (charsets.lead and not charsets.lead_run):
+            return Code(search)
+        match = f"{self.const}.compiled().match(joined, partial=True, timeout=self._timeout)"
+        return Code(f"({match} if joined.count({py_literal(charsets.prefix)}) < 2 else {search})")
+
+    @property
     def holds_from_start(self) -> Code:
         """True when its match `m`, found by `scan` in `joined` (the unread text and a chunk),
         starts at the start and is held there, as the state's scan would hold it: then the scan
