@@ -255,7 +255,9 @@ class ResponseParser(Machine):
         else:
             # (a delimiter may match here: the scan decides, unless one is still being matched
             # from the start of what is unread, which the scan would hold back, with all after it)
-            m = OPEN_1.compiled().search(joined, partial=True, timeout=self._timeout)
+            m = (OPEN_1.compiled_or_none or OPEN_1.compiled()).search(
+                joined, partial=True, timeout=self._timeout
+            )
             if m is not None and m.start() == 0 and (m.partial or m.end() == len(joined)):
                 return self._read_before(joined, 0)
             if not LITERALS_SCAN_SINK.occurs(joined) and LITERALS_SCAN_SINK.hold(joined) == 0:
@@ -373,9 +375,13 @@ class ResponseParser(Machine):
             # (a delimiter may match here: the scan decides, unless one is still being matched
             # from the start of what is unread, which the scan would hold back, with all after it)
             m = (
-                CLOSE_1.compiled().match(joined, partial=True, timeout=self._timeout)
+                (CLOSE_1.compiled_or_none or CLOSE_1.compiled()).match(
+                    joined, partial=True, timeout=self._timeout
+                )
                 if joined.count("\n```") < 2
-                else CLOSE_1.compiled().search(joined, partial=True, timeout=self._timeout)
+                else (CLOSE_1.compiled_or_none or CLOSE_1.compiled()).search(
+                    joined, partial=True, timeout=self._timeout
+                )
             )
             if (
                 m is not None

@@ -279,9 +279,13 @@ class ResponseParser(Machine):
             # (a delimiter may match here: the scan decides, unless one is still being matched
             # from the start of what is unread, which the scan would hold back, with all after it)
             m = (
-                OPEN_1.compiled().match(joined, partial=True, timeout=self._timeout)
+                (OPEN_1.compiled_or_none or OPEN_1.compiled()).match(
+                    joined, partial=True, timeout=self._timeout
+                )
                 if joined.count("<|tool_call_begin|>") < 2
-                else OPEN_1.compiled().search(joined, partial=True, timeout=self._timeout)
+                else (OPEN_1.compiled_or_none or OPEN_1.compiled()).search(
+                    joined, partial=True, timeout=self._timeout
+                )
             )
             if m is not None and m.start() == 0 and (m.partial or m.end() == len(joined)):
                 return self._read_before(joined, 0)

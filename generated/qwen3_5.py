@@ -273,9 +273,13 @@ class ResponseParser(Machine):
             # (a delimiter may match here: the scan decides, unless one is still being matched
             # from the start of what is unread, which the scan would hold back, with all after it)
             m = (
-                OPEN_1.compiled().match(joined, partial=True, timeout=self._timeout)
+                (OPEN_1.compiled_or_none or OPEN_1.compiled()).match(
+                    joined, partial=True, timeout=self._timeout
+                )
                 if joined.count("<tool_call>") < 2
-                else OPEN_1.compiled().search(joined, partial=True, timeout=self._timeout)
+                else (OPEN_1.compiled_or_none or OPEN_1.compiled()).search(
+                    joined, partial=True, timeout=self._timeout
+                )
             )
             if (
                 m is not None
@@ -409,9 +413,13 @@ class ResponseParser(Machine):
             # (a delimiter may match here: the scan decides, unless one is still being matched
             # from the start of what is unread, which the scan would hold back, with all after it)
             m = (
-                CLOSE_1.compiled().match(joined, partial=True, timeout=self._timeout)
+                (CLOSE_1.compiled_or_none or CLOSE_1.compiled()).match(
+                    joined, partial=True, timeout=self._timeout
+                )
                 if joined.count("</function>") < 2
-                else CLOSE_1.compiled().search(joined, partial=True, timeout=self._timeout)
+                else (CLOSE_1.compiled_or_none or CLOSE_1.compiled()).search(
+                    joined, partial=True, timeout=self._timeout
+                )
             )
             if (
                 m is not None

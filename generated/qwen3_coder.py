@@ -236,9 +236,13 @@ class ResponseParser(Machine):
             # (a delimiter may match here: the scan decides, unless one is still being matched
             # from the start of what is unread, which the scan would hold back, with all after it)
             m = (
-                OPEN_0.compiled().match(joined, partial=True, timeout=self._timeout)
+                (OPEN_0.compiled_or_none or OPEN_0.compiled()).match(
+                    joined, partial=True, timeout=self._timeout
+                )
                 if joined.count("<tool_call>") < 2
-                else OPEN_0.compiled().search(joined, partial=True, timeout=self._timeout)
+                else (OPEN_0.compiled_or_none or OPEN_0.compiled()).search(
+                    joined, partial=True, timeout=self._timeout
+                )
             )
             if (
                 m is not None
@@ -321,9 +325,13 @@ class ResponseParser(Machine):
             # (a delimiter may match here: the scan decides, unless one is still being matched
             # from the start of what is unread, which the scan would hold back, with all after it)
             m = (
-                CLOSE_0.compiled().match(joined, partial=True, timeout=self._timeout)
+                (CLOSE_0.compiled_or_none or CLOSE_0.compiled()).match(
+                    joined, partial=True, timeout=self._timeout
+                )
                 if joined.count("</function>") < 2
-                else CLOSE_0.compiled().search(joined, partial=True, timeout=self._timeout)
+                else (CLOSE_0.compiled_or_none or CLOSE_0.compiled()).search(
+                    joined, partial=True, timeout=self._timeout
+                )
             )
             if (
                 m is not None

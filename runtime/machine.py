@@ -209,10 +209,13 @@ class Machine:
         (`_feed_scanned`: the state's scan decides)."""
         read = None
         if self._trigger not in text and text and self._opened:
-            if not self._buf and text[-1] not in self._lead_chars:  # (the commonest chunk)
-                self._parts.append(text)
-                return [{"type": "region_chunk", "field": self._chunk_field, "text": text, "dirty": self._chunk_dirty}]
-            read = self._read_lead(text)
+            if not self._buf:
+                if text[-1] not in self._lead_chars:  # (the commonest chunk)
+                    self._parts.append(text)
+                    return [{"type": "region_chunk", "field": self._chunk_field, "text": text, "dirty": self._chunk_dirty}]
+                read = self._read_lead(text)
+            elif self._lead_held:
+                read = self._read_lead(text)
         if read is None:
             common = self._common
             if common is None:  # (None once finalized or failed, and in states without one)
@@ -280,10 +283,13 @@ class Machine:
             return None
         read = None
         if self._trigger not in text and text:  # (as in feed)
-            if not self._buf and text[-1] not in self._lead_chars:
-                self._parts.append(text)
-                return self._chunk_field, text
-            read = self._read_lead(text)
+            if not self._buf:
+                if text[-1] not in self._lead_chars:
+                    self._parts.append(text)
+                    return self._chunk_field, text
+                read = self._read_lead(text)
+            elif self._lead_held:
+                read = self._read_lead(text)
         if read is None:
             common = self._common
             if common is None:

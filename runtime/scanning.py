@@ -66,19 +66,21 @@ class LazyRegex:
     parser loads in well under a millisecond, and only patterns actually needed are compiled (each
     once per process). The methods are the compiled pattern's."""
 
-    __slots__ = ("source", "_compiled", "_plain")
+    __slots__ = ("source", "compiled_or_none", "_plain")
 
     def __init__(self, source: str):
         self.source = source
-        self._compiled: Any = None
+        # The compiled pattern once compile() has run (a generated fast path reads it directly:
+        # `P.compiled_or_none or P.compiled()` costs no call once compiled).
+        self.compiled_or_none: Any = None
         self._plain: Any = None
 
     def compiled(self) -> Any:
-        compiled = self._compiled
+        compiled = self.compiled_or_none
         if compiled is None:
             import regex
 
-            compiled = self._compiled = regex.compile(self.source, regex.DOTALL)
+            compiled = self.compiled_or_none = regex.compile(self.source, regex.DOTALL)
         return compiled
 
     def plain(self) -> Any:

@@ -147,10 +147,12 @@ class Watch:
         prefix again after the one the match at the start has: where it occurs at most once, a
         match anchored at the start (which need not try every later place) gives the same."""
         charsets = self.delimiter.charsets
-        search = f"{self.const}.compiled().search(joined, partial=True, timeout=self._timeout)"
+        # (the compiled pattern, once the LazyRegex has it: no call to ask for it)
+        compiled = f"({self.const}.compiled_or_none or {self.const}.compiled())"
+        search = f"{compiled}.search(joined, partial=True, timeout=self._timeout)"
         if not charsets.prefix or (charsets.lead and not charsets.lead_run):
             return Code(search)
-        match = f"{self.const}.compiled().match(joined, partial=True, timeout=self._timeout)"
+        match = f"{compiled}.match(joined, partial=True, timeout=self._timeout)"
         return Code(f"({match} if joined.count({py_literal(charsets.prefix)}) < 2 else {search})")
 
     @property
