@@ -184,11 +184,14 @@ class ResponseParser(Machine):
                 return n, None
             self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_take)
             return trailing_run(buf, pos, WHITESPACE), None
-        if n - pos < SHORT_BUFFER and not CLOSE_0.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER:
+            hold = CLOSE_0.starts_at(buf, pos)
+        else:
+            hold = -1
+        if hold >= 0:
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = CLOSE_0.hold(buf, pos)
             if hold < n or buf[-1] not in WHITESPACE:
                 return hold, None
             self._lead_held = True  # (a bare lead run, as above)

@@ -183,11 +183,14 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
-        if n - pos < SHORT_BUFFER and not CLOSE_0.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER:
+            hold = CLOSE_0.starts_at(buf, pos)
+        else:
+            hold = -1
+        if hold >= 0:
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = CLOSE_0.hold(buf, pos)
             return hold, None
         hold = n
         best = None

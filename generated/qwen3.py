@@ -140,11 +140,14 @@ class ResponseParser(Machine):
                 return n, None
             self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_take)
             return trailing_run(buf, pos, WHITESPACE), None
-        if n - pos < SHORT_BUFFER and not STARTS_SCAN_SINK.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER:
+            hold = STARTS_SCAN_SINK.starts_at(buf, pos)
+        else:
+            hold = -1
+        if hold >= 0:
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = STARTS_SCAN_SINK.hold(buf, pos)
             if hold < n or buf[-1] not in WHITESPACE:
                 return hold, None
             self._lead_held = True  # (a bare lead run, as above)
@@ -218,7 +221,8 @@ class ResponseParser(Machine):
         "Outside explicit regions: feed's fast path (see Machine.feed). The text a chunk adds to the region, read without a scan; None for the scan."
         if not text:
             return None
-        if not self._buf:
+        buf = self._buf
+        if not buf:
             if "<" not in text and text[-1] not in WHITESPACE:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
@@ -226,19 +230,22 @@ class ResponseParser(Machine):
             # (what is unread is a run of lead characters; more of them wait in pieces)
             if "<" not in text or STARTS_SCAN_SINK.starts_nowhere(text):
                 return self._lead_take(text, len(text.rstrip(WHITESPACE)))
-            joined = self._buf + "".join(self._held) + text
+            joined = buf + "".join(self._held) + text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
-            joined = self._buf + text
+            joined = buf + text
         if "<" not in joined:
             hold = len(joined)
-        elif STARTS_SCAN_SINK.occurs(joined):
-            return None  # (a delimiter may match here: the scan decides)
-        else:  # where a delimiter may still be starting at the end, if anywhere: held back
-            hold = STARTS_SCAN_SINK.hold(joined)
+        else:
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = STARTS_SCAN_SINK.starts_at(joined)
+            if hold < 0:
+                return None  # (the scan decides)
         if hold == len(joined) and joined[-1] in WHITESPACE:
             # (a trailing run of lead characters, the \s* of a delimiter like \s*<tool_call>, is
             # held back where it starts: str.rstrip, one C call for what trailing_run walks)
             return self._read_before(joined, len(joined.rstrip(WHITESPACE)), True)
+        if hold == len(joined) and not buf:
+            return joined  # (nothing was held, nothing is held now)
         return self._read_before(joined, hold)
 
     def _scan_in_0_reasoning_content(self, buf, pos, eos):
@@ -246,11 +253,14 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
-        if n - pos < SHORT_BUFFER and not CLOSE_0.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER:
+            hold = CLOSE_0.starts_at(buf, pos)
+        else:
+            hold = -1
+        if hold >= 0:
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = CLOSE_0.hold(buf, pos)
             return hold, None
         hold = n
         best = None
@@ -278,18 +288,22 @@ class ResponseParser(Machine):
         "Inside field 0 ('reasoning_content'): feed's fast path (see Machine.feed). The text a chunk adds to the region, read without a scan; None for the scan."
         if not text:
             return None
-        if not self._buf:
+        buf = self._buf
+        if not buf:
             if "<" not in text:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
-            joined = self._buf + text
+            joined = buf + text
         if "<" not in joined:
             hold = len(joined)
-        elif CLOSE_0.occurs(joined):
-            return None  # (a delimiter may match here: the scan decides)
-        else:  # where a delimiter may still be starting at the end, if anywhere: held back
-            hold = CLOSE_0.hold(joined)
+        else:
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = CLOSE_0.starts_at(joined)
+            if hold < 0:
+                return None  # (the scan decides)
+        if hold == len(joined) and not buf:
+            return joined  # (nothing was held, nothing is held now)
         return self._read_before(joined, hold)
 
     def _scan_in_1_tool_calls(self, buf, pos, eos):
@@ -297,11 +311,14 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
-        if n - pos < SHORT_BUFFER and not CLOSE_1.occurs(buf, pos):
+        if n - pos < SHORT_BUFFER:
+            hold = CLOSE_1.starts_at(buf, pos)
+        else:
+            hold = -1
+        if hold >= 0:
             # No start literal occurs: no delimiter matches, and one may only be starting at the end.
             if eos:
                 return n, None
-            hold = CLOSE_1.hold(buf, pos)
             return hold, None
         hold = n
         best = None
@@ -329,18 +346,22 @@ class ResponseParser(Machine):
         "Inside field 1 ('tool_calls'): feed's fast path (see Machine.feed). The text a chunk adds to the region, read without a scan; None for the scan."
         if not text:
             return None
-        if not self._buf:
+        buf = self._buf
+        if not buf:
             if "<" not in text:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
-            joined = self._buf + text
+            joined = buf + text
         if "<" not in joined:
             hold = len(joined)
-        elif CLOSE_1.occurs(joined):
-            return None  # (a delimiter may match here: the scan decides)
-        else:  # where a delimiter may still be starting at the end, if anywhere: held back
-            hold = CLOSE_1.hold(joined)
+        else:
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = CLOSE_1.starts_at(joined)
+            if hold < 0:
+                return None  # (the scan decides)
+        if hold == len(joined) and not buf:
+            return joined  # (nothing was held, nothing is held now)
         return self._read_before(joined, hold)
 
 

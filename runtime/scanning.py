@@ -302,6 +302,17 @@ class StartLiterals(LiteralSearch):
             alternation = self._alternation = re.compile("|".join(map(re.escape, self.literals)))
         return alternation.search(text, pos) is not None
 
+    def starts_at(self, text: str, pos: int = 0) -> int:
+        """-1 where one of the literals occurs whole in text[pos:]; otherwise `hold`: where a
+        delimiter may still be starting at the end (len(text) where none may). (occurs, then hold,
+        in one call: a fast path asks both of most chunks that have a first character.)"""
+        alternation = self._alternation
+        if alternation is None:
+            alternation = self._alternation = re.compile("|".join(map(re.escape, self.literals)))
+        if alternation.search(text, pos) is not None:
+            return -1
+        return self._tail_start(text, pos)
+
     def hold(self, text: str, pos: int = 0) -> int:
         """Where a proper prefix of a literal that runs to the end of `text` starts (not before
         `pos`), with the run of lead characters before it; len(text) if none does. (For a text in

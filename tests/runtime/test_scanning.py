@@ -200,9 +200,12 @@ def test_start_literals_hold_where_the_partial_search_holds(starts, text):
     delimiters = "|".join(f"[{lead}]*{regex.escape(literal)}" if lead else regex.escape(literal) for literal, lead in starts)
     m = regex.compile(delimiters).search(text, partial=True)
     assert search.occurs(text) == (m is not None and not m.partial)
+    if m is not None and not m.partial:
+        assert search.starts_at(text) == -1
     if m is None or not m.partial:
         return
     hold = search.hold(text)
+    assert search.starts_at(text) == hold  # (the fast paths' one call for both)
     if hold == len(text):  # (no literal is starting at the end: a lead run alone may be held)
         assert m.start() == len(text) or (set(text[m.start() :]) <= set(" \n") and text[m.start() :])
     else:
