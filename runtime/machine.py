@@ -207,15 +207,13 @@ class Machine:
         the text read (the chunk, less what it holds back, plus held text the chunk shows is no
         delimiter); it returns None for any other chunk, which the general path reads
         (`_feed_scanned`: the state's scan decides)."""
-        read = None
-        if self._trigger not in text and text and self._opened:
-            if not self._buf:
-                if text[-1] not in self._lead_chars:  # (the commonest chunk)
-                    self._parts.append(text)
-                    return [{"type": "region_chunk", "field": self._chunk_field, "text": text, "dirty": self._chunk_dirty}]
-                read = self._read_lead(text)
-            elif self._lead_held:
-                read = self._read_lead(text)
+        if self._trigger not in text and text and not self._buf and self._opened and text[-1] not in self._lead_chars:
+            self._parts.append(text)  # (the commonest chunk)
+            return [{"type": "region_chunk", "field": self._chunk_field, "text": text, "dirty": self._chunk_dirty}]
+        if self._trigger not in text and text and self._opened and (self._lead_held or not self._buf):
+            read = self._read_lead(text)
+        else:
+            read = None
         if read is None:
             common = self._common
             if common is None:  # (None once finalized or failed, and in states without one)
@@ -281,15 +279,13 @@ class Machine:
         feed()). Saves building the events of the chunks that make up most of a stream."""
         if not self._opened:
             return None
-        read = None
-        if self._trigger not in text and text:  # (as in feed)
-            if not self._buf:
-                if text[-1] not in self._lead_chars:
-                    self._parts.append(text)
-                    return self._chunk_field, text
-                read = self._read_lead(text)
-            elif self._lead_held:
-                read = self._read_lead(text)
+        if self._trigger not in text and text and not self._buf and text[-1] not in self._lead_chars:
+            self._parts.append(text)  # (the commonest chunk, as in feed)
+            return self._chunk_field, text
+        if self._trigger not in text and text and (self._lead_held or not self._buf):
+            read = self._read_lead(text)
+        else:
+            read = None
         if read is None:
             common = self._common
             if common is None:
