@@ -137,8 +137,9 @@ class LiteralSearch:
         self._first = firsts.pop() if len(firsts) == 1 else None
         self._single = self.literals[0] if len(self.literals) == 1 else None
         self._alternation = None  # compiled when first needed (most searches never need it)
-        # Every prefix of a literal -> the lead characters a match may start with before it.
-        self._prefixes = {literal[:end]: lead for literal in self.literals for end in range(1, len(literal) + 1)}
+        # Every prefix of a literal -> the lead characters a match may start with before it (built
+        # when first needed, see _tail_start: importing a parser builds none).
+        self._prefixes: dict[str, str] | None = None
 
     def find(self, memo: dict | None, buf: str, pos: int, bound: int | None = None) -> tuple[int, int]:
         """(start, end) of the leftmost occurrence of a literal in buf[pos:]; (-1, -1) if none.
@@ -197,6 +198,11 @@ class LiteralSearch:
             return n
         return start
 
+    def _prefix_leads(self) -> dict[str, str]:
+        """Every prefix of a literal -> the lead characters a match may start with before it."""
+        lead = self.lead
+        return {literal[:end]: lead for literal in self.literals for end in range(1, len(literal) + 1)}
+
     def partial_start(self, buf: str, pos: int) -> int:
         """Where a match that runs into the end of `buf` starts (len(buf) if none): a proper
         prefix of a literal at the very end, or a run of lead characters reaching the end, with
@@ -210,6 +216,8 @@ class LiteralSearch:
         looking only where a literal's first character is, near the end.)"""
         n = len(text)
         prefixes = self._prefixes
+        if prefixes is None:
+            prefixes = self._prefixes = self._prefix_leads()
         first = self._first
         at = max(pos, n - self.longest + 1)  # (a whole literal of the longest is no partial)
         if first is not None:
@@ -279,21 +287,26 @@ class StartLiterals(LiteralSearch):
     a superset of the others' (the code generator builds a StartLiterals only where there is one).
     """
 
-    __slots__ = ()
+    __slots__ = ("leads",)
 
     def __init__(self, literals: tuple[str, ...], leads: tuple[str, ...] | None = None):
         # (where every literal has the same lead, that is its lead as a LiteralSearch: one
         # constant then serves a literal delimiter's scan and its state's fast path)
         super().__init__(literals, leads[0] if leads and len(set(leads)) == 1 else "")
-        prefixes: dict[str, str] = {}  # prefix -> the lead characters walked back over
-        for literal, lead in zip(self.literals, leads or ("",) * len(self.literals)):
+        self.leads = tuple(leads or ("",) * len(self.literals))
+
+    def _prefix_leads(self) -> dict[str, str]:
+        """Every prefix of a literal -> the lead characters walked back over from it: the widest of
+        its literals' leads."""
+        prefixes: dict[str, str] = {}
+        for literal, lead in zip(self.literals, self.leads):
             for end in range(1, len(literal) + 1):
                 known = prefixes.setdefault(literal[:end], lead)
                 if not set(known) >= set(lead):
                     if not set(lead) >= set(known):
                         raise ValueError(f"the leads {known!r} and {lead!r} of one prefix are not nested")
                     prefixes[literal[:end]] = lead
-        self._prefixes = prefixes
+        return prefixes
 
     def occurs(self, text: str, pos: int = 0) -> bool:
         """Whether one of the literals occurs whole in text[pos:]."""

@@ -214,7 +214,7 @@ def test_start_literals_hold_where_the_partial_search_holds(starts, text):
 
 def test_start_literals_refuse_leads_that_do_not_nest():
     with pytest.raises(ValueError, match="not nested"):
-        StartLiterals(("<a", "<b"), (" ", "\n"))
+        StartLiterals(("<a", "<b"), (" ", "\n")).hold("x<")
 
 
 @given(st.lists(st.text(alphabet="ab<>", min_size=1, max_size=4), min_size=1, max_size=3), texts, st.sampled_from(["", " \n"]), st.data())
