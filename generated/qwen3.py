@@ -124,6 +124,37 @@ class ResponseParser(Machine):
         _finish_2_content,
     )
 
+    def feed(self, text):
+        """The commonest chunk first, tested here with the state's own characters: nothing held,
+        no first character of the state's delimiters, no lead character at its end (one
+        region_chunk); any other chunk goes to Machine.feed (the state's fast path, or its scan)."""
+        if not self._buf and self._opened:
+            state = self._current
+            if state == 0:
+                if "<" not in text and text:
+                    self._parts.append(text)
+                    return [
+                        {
+                            "type": "region_chunk",
+                            "field": "reasoning_content",
+                            "text": text,
+                            "dirty": False,
+                        }
+                    ]
+            elif state == 1:
+                if "<" not in text and text:
+                    self._parts.append(text)
+                    return [
+                        {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
+                    ]
+            elif state == 2:
+                if "<" not in text and text and text[-1] not in WHITESPACE:
+                    self._parts.append(text)
+                    return [
+                        {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
+                    ]
+        return Machine.feed(self, text)
+
     @staticmethod
     def _new_output():
         return {"role": "assistant"}

@@ -200,16 +200,15 @@ class Machine:
         """Feed the next piece of model output; returns the events it produced.
 
         Most chunks can only add to the open region: no delimiter can start in them, or one may
-        only be starting at their end (a "<" that may begin "</think>"). Those without the one
-        character the state's delimiters start with are read here (`_read_lead`, where a run of
-        lead characters ends them or is held); the current state's fast path (`_common`,
+        only be starting at their end (a "<" that may begin "</think>"). The commonest, with none
+        of the characters the state's delimiters start with, nothing held and no lead character
+        at its end, the generated subclass's feed reads before it comes here. Those without the
+        one character the state's delimiters start with are read here (`_read_lead`, where a run
+        of lead characters ends them or is held); the current state's fast path (`_common`,
         generated per state from what its delimiters start with) reads the others, and returns
         the text read (the chunk, less what it holds back, plus held text the chunk shows is no
         delimiter); it returns None for any other chunk, which the general path reads
         (`_feed_scanned`: the state's scan decides)."""
-        if self._trigger not in text and text and not self._buf and self._opened and text[-1] not in self._lead_chars:
-            self._parts.append(text)  # (the commonest chunk)
-            return [{"type": "region_chunk", "field": self._chunk_field, "text": text, "dirty": self._chunk_dirty}]
         if self._trigger not in text and text and self._opened and (self._lead_held or not self._buf):
             read = self._read_lead(text)
         else:

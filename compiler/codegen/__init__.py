@@ -496,6 +496,7 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         states=states,
         field_methods=tuple(field_methods),
         state_commons=Code("(%s,)" % ", ".join(commons.get(f.index, Code("None")) for f in fields)),
+        hot_states=_hot_states(template, states),
         sink_common=_common_entry(states[0]),
         names=tuple(f.name for f in fields),
         dirty=tuple(f.dirty for f in fields),
@@ -517,6 +518,18 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         and bool(fields[template.implicit].close.group_names),
         **_anchor(template.start_anchor),
     )
+
+
+def _hot_states(template: ir.Template, states: list[State]) -> list[tuple[int, State]]:
+    """(field index, state) for the fields whose state has a fast path, in field order: the
+    generated feed tests the commonest chunk of each with its own characters and names (cheaper
+    than Machine.feed's test of the same from the state's table, by a few attribute reads)."""
+    by_field = {}
+    if template.implicit is not None:
+        by_field[template.implicit] = states[0]
+    for f, state in zip([f for f in template.fields if f.open is not None], states[1:]):
+        by_field[f.index] = state
+    return [(index, by_field[index]) for index in sorted(by_field) if by_field[index].common is not None]
 
 
 def _common_entry(state: State) -> Code:
