@@ -476,6 +476,9 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
     finishers = [_finisher(f) for f in fields]
     commons = {f.index: _common_entry(state) for f, state in zip([f for f in fields if f.open is not None], states[1:])}
     stores = [_store(f, finisher) for f, finisher in zip(fields, finishers)]
+    # (every constant of lead characters is named before the module's list of them is taken)
+    literal_searches = _literal_searches(states, consts, leads)
+    lead_names = _lead_names(consts, leads)
     return _ENV.get_template("module.py.jinja").render(
         version=__version__,
         interpreter_release=INTERPRETER_RELEASE,
@@ -485,9 +488,9 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         fields=fields,
         consts=consts,
         triggers=triggers,
-        literal_searches=_literal_searches(states, consts, leads),
+        literal_searches=literal_searches,
         leads={name: chars for chars, name in leads.names.items()},
-        lead_names=_lead_names(consts, leads),
+        lead_names=lead_names,
         first_classes={
             name: _char_class(d.charsets.first)
             for name, d in consts.items()

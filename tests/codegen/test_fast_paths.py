@@ -138,3 +138,33 @@ _SAMPLES = {
         "<tool_call|>Sure <|tool <|tool_response>"
     ),
 }
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        # (lead characters that only a scan or the one-shot reader walks back over, in a state
+        # without a fast path, or of a literal run no fast path names)
+        {"fields": {"content": {"open_pattern": "(?=<a>)", "close": "<a>"}, "reasoning_content": {"open_pattern": "\\s*\\\n", "close": "<a>"}}, "start_anchor": "<|a|>\n"},
+        {
+            "fields": {
+                "content": {"open_pattern": "[ \\t\\n]*(?:<a>|\\ )", "close": "<a>"},
+                "reasoning_content": {"open": "<a>", "close": "<a>"},
+                "tool_calls": {"open": "<a>", "close": "<a>"},
+                "a": {"open_pattern": "\\s*<a>", "close": "<a>"},
+            },
+            "start_anchor": "<|a|>\n",
+        },
+    ],
+)
+def test_every_constant_of_lead_characters_a_module_uses_is_defined(template):
+    """The module builds, streams (whole and a character at a time) and reads whole messages
+    without a name it did not define; the streams and the one-shot reader agree."""
+    module = rtcompile.load(template)
+    text = "<a> \n<a> x"
+    for chunks in ([text], list(text)):
+        parser = module.ResponseParser("")
+        for chunk in chunks:
+            parser.feed(chunk)
+        message, _ = parser.finalize()
+        assert message == module.parse_response(text, prefix="")
