@@ -96,6 +96,7 @@ QUICK = Config(
 )
 
 TARGETS = {
+    "stream_ratio_1K": 4.0,  # (short answers: the fixed and per-delimiter costs of a stream)
     "stream_ratio_16K": 7.0,
     "stream_ratio_1M": 100.0,
     "growth": 1.3,
@@ -687,7 +688,11 @@ def render_report(results: dict, config: Config, book: TargetBook) -> str:
             ratio = _ratio(interp, rtc)
             vs_hand = _ratio(rtc, hand)
             target = ""
-            if size == "16K":
+            if size == "1K":
+                target = book.check(
+                    f"streaming ratio {name} 1K", ratio, TARGETS["stream_ratio_1K"], True
+                )
+            elif size == "16K":
                 target = book.check(
                     f"streaming ratio {name} 16K", ratio, TARGETS["stream_ratio_16K"], True
                 )

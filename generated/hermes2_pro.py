@@ -17,6 +17,7 @@ from rtcompile.runtime import (
     PatternWindow,
     PlainRegex,
     ReadAgain,
+    StartLiterals,
     check_abi,
     coerce_tool_calls,
     each_scope,
@@ -32,7 +33,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(11)
+check_abi(12)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -65,16 +66,11 @@ OPEN_0 = LiteralSearch(("<tool_call>",), WHITESPACE)
 CLOSE_1_PATTERN = "\\s*(?:<\\|im_end\\|>|<\\|endoftext\\|>|<\\|end_of_text\\|>)"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.
 CLOSE_1 = LiteralSearch(("<|im_end|>", "<|endoftext|>", "<|end_of_text|>"), WHITESPACE)
-CLOSE_0 = LiteralSearch(("</tool_call>",))
-LITERALS_SCAN_SINK = LiteralSearch(
-    ("<tool_call>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>")
-)  # a state's literals: where any first occurs
-STARTS_SCAN_SINK = LiteralSearch(
-    ("<tool_call>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>")
-)  # what the state's delimiters start with
-STARTS_SCAN_IN_0_TOOL_CALLS = LiteralSearch(
-    ("</tool_call>",)
-)  # what the state's delimiters start with
+CLOSE_0 = StartLiterals(("</tool_call>",))
+STARTS_SCAN_SINK = StartLiterals(
+    ("<tool_call>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>"),
+    (WHITESPACE, WHITESPACE, WHITESPACE, WHITESPACE),
+)  # what a state's delimiters start with, after which lead
 
 # ---- fields: content parser, then transform --------------------------------------------------
 CONTENT_0 = make_parser("json", {})
@@ -92,7 +88,7 @@ def _finish_1_content(body, captures):
     return content
 
 
-# ---- the parser: one scan method per state -----------------------------------------------------
+# ---- the parser: one scan method per state, and its fast path --------------------------------
 class ResponseParser(Machine):
     FIELD_NAMES = ("tool_calls", "content")
     DIRTY = (True, False)
@@ -105,110 +101,38 @@ class ResponseParser(Machine):
     DEFAULT_KEYS = frozenset(("role",))
     START_LITERAL = START_ANCHOR  # the start anchor, one literal that cannot overlap itself
     STATE_SCANS = ("_scan_in_0_tool_calls", "_scan_in_1_content")
+    # The fast path of feed in each field, and outside explicit regions: its method, the one
+    # character the state's delimiters start with ("" for several), their lead characters, and
+    # whether a trailing run of those is held where it starts.
+    STATE_COMMONS = (
+        ("_common_in_0_tool_calls", "<", "", False),
+        None,
+    )
+    SINK_COMMON = ("_common_sink", "<", WHITESPACE, True)
     FINISH = (
         _finish_0_tool_calls,
         _finish_1_content,
     )
 
     def feed(self, text):
-        """Fast paths for the common chunk, in which no watched delimiter can start; everything
-        else goes through Machine.feed."""
-        if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
+        """The commonest chunk first, tested here with the state's own characters: nothing held,
+        no first character of the state's delimiters, no lead character at its end (one
+        region_chunk); any other chunk goes to Machine.feed (the state's fast path, or its scan)."""
+        if not self._buf and self._opened:
             state = self._current
             if state == 0:
-                if ("<" not in text or STARTS_SCAN_IN_0_TOOL_CALLS.starts_nowhere(text)) and text:
+                if "<" not in text and text:
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
                     ]
             elif state == 1:
-                if (
-                    ("<" not in text or STARTS_SCAN_SINK.starts_nowhere(text))
-                    and text
-                    and text[-1] not in WHITESPACE
-                ):
+                if "<" not in text and text and text[-1] not in WHITESPACE:
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
                     ]
-        if text and self._opened and self._buf and not self._lead_held:
-            # Held text (a possible delimiter start: "<" at a chunk's end, "\n</" in a call) and
-            # a chunk in which, together, no watched delimiter can start: read both (what the
-            # machine's scan would find, without its regex search).
-            joined = self._buf + text
-            state = self._current
-            if state == 0:
-                if "<" not in joined or STARTS_SCAN_IN_0_TOOL_CALLS.starts_nowhere(joined):
-                    self._buf = ""
-                    self._parts.append(joined)
-                    return [
-                        {
-                            "type": "region_chunk",
-                            "field": "tool_calls",
-                            "text": joined,
-                            "dirty": True,
-                        }
-                    ]
-            elif state == 1:
-                if ("<" not in joined or STARTS_SCAN_SINK.starts_nowhere(joined)) and joined[
-                    -1
-                ] not in WHITESPACE:
-                    self._buf = ""
-                    self._parts.append(joined)
-                    return [
-                        {"type": "region_chunk", "field": "content", "text": joined, "dirty": False}
-                    ]
-        if text and not self._halted and (self._lead_held or not self._buf):
-            # A trailing run of lead characters (a leading \s* of the delimiters) is held back
-            # (where it starts: str.rstrip, one C call for what trailing_run walks in Python).
-            state = self._current
-            if state == 1:
-                if "<" not in text or STARTS_SCAN_SINK.starts_nowhere(text):
-                    return self._lead_feed(text, len(text.rstrip(WHITESPACE)))
         return Machine.feed(self, text)
-
-    def feed_text(self, text):
-        """See Machine.feed_text: feed's fast paths, answered with (field, text read)."""
-        if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
-            state = self._current
-            if state == 0:
-                if ("<" not in text or STARTS_SCAN_IN_0_TOOL_CALLS.starts_nowhere(text)) and text:
-                    self._parts.append(text)
-                    return "tool_calls", text
-            elif state == 1:
-                if (
-                    ("<" not in text or STARTS_SCAN_SINK.starts_nowhere(text))
-                    and text
-                    and text[-1] not in WHITESPACE
-                ):
-                    self._parts.append(text)
-                    return "content", text
-        if text and self._opened and self._buf and not self._lead_held:
-            # Held text (a possible delimiter start: "<" at a chunk's end, "\n</" in a call) and
-            # a chunk in which, together, no watched delimiter can start: read both (what the
-            # machine's scan would find, without its regex search).
-            joined = self._buf + text
-            state = self._current
-            if state == 0:
-                if "<" not in joined or STARTS_SCAN_IN_0_TOOL_CALLS.starts_nowhere(joined):
-                    self._buf = ""
-                    self._parts.append(joined)
-                    return "tool_calls", joined
-            elif state == 1:
-                if ("<" not in joined or STARTS_SCAN_SINK.starts_nowhere(joined)) and joined[
-                    -1
-                ] not in WHITESPACE:
-                    self._buf = ""
-                    self._parts.append(joined)
-                    return "content", joined
-        if text and self._opened and (self._lead_held or not self._buf):
-            # A trailing run of lead characters (a leading \s* of the delimiters) is held back
-            # (where it starts: str.rstrip, one C call for what trailing_run walks in Python).
-            state = self._current
-            if state == 1:
-                if "<" not in text or STARTS_SCAN_SINK.starts_nowhere(text):
-                    return "content", self._lead_text(text, len(text.rstrip(WHITESPACE)))
-        return None
 
     @staticmethod
     def _new_output():
@@ -224,7 +148,19 @@ class ResponseParser(Machine):
         if buf.find("<", pos) < 0:
             if n == pos or buf[-1] not in WHITESPACE:
                 return n, None
-            self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_feed)
+            self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_take)
+            return trailing_run(buf, pos, WHITESPACE), None
+        if n - pos < SHORT_BUFFER:
+            hold = STARTS_SCAN_SINK.starts_at(buf, pos)
+        else:
+            hold = -1
+        if hold >= 0:
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            if hold < n or buf[-1] not in WHITESPACE:
+                return hold, None
+            self._lead_held = True  # (a bare lead run, as above)
             return trailing_run(buf, pos, WHITESPACE), None
         hold = n
         best = None
@@ -235,7 +171,7 @@ class ResponseParser(Machine):
         else:
             memo = self._memo if self._memo_buf is buf else self._literal_memo(buf)
         # Where the first of the literal delimiters' literals occurs: one search for all of them.
-        q = LITERALS_SCAN_SINK.find(memo, buf, pos)[0]
+        q = STARTS_SCAN_SINK.find(memo, buf, pos)[0]
         # open of field 0
         if q >= 0 and buf.startswith("<tool_call>", q):
             s, e = q, q + 11
@@ -280,11 +216,51 @@ class ResponseParser(Machine):
             return hold, None
         return hold, best
 
+    def _common_sink(self, text):
+        "Outside explicit regions: feed's fast path (see Machine.feed). The text a chunk adds to the region, read without a scan; None for the scan."
+        if not text:
+            return None
+        buf = self._buf
+        if not buf:
+            if "<" not in text and text[-1] not in WHITESPACE:
+                return text  # (the common chunk: no delimiter can start in it)
+            joined = text
+        elif self._lead_held:
+            # (what is unread is a run of lead characters; more of them wait in pieces)
+            if "<" not in text or STARTS_SCAN_SINK.starts_nowhere(text):
+                return self._lead_take(text, len(text.rstrip(WHITESPACE)))
+            joined = buf + "".join(self._held) + text
+        else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
+            joined = buf + text
+        if "<" not in joined:
+            hold = len(joined)
+        else:
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = STARTS_SCAN_SINK.starts_at(joined)
+            if hold < 0:
+                return None  # (the scan decides)
+        if hold == len(joined) and joined[-1] in WHITESPACE:
+            # (a trailing run of lead characters, the \s* of a delimiter like \s*<tool_call>, is
+            # held back where it starts: str.rstrip, one C call for what trailing_run walks)
+            return self._read_before(joined, len(joined.rstrip(WHITESPACE)), True)
+        if hold == len(joined) and not buf:
+            return joined  # (nothing was held, nothing is held now)
+        return self._read_before(joined, hold)
+
     def _scan_in_0_tool_calls(self, buf, pos, eos):
         "Inside field 0 ('tool_calls'): watch its close."
         n = len(buf)
         if buf.find("<", pos) < 0:
             return n, None
+        if n - pos < SHORT_BUFFER:
+            hold = CLOSE_0.starts_at(buf, pos)
+        else:
+            hold = -1
+        if hold >= 0:
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            return hold, None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
@@ -307,6 +283,28 @@ class ResponseParser(Machine):
             return hold, None
         return hold, best
 
+    def _common_in_0_tool_calls(self, text):
+        "Inside field 0 ('tool_calls'): feed's fast path (see Machine.feed). The text a chunk adds to the region, read without a scan; None for the scan."
+        if not text:
+            return None
+        buf = self._buf
+        if not buf:
+            if "<" not in text:
+                return text  # (the common chunk: no delimiter can start in it)
+            joined = text
+        else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
+            joined = buf + text
+        if "<" not in joined:
+            hold = len(joined)
+        else:
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = CLOSE_0.starts_at(joined)
+            if hold < 0:
+                return None  # (the scan decides)
+        if hold == len(joined) and not buf:
+            return joined  # (nothing was held, nothing is held now)
+        return self._read_before(joined, hold)
+
 
 # ---- the one-shot reader: a finished message, each next delimiter found by one search ---------
 # parse_response reads a finished message here, with no events and nothing held back: per state,
@@ -327,9 +325,8 @@ SEARCH_READ_OUTSIDE_KEYS = {
 
 def _close_0_tool_calls(run, body, captures):
     "Field 0 ('tool_calls'): its region's value goes into the message."
-    try:  # (the finish function _finish_0_tool_calls, inlined: one call less per region)
-        content = CONTENT_0(body)
-        value = {"type": "function", "function": content}
+    try:
+        value = _finish_0_tool_calls(body, captures)
         if run.tool_params and not isinstance(value, str):  # (text is never a tool call)
             value = coerce_tool_calls(value, run.tool_params, True)
     except Exception as error:
@@ -342,9 +339,8 @@ def _close_0_tool_calls(run, body, captures):
 
 def _close_1_content(run, body, captures):
     "Field 1 ('content'): its region's value goes into the message."
-    try:  # (the finish function _finish_1_content, inlined: one call less per region)
-        content = body.strip()
-        value = content
+    try:
+        value = _finish_1_content(body, captures)
     except Exception as error:
         run.region_failed("content", body, captures, error)
         return
@@ -370,16 +366,13 @@ def _read_outside(run, buf, pos, head):
             s, e, found = q, m.end(), None
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # (the match starts with the run of lead characters before its key)
-            index, rank = 0, 0
+            index = 0
         elif k == 2:
             # close of field 1
             s, e, found = q, m.end(), None
             while s > pos and buf[s - 1] in WHITESPACE:
                 s -= 1  # (the match starts with the run of lead characters before its key)
-            index, rank = 1, 1
-        if s < 0:
-            q += 1  # (no match where this key is: the search goes on after it)
-            continue
+            index = 1
         if index == 1:  # the implicit field's close
             if s > pos or head:
                 _close_1_content(run, head + buf[pos:s], {})

@@ -17,6 +17,7 @@ from rtcompile.runtime import (
     PatternWindow,
     PlainRegex,
     ReadAgain,
+    StartLiterals,
     check_abi,
     coerce_tool_calls,
     each_scope,
@@ -32,7 +33,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(11)
+check_abi(12)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -70,10 +71,7 @@ OPEN_0 = LazyRegex(
 )  # compiled (regex, DOTALL) on first use
 CLOSE_0_PATTERN = "\\s*(?:<\\|eot_id\\|>|<\\|eom_id\\|>)"
 # ...is a run of lead characters, then the first of these literals that fits: searched as literals.
-CLOSE_0 = LiteralSearch(("<|eot_id|>", "<|eom_id|>"), WHITESPACE)
-STARTS_SCAN_IN_0_TOOL_CALLS = LiteralSearch(
-    ("<|eot_id|>", "<|eom_id|>")
-)  # what the state's delimiters start with
+CLOSE_0 = StartLiterals(("<|eot_id|>", "<|eom_id|>"), (WHITESPACE, WHITESPACE))
 
 # ---- fields: content parser, then transform --------------------------------------------------
 CONTENT_0 = make_parser("json", {})
@@ -98,7 +96,7 @@ def _finish_1_content(body, captures):
     return content
 
 
-# ---- the parser: one scan method per state -----------------------------------------------------
+# ---- the parser: one scan method per state, and its fast path --------------------------------
 class ResponseParser(Machine):
     FIELD_NAMES = ("tool_calls", "content")
     DIRTY = (True, False)
@@ -112,6 +110,14 @@ class ResponseParser(Machine):
     DEFAULT_KEYS = frozenset(("role",))
     START_LITERAL = START_ANCHOR  # the start anchor, one literal that cannot overlap itself
     STATE_SCANS = ("_scan_in_0_tool_calls", "_scan_in_1_content")
+    # The fast path of feed in each field, and outside explicit regions: its method, the one
+    # character the state's delimiters start with ("" for several), their lead characters, and
+    # whether a trailing run of those is held where it starts.
+    STATE_COMMONS = (
+        None,
+        None,
+    )
+    SINK_COMMON = None
     FINISH = (
         _finish_0_tool_calls,
         _finish_1_content,
@@ -176,7 +182,19 @@ class ResponseParser(Machine):
         if buf.find("<", pos) < 0:
             if n == pos or buf[-1] not in WHITESPACE:
                 return n, None
-            self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_feed)
+            self._lead_held = True  # what stays unread is a bare lead run (see Machine._lead_take)
+            return trailing_run(buf, pos, WHITESPACE), None
+        if n - pos < SHORT_BUFFER:
+            hold = CLOSE_0.starts_at(buf, pos)
+        else:
+            hold = -1
+        if hold >= 0:
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            if hold < n or buf[-1] not in WHITESPACE:
+                return hold, None
+            self._lead_held = True  # (a bare lead run, as above)
             return trailing_run(buf, pos, WHITESPACE), None
         hold = n
         best = None
@@ -219,10 +237,6 @@ SEARCH_READ_OUTSIDE = PlainRegex(
 SEARCH_READ_IN_0_TOOL_CALLS = PlainRegex(
     "<\\|eot_id\\|>|<\\|eom_id\\|>"
 )  # where the state's next delimiter may be
-SEARCH_READ_IN_0_TOOL_CALLS_KEYS = {
-    "<|eot_id|>": 1,
-    "<|eom_id|>": 1,
-}  # which key a literal found is
 FULL_CLOSE_1 = PlainRegex(
     "\\s*(?:<\\|eot_id\\|>|<\\|eom_id\\|>|<\\|end_of_text\\|>)"
 )  # a delimiter, matched where its key is
@@ -230,16 +244,8 @@ FULL_CLOSE_1 = PlainRegex(
 
 def _close_0_tool_calls(run, body, captures):
     "Field 0 ('tool_calls'): its region's value goes into the message."
-    try:  # (the finish function _finish_0_tool_calls, inlined: one call less per region)
-        content = CONTENT_0(body)
-        scope = {**captures, "content": content}
-        value = {
-            "type": "function",
-            "function": {
-                "name": resolve(scope, "content.name", "content", ("name",)),
-                "arguments": resolve(scope, "content.parameters", "content", ("parameters",)),
-            },
-        }
+    try:
+        value = _finish_0_tool_calls(body, captures)
         if run.tool_params and not isinstance(value, str):  # (text is never a tool call)
             value = coerce_tool_calls(value, run.tool_params, True)
     except Exception as error:
@@ -252,9 +258,8 @@ def _close_0_tool_calls(run, body, captures):
 
 def _close_1_content(run, body, captures):
     "Field 1 ('content'): its region's value goes into the message."
-    try:  # (the finish function _finish_1_content, inlined: one call less per region)
-        content = body.strip()
-        value = content
+    try:
+        value = _finish_1_content(body, captures)
     except Exception as error:
         run.region_failed("content", body, captures, error)
         return
@@ -286,14 +291,11 @@ def _read_outside(run, buf, pos, head):
                 t, u = q, other.end()
             if t >= 0 and (s < 0 or (t, t - u, 1) < (s, s - e, rank)):
                 s, e, found = t, u, other
-                index, rank = 1, 1
+                index = 1
         elif k == 2:
             # close of field 1
             s, e, found = q, m.end(), m  # (the search's match is the pattern's own)
-            index, rank = 1, 1
-        if s < 0:
-            q += 1  # (no match where this key is: the search goes on after it)
-            continue
+            index = 1
         if s == len(buf):
             break  # (an empty match at the very end: the machine never commits one there)
         if s == e:  # (it matched the empty string)
@@ -314,22 +316,13 @@ def _read_outside(run, buf, pos, head):
 
 def _read_in_0_tool_calls(run, buf, pos, head, captures):
     "Inside field 0 ('tool_calls'): its text up to its close, or to the end. Returns where the text goes on (-1: the end)."
-    q = pos  # where the search for the next key goes on
-    while True:
-        m = SEARCH_READ_IN_0_TOOL_CALLS.search(buf, q)
-        if m is None:
-            break
-        q = m.start()
-        k = SEARCH_READ_IN_0_TOOL_CALLS_KEYS[m.group()]  # which key the search found first here
-        if k == 1:
-            # close of field 0
-            s, e, found = q, m.end(), None
-            while s > pos and buf[s - 1] in WHITESPACE:
-                s -= 1  # (the match starts with the run of lead characters before its key)
-            index, rank = 0, 0
-        if s < 0:
-            q += 1  # (no match where this key is: the search goes on after it)
-            continue
+    # close of field 0
+    # (its literals, in the engine's order: the one the search finds is the delimiter's match)
+    m = SEARCH_READ_IN_0_TOOL_CALLS.search(buf, pos)
+    if m is not None:
+        s, e = m.span()
+        while s > pos and buf[s - 1] in WHITESPACE:
+            s -= 1  # (the match starts with the run of lead characters before its key)
         _close_0_tool_calls(run, head + buf[pos:s], captures)
         return e
     _close_0_tool_calls(run, head + buf[pos:], captures)  # (no close: it runs to the end)

@@ -17,6 +17,7 @@ from rtcompile.runtime import (
     PatternWindow,
     PlainRegex,
     ReadAgain,
+    StartLiterals,
     check_abi,
     coerce_tool_calls,
     each_scope,
@@ -32,7 +33,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(11)
+check_abi(12)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -72,17 +73,14 @@ OPEN_1_WINDOW = PatternWindow(
     lead_run=False,
     prefix="[TOOL_CALLS]",
 )
-CLOSE_0 = LiteralSearch(("[/THINK]",))
+CLOSE_0 = StartLiterals(("[/THINK]",))
 CLOSE_1 = LazyRegex("(?=\\[TOOL_CALLS\\])|</s>")  # compiled (regex, DOTALL) on first use
+STARTS_SCAN_SINK = StartLiterals(
+    ("[THINK]", "[TOOL_CALLS]", "</s>")
+)  # what a state's delimiters start with, after which lead
 LITERALS_SCAN_SINK = LiteralSearch(
     ("[THINK]", "</s>")
 )  # a state's literals: where any first occurs
-STARTS_SCAN_SINK = LiteralSearch(
-    ("[THINK]", "[TOOL_CALLS]", "</s>")
-)  # what the state's delimiters start with
-STARTS_SCAN_IN_0_REASONING_CONTENT = LiteralSearch(
-    ("[/THINK]",)
-)  # what the state's delimiters start with
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -118,7 +116,7 @@ def _finish_2_content(body, captures):
     return content
 
 
-# ---- the parser: one scan method per state -----------------------------------------------------
+# ---- the parser: one scan method per state, and its fast path --------------------------------
 class ResponseParser(Machine):
     FIELD_NAMES = ("reasoning_content", "tool_calls", "content")
     DIRTY = (False, True, False)
@@ -131,6 +129,15 @@ class ResponseParser(Machine):
     PREFIX_IN_ONE_PASS = False  # a delimiter's match may still change as text arrives
     DEFAULT_KEYS = frozenset(("role",))
     STATE_SCANS = ("_scan_in_0_reasoning_content", "_scan_in_1_tool_calls", "_scan_in_2_content")
+    # The fast path of feed in each field, and outside explicit regions: its method, the one
+    # character the state's delimiters start with ("" for several), their lead characters, and
+    # whether a trailing run of those is held where it starts.
+    STATE_COMMONS = (
+        ("_common_in_0_reasoning_content", "[", "", False),
+        None,
+        None,
+    )
+    SINK_COMMON = ("_common_sink", "", "", False)
     FINISH = (
         _finish_0_reasoning_content,
         _finish_1_tool_calls,
@@ -138,14 +145,13 @@ class ResponseParser(Machine):
     )
 
     def feed(self, text):
-        """Fast paths for the common chunk, in which no watched delimiter can start; everything
-        else goes through Machine.feed."""
-        if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
+        """The commonest chunk first, tested here with the state's own characters: nothing held,
+        no first character of the state's delimiters, no lead character at its end (one
+        region_chunk); any other chunk goes to Machine.feed (the state's fast path, or its scan)."""
+        if not self._buf and self._opened:
             state = self._current
             if state == 0:
-                if (
-                    "[" not in text or STARTS_SCAN_IN_0_REASONING_CONTENT.starts_nowhere(text)
-                ) and text:
+                if "[" not in text and text:
                     self._parts.append(text)
                     return [
                         {
@@ -156,81 +162,12 @@ class ResponseParser(Machine):
                         }
                     ]
             elif state == 2:
-                if (
-                    "<" not in text and "[" not in text or STARTS_SCAN_SINK.starts_nowhere(text)
-                ) and text:
+                if "<" not in text and "[" not in text and text:
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
                     ]
-        if text and self._opened and self._buf and not self._lead_held:
-            # Held text (a possible delimiter start: "<" at a chunk's end, "\n</" in a call) and
-            # a chunk in which, together, no watched delimiter can start: read both (what the
-            # machine's scan would find, without its regex search).
-            joined = self._buf + text
-            state = self._current
-            if state == 0:
-                if "[" not in joined or STARTS_SCAN_IN_0_REASONING_CONTENT.starts_nowhere(joined):
-                    self._buf = ""
-                    self._parts.append(joined)
-                    return [
-                        {
-                            "type": "region_chunk",
-                            "field": "reasoning_content",
-                            "text": joined,
-                            "dirty": False,
-                        }
-                    ]
-            elif state == 2:
-                if (
-                    "<" not in joined
-                    and "[" not in joined
-                    or STARTS_SCAN_SINK.starts_nowhere(joined)
-                ):
-                    self._buf = ""
-                    self._parts.append(joined)
-                    return [
-                        {"type": "region_chunk", "field": "content", "text": joined, "dirty": False}
-                    ]
         return Machine.feed(self, text)
-
-    def feed_text(self, text):
-        """See Machine.feed_text: feed's fast paths, answered with (field, text read)."""
-        if self._opened and not self._buf:  # (_opened is false too once finalized or failed)
-            state = self._current
-            if state == 0:
-                if (
-                    "[" not in text or STARTS_SCAN_IN_0_REASONING_CONTENT.starts_nowhere(text)
-                ) and text:
-                    self._parts.append(text)
-                    return "reasoning_content", text
-            elif state == 2:
-                if (
-                    "<" not in text and "[" not in text or STARTS_SCAN_SINK.starts_nowhere(text)
-                ) and text:
-                    self._parts.append(text)
-                    return "content", text
-        if text and self._opened and self._buf and not self._lead_held:
-            # Held text (a possible delimiter start: "<" at a chunk's end, "\n</" in a call) and
-            # a chunk in which, together, no watched delimiter can start: read both (what the
-            # machine's scan would find, without its regex search).
-            joined = self._buf + text
-            state = self._current
-            if state == 0:
-                if "[" not in joined or STARTS_SCAN_IN_0_REASONING_CONTENT.starts_nowhere(joined):
-                    self._buf = ""
-                    self._parts.append(joined)
-                    return "reasoning_content", joined
-            elif state == 2:
-                if (
-                    "<" not in joined
-                    and "[" not in joined
-                    or STARTS_SCAN_SINK.starts_nowhere(joined)
-                ):
-                    self._buf = ""
-                    self._parts.append(joined)
-                    return "content", joined
-        return None
 
     @staticmethod
     def _new_output():
@@ -245,6 +182,15 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0 and buf.find("[", pos) < 0:
             return n, None
+        if n - pos < SHORT_BUFFER:
+            hold = STARTS_SCAN_SINK.starts_at(buf, pos)
+        else:
+            hold = -1
+        if hold >= 0:
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            return hold, None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
@@ -301,11 +247,59 @@ class ResponseParser(Machine):
             return hold, None
         return hold, best
 
+    def _common_sink(self, text):
+        "Outside explicit regions: feed's fast path (see Machine.feed). The text a chunk adds to the region, read without a scan; None for the scan."
+        if not text:
+            return None
+        buf = self._buf
+        if not buf:
+            if "<" not in text and "[" not in text:
+                return text  # (the common chunk: no delimiter can start in it)
+            joined = text
+        else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
+            joined = buf + text
+        if "<" not in joined and "[" not in joined:
+            hold = len(joined)
+        else:
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = STARTS_SCAN_SINK.starts_at(joined)
+            if hold < 0:
+                # (a delimiter may match here: the scan decides, unless one is still being matched
+                # from the start of what is unread, which the scan would hold back with all after it)
+                m = (
+                    (OPEN_1.compiled_or_none or OPEN_1.compiled()).match(
+                        joined, partial=True, timeout=self._timeout
+                    )
+                    if joined.count("[TOOL_CALLS]") < 2
+                    else (OPEN_1.compiled_or_none or OPEN_1.compiled()).search(
+                        joined, partial=True, timeout=self._timeout
+                    )
+                )
+                if (
+                    m is not None
+                    and m.start() == 0
+                    and (m.partial or m.end() == len(joined) and not self._eager)
+                ):
+                    return self._read_before(joined, 0)
+                return None  # (the scan decides)
+        if hold == len(joined) and not buf:
+            return joined  # (nothing was held, nothing is held now)
+        return self._read_before(joined, hold)
+
     def _scan_in_0_reasoning_content(self, buf, pos, eos):
         "Inside field 0 ('reasoning_content'): watch its close."
         n = len(buf)
         if buf.find("[", pos) < 0:
             return n, None
+        if n - pos < SHORT_BUFFER:
+            hold = CLOSE_0.starts_at(buf, pos)
+        else:
+            hold = -1
+        if hold >= 0:
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            return hold, None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
@@ -327,6 +321,28 @@ class ResponseParser(Machine):
         if best is not None and best[0] >= hold:
             return hold, None
         return hold, best
+
+    def _common_in_0_reasoning_content(self, text):
+        "Inside field 0 ('reasoning_content'): feed's fast path (see Machine.feed). The text a chunk adds to the region, read without a scan; None for the scan."
+        if not text:
+            return None
+        buf = self._buf
+        if not buf:
+            if "[" not in text:
+                return text  # (the common chunk: no delimiter can start in it)
+            joined = text
+        else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
+            joined = buf + text
+        if "[" not in joined:
+            hold = len(joined)
+        else:
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = CLOSE_0.starts_at(joined)
+            if hold < 0:
+                return None  # (the scan decides)
+        if hold == len(joined) and not buf:
+            return joined  # (nothing was held, nothing is held now)
+        return self._read_before(joined, hold)
 
     def _scan_in_1_tool_calls(self, buf, pos, eos):
         "Inside field 1 ('tool_calls'): watch its close."
@@ -375,9 +391,8 @@ FULL_CLOSE_1 = PlainRegex("(?=\\[TOOL_CALLS\\])|</s>")  # a delimiter, matched w
 
 def _close_0_reasoning_content(run, body, captures):
     "Field 0 ('reasoning_content'): its region's value goes into the message."
-    try:  # (the finish function _finish_0_reasoning_content, inlined: one call less per region)
-        content = body.strip()
-        value = content
+    try:
+        value = _finish_0_reasoning_content(body, captures)
     except Exception as error:
         run.region_failed("reasoning_content", body, captures, error)
         return
@@ -391,19 +406,8 @@ def _close_0_reasoning_content(run, body, captures):
 
 def _close_1_tool_calls(run, body, captures):
     "Field 1 ('tool_calls'): its region's value goes into the message."
-    try:  # (the finish function _finish_1_tool_calls, inlined: one call less per region)
-        content = CONTENT_1(body)
-        value = {
-            "type": "function",
-            "function": {
-                "name": (
-                    captures["name"]
-                    if "name" in captures
-                    else resolve({**captures, "content": content}, "name", "name")
-                ),
-                "arguments": content,
-            },
-        }
+    try:
+        value = _finish_1_tool_calls(body, captures)
         if run.tool_params and not isinstance(value, str):  # (text is never a tool call)
             value = coerce_tool_calls(value, run.tool_params, True)
     except Exception as error:
@@ -416,9 +420,8 @@ def _close_1_tool_calls(run, body, captures):
 
 def _close_2_content(run, body, captures):
     "Field 2 ('content'): its region's value goes into the message."
-    try:  # (the finish function _finish_2_content, inlined: one call less per region)
-        content = body.strip()
-        value = content
+    try:
+        value = _finish_2_content(body, captures)
     except Exception as error:
         run.region_failed("content", body, captures, error)
         return
@@ -442,7 +445,7 @@ def _read_outside(run, buf, pos, head):
         if k == 1:
             # open of field 0
             s, e, found = q, m.end(), None
-            index, rank = 0, 0
+            index = 0
         elif k == 2:
             # open of field 1
             s = q
@@ -451,11 +454,11 @@ def _read_outside(run, buf, pos, head):
                 s = -1  # (its key, but not a match)
             else:
                 e = found.end()
-            index, rank = 1, 1
+            index = 1
         elif k == 3:
             # close of field 2
             s, e, found = q, m.end(), None
-            index, rank = 2, 2
+            index = 2
         if s < 0:
             q += 1  # (no match where this key is: the search goes on after it)
             continue

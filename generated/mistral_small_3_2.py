@@ -17,6 +17,7 @@ from rtcompile.runtime import (
     PatternWindow,
     PlainRegex,
     ReadAgain,
+    StartLiterals,
     check_abi,
     coerce_tool_calls,
     each_scope,
@@ -32,7 +33,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(11)
+check_abi(12)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -72,7 +73,9 @@ OPEN_0_WINDOW = PatternWindow(
     prefix="[TOOL_CALLS]",
 )
 CLOSE_0 = LazyRegex("(?=\\[TOOL_CALLS\\])|</s>")  # compiled (regex, DOTALL) on first use
-STARTS_SCAN_SINK = LiteralSearch(("[TOOL_CALLS]", "</s>"))  # what the state's delimiters start with
+STARTS_SCAN_SINK = StartLiterals(
+    ("[TOOL_CALLS]", "</s>")
+)  # what a state's delimiters start with, after which lead
 
 # ---- fields: content parser, then transform --------------------------------------------------
 CONTENT_0 = make_parser("json", {})
@@ -105,7 +108,7 @@ def _finish_1_content(body, captures):
     return content
 
 
-# ---- the parser: one scan method per state -----------------------------------------------------
+# ---- the parser: one scan method per state, and its fast path --------------------------------
 class ResponseParser(Machine):
     FIELD_NAMES = ("tool_calls", "content")
     DIRTY = (True, False)
@@ -118,6 +121,14 @@ class ResponseParser(Machine):
     PREFIX_IN_ONE_PASS = False  # a delimiter's match may still change as text arrives
     DEFAULT_KEYS = frozenset(("role",))
     STATE_SCANS = ("_scan_in_0_tool_calls", "_scan_in_1_content")
+    # The fast path of feed in each field, and outside explicit regions: its method, the one
+    # character the state's delimiters start with ("" for several), their lead characters, and
+    # whether a trailing run of those is held where it starts.
+    STATE_COMMONS = (
+        None,
+        None,
+    )
+    SINK_COMMON = None
     FINISH = (
         _finish_0_tool_calls,
         _finish_1_content,
@@ -136,6 +147,15 @@ class ResponseParser(Machine):
         n = len(buf)
         if buf.find("<", pos) < 0 and buf.find("[", pos) < 0:
             return n, None
+        if n - pos < SHORT_BUFFER:
+            hold = STARTS_SCAN_SINK.starts_at(buf, pos)
+        else:
+            hold = -1
+        if hold >= 0:
+            # No start literal occurs: no delimiter matches, and one may only be starting at the end.
+            if eos:
+                return n, None
+            return hold, None
         hold = n
         best = None
         # Long buffers (a whole message): remember where literals next occur, so that later
@@ -215,24 +235,8 @@ FULL_CLOSE_0 = PlainRegex("(?=\\[TOOL_CALLS\\])|</s>")  # a delimiter, matched w
 
 def _close_0_tool_calls(run, body, captures):
     "Field 0 ('tool_calls'): its region's value goes into the message."
-    try:  # (the finish function _finish_0_tool_calls, inlined: one call less per region)
-        content = CONTENT_0(body)
-        value = {
-            "id": (
-                captures["id"]
-                if "id" in captures
-                else resolve({**captures, "content": content}, "id", "id")
-            ),
-            "type": "function",
-            "function": {
-                "name": (
-                    captures["name"]
-                    if "name" in captures
-                    else resolve({**captures, "content": content}, "name", "name")
-                ),
-                "arguments": content,
-            },
-        }
+    try:
+        value = _finish_0_tool_calls(body, captures)
         if run.tool_params and not isinstance(value, str):  # (text is never a tool call)
             value = coerce_tool_calls(value, run.tool_params, True)
     except Exception as error:
@@ -245,9 +249,8 @@ def _close_0_tool_calls(run, body, captures):
 
 def _close_1_content(run, body, captures):
     "Field 1 ('content'): its region's value goes into the message."
-    try:  # (the finish function _finish_1_content, inlined: one call less per region)
-        content = body.strip()
-        value = content
+    try:
+        value = _finish_1_content(body, captures)
     except Exception as error:
         run.region_failed("content", body, captures, error)
         return
@@ -276,11 +279,11 @@ def _read_outside(run, buf, pos, head):
                 s = -1  # (its key, but not a match)
             else:
                 e = found.end()
-            index, rank = 0, 0
+            index = 0
         elif k == 2:
             # close of field 1
             s, e, found = q, m.end(), None
-            index, rank = 1, 1
+            index = 1
         if s < 0:
             q += 1  # (no match where this key is: the search goes on after it)
             continue

@@ -18,6 +18,7 @@ from .scanning import (
     LazyRegex,
     LiteralSearch,
     PatternWindow,
+    StartLiterals,
     moved_by_more,
     trailing_run,
     truncate_after_last,
@@ -30,7 +31,7 @@ from .transforms import each_scope, resolve
 from .whole import PlainRegex, ReadAgain, WholeMessage, finished_message, join_error, start_whole
 
 # Bump when anything in __all__ changes meaning or signature; generated modules pin it.
-RUNTIME_ABI = 11
+RUNTIME_ABI = 12
 
 
 class RuntimeMismatchError(ImportError):
@@ -63,6 +64,7 @@ __all__ = [
     "RegionError",
     "RegionKeyError",
     "RegionParseError",
+    "StartLiterals",
     "TokenIdError",
     "WholeMessage",
     "check_abi",

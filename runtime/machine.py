@@ -84,6 +84,12 @@ class Machine:
     PREFIX_IN_ONE_PASS: bool = True
     FINISH: tuple[Callable[[str, dict], Any], ...] = ()  # per field: (body, captures) -> value
     STATE_SCANS: tuple[str, ...] = ()  # per field: name of the scan method used inside it
+    # Per field, the fast path of feed inside it (see feed), None where it has none: (the name of
+    # its method, the one character every watched delimiter starts with or "" where they start
+    # with several, the lead characters they may start with before it, whether a trailing run of
+    # them is held where it starts); SINK_COMMON is the one outside explicit regions.
+    STATE_COMMONS: tuple[tuple[str, str, str, bool] | None, ...] = ()
+    SINK_COMMON: tuple[str, str, str, bool] | None = None
     DEFAULT_KEYS: frozenset = frozenset()
     # The start anchor when it is one literal that cannot overlap itself (its last occurrence in
     # a prompt is where the prompt is cut): a token-id prompt is then decoded from its last
@@ -161,17 +167,17 @@ class Machine:
         self._pos = 0
         self._output = self._new_output()
         self._current = self.IMPLICIT  # field index, or None for the null sink
-        # The current state's scan method, as the class's plain function: a bound method stored on
-        # the instance would be a reference cycle, and the parser (with its buffer) would outlive its
-        # last use until the garbage collector's next full pass.
+        # The current state's scan method, as the class's plain function: a bound method stored on the
+        # instance is a reference cycle, and the parser (its buffer) would outlive its last use.
         self._scan = type(self)._scan_sink
+        self._enter_common(self.SINK_COMMON)
         self._captures: dict = {}
         self._parts: list[str] = []
         self._opened = False
         self._finalized = False
         self._failure: BaseException | None = None
         self._halted = False  # finalized or failed: feed/finalize refuse
-        self._held: list[str] = []  # see _lead_feed
+        self._held: list[str] = []  # see _lead_take
         self._lead_held = False
         self._memo_buf: str | None = None  # (and self._memo: see _literal_memo)
         self.initial_events: list[dict] = []
@@ -191,7 +197,44 @@ class Machine:
                 raise
 
     def feed(self, text: str) -> list[dict]:
-        """Feed the next piece of model output; returns the events it produced."""
+        """Feed the next piece of model output; returns the events it produced.
+
+        Most chunks can only add to the open region: no delimiter can start in them, or one may
+        only be starting at their end (a "<" that may begin "</think>"). The commonest, with none
+        of the characters the state's delimiters start with, nothing held and no lead character
+        at its end, the generated subclass's feed reads before it comes here. Those without the
+        one character the state's delimiters start with are read here (`_read_lead`, where a run
+        of lead characters ends them or is held); the current state's fast path (`_common`,
+        generated per state from what its delimiters start with) reads the others, and returns
+        the text read (the chunk, less what it holds back, plus held text the chunk shows is no
+        delimiter); it returns None for any other chunk, which the general path reads
+        (`_feed_scanned`: the state's scan decides)."""
+        if self._trigger not in text and text and self._opened and (self._lead_held or not self._buf):
+            read = self._read_lead(text)
+        else:
+            read = None
+        if read is None:
+            common = self._common
+            if common is None:  # (None once finalized or failed, and in states without one)
+                return self._feed_scanned(text)
+            try:
+                read = common(self, text)
+            except BaseException as e:  # (a regex time bound; no chunk of text raises otherwise)
+                self._fail(e)
+                raise
+            if read is None:
+                return self._feed_scanned(text)
+        if not read:
+            return []
+        if self._opened:
+            self._parts.append(read)
+            return [{"type": "region_chunk", "field": self._chunk_field, "text": read, "dirty": self._chunk_dirty}]
+        events: list[dict] = []
+        self._accumulate(events, read)  # (the implicit field opens; the null sink drops it)
+        return events
+
+    def _feed_scanned(self, text: str) -> list[dict]:
+        """feed() by the general path: the current state's scan decides."""
         if self._halted:
             self._refuse()
         if self._held:
@@ -221,21 +264,74 @@ class Machine:
 
     def feed_declined(self, text: str) -> list[dict]:
         """feed() for a chunk feed_text has just declined (returned None for): the same events, by
-        the general path, without trying again the fast paths a generated feed would try first
-        (they test what feed_text tested)."""
-        return Machine.feed(self, text)
+        the general path, without trying the fast path again (feed_text tried it)."""
+        return self._feed_scanned(text)
 
     def feed_text(self, text: str) -> tuple[str, str] | None:
         """feed() for a server's common chunk only: when all `text` can do is add to the open
-        region (no watched delimiter can start in it), it is read and (field, text read) is
-        returned: feed would have returned one region_chunk of that field with that text, or no
-        event where the text read is "" (the text read is `text`, but for a trailing whitespace
-        run held back as a possible delimiter start, like the \\s* of \\s*<tool_call>, and text
-        held before it, now read: a lead run, or a possible delimiter start that this chunk shows
-        is none, like a "<" that ended the last chunk). Any other chunk is left unread and None
-        is returned: feed it with feed(). Saves building the events of the chunks that make up
-        most of a stream (the generated subclass has the fast paths; this default has none)."""
+        region, it is read and (field, text read) is returned: feed would have returned one
+        region_chunk of that field with that text, or no event where the text read is "". The
+        text read is `text`, but for what it holds back as a possible delimiter start (a trailing
+        whitespace run, like the \\s* of \\s*<tool_call>, or a "<" that may begin </think>) and
+        for held text it now reads (a lead run, or a "<" that this chunk shows starts nothing).
+        Any other chunk is left unread and None is returned: feed it with feed_declined() (or
+        feed()). Saves building the events of the chunks that make up most of a stream."""
+        if not self._opened:
+            return None
+        if self._trigger not in text and text and not self._buf and text[-1] not in self._lead_chars:
+            self._parts.append(text)  # (the commonest chunk, as in feed)
+            return self._chunk_field, text
+        if self._trigger not in text and text and (self._lead_held or not self._buf):
+            read = self._read_lead(text)
+        else:
+            read = None
+        if read is None:
+            common = self._common
+            if common is None:
+                return None
+            try:
+                read = common(self, text)
+            except BaseException as e:  # (a regex time bound; no chunk of text raises otherwise)
+                self._fail(e)
+                raise
+            if read is None:
+                return None
+        if read:
+            self._parts.append(read)
+        return self._chunk_field, read
+
+    def _read_lead(self, text: str) -> str | None:
+        """feed's and feed_text's reading of a chunk in which no delimiter of the state starts (it
+        has none of their first characters) but a run of lead characters at its end (held back,
+        where the state holds such runs: a possible start of a delimiter like \\s*<tool_call>),
+        or a chunk after such a run held (read with it). None for anything else."""
+        lead = self._lead_chars
+        if not self._buf:
+            if not self._lead_hold:
+                return None
+            run_start = len(text.rstrip(lead))  # (str.rstrip: one C call for the run)
+            self._buf = text[run_start:]
+            self._lead_held = True
+            return text[:run_start]
+        if self._lead_held:
+            return self._lead_take(text, len(text.rstrip(lead)))
         return None
+
+    def _enter_common(self, common: tuple[str, str, str, bool] | None) -> None:
+        """Take the fast path of the state being entered (an entry of STATE_COMMONS), and what a
+        region_chunk event of the field it reads names (feed's hot path reads it from here)."""
+        index = self._current
+        self._chunk_field = None if index is None else self.FIELD_NAMES[index]
+        self._chunk_dirty = None if index is None else self.DIRTY[index]
+        if common is None:
+            self._common = None
+            self._trigger = ""  # ("" is in every text: no chunk takes feed's first test)
+            self._lead_chars = ""
+            self._lead_hold = False
+        else:
+            # (the class's plain function: a bound method stored on the instance would be a cycle)
+            self._common = getattr(type(self), common[0])
+            self._trigger, self._lead_chars, self._lead_hold = common[1], common[2], common[3]
 
     def chunk_event(self, text: str) -> dict:
         """The region_chunk event of `text` in the open region: what feed would have returned for
@@ -243,7 +339,7 @@ class Machine:
         index = self._current
         return {"type": "region_chunk", "field": self.FIELD_NAMES[index], "text": text, "dirty": self.DIRTY[index]}
 
-    # ---- a held run of lead characters (the generated feed's side of it) -----------------------
+    # ---- a held run of lead characters (the fast paths' side of it) ---------------------------
     # A flood of whitespace in a state whose delimiters start with \s* (qwen3's content, say) is
     # held back as a possible delimiter start until something else arrives. Appending each chunk
     # to one string and rescanning it would cost the run's length per chunk; instead, while the
@@ -254,25 +350,9 @@ class Machine:
         self._buf += "".join(self._held)
         self._held = []
 
-    def _lead_feed(self, text: str, run_start: int) -> list[dict]:
-        """`text` has no first character of the current state's delimiters and the unread text is
-        a bare lead run: hold text[run_start:] with that run, emit everything before it."""
-        chunk = self._lead_take(text, run_start)
-        if not chunk:
-            return []
-        events: list[dict] = []
-        self._accumulate(events, chunk)  # (the null sink discards it)
-        return events
-
-    def _lead_text(self, text: str, run_start: int) -> str:
-        """_lead_feed for feed_text, in an open field: the text read, added to the region."""
-        chunk = self._lead_take(text, run_start)
-        if chunk:
-            self._parts.append(chunk)
-        return chunk
-
     def _lead_take(self, text: str, run_start: int) -> str:
-        """Hold text[run_start:] with the lead run held so far; return the text now read."""
+        """While the unread text is a bare lead run, `text` has no first character of the current
+        state's delimiters: hold text[run_start:] with the run held so far; return the text read."""
         self._lead_held = True
         if run_start == 0:
             if self._buf:
@@ -289,6 +369,15 @@ class Machine:
                 chunk = self._buf + chunk
         self._buf = text[run_start:]
         return chunk
+
+    def _read_before(self, text: str, hold: int, lead_run: bool = False) -> str:
+        """A fast path's answer for `text`, the unread text and the chunk: text[:hold] is read and
+        returned, text[hold:] is held back (a bare run of lead characters if `lead_run`)."""
+        self._buf = text[hold:]
+        if self._held:  # (a run of lead characters kept in pieces, now in `text`)
+            self._held = []
+        self._lead_held = lead_run
+        return text[:hold]
 
     def _drop_consumed(self) -> None:
         """Keep only unread text, plus the CONTEXT characters before it a lookbehind may read.
@@ -321,6 +410,7 @@ class Machine:
         message = finished_message(self._output, self.REQUIRED, self.DEFAULT_KEYS)
         self._output = message
         self._finalized = self._halted = True
+        self._enter_common(None)  # (feed's fast paths off: feed refuses)
         return message
 
     def _parse_to_end(self, text: str, head: str = "") -> dict | None:
@@ -379,7 +469,8 @@ class Machine:
         regex TimeoutError. A parse error leaves the machine mid-commit: it refuses to go on
         rather than guess (ParserFailedError.cause is the error that was raised)."""
         self._halted = True
-        self._opened = False  # keeps the generated feed's fast path (which checks only this) off
+        self._opened = False
+        self._enter_common(None)  # (feed's fast paths off: feed refuses)
         if isinstance(error, TimeoutError) and not isinstance(error, MatchTimeoutError):
             self._failure = MatchTimeoutError(self.current_field, self._timeout)
             raise self._failure from error
@@ -460,6 +551,7 @@ class Machine:
     def _open(self, events: list[dict] | None, index: int, match: Any) -> None:
         self._current = index
         self._scan = getattr(type(self), self.STATE_SCANS[index])
+        self._enter_common(self.STATE_COMMONS[index])
         if match is not None:
             self._captures = {k: v for k, v in match.groupdict().items() if v is not None}
         else:
@@ -531,6 +623,7 @@ class Machine:
     def _reset_to_implicit(self) -> None:
         self._current = self.IMPLICIT
         self._scan = type(self)._scan_sink
+        self._enter_common(self.SINK_COMMON)
         self._captures = {}
         self._parts = []
         self._opened = False

@@ -66,19 +66,21 @@ class LazyRegex:
     parser loads in well under a millisecond, and only patterns actually needed are compiled (each
     once per process). The methods are the compiled pattern's."""
 
-    __slots__ = ("source", "_compiled", "_plain")
+    __slots__ = ("source", "compiled_or_none", "_plain")
 
     def __init__(self, source: str):
         self.source = source
-        self._compiled: Any = None
+        # The compiled pattern once compile() has run (a generated fast path reads it directly:
+        # `P.compiled_or_none or P.compiled()` costs no call once compiled).
+        self.compiled_or_none: Any = None
         self._plain: Any = None
 
     def compiled(self) -> Any:
-        compiled = self._compiled
+        compiled = self.compiled_or_none
         if compiled is None:
             import regex
 
-            compiled = self._compiled = regex.compile(self.source, regex.DOTALL)
+            compiled = self.compiled_or_none = regex.compile(self.source, regex.DOTALL)
         return compiled
 
     def plain(self) -> Any:
@@ -125,7 +127,7 @@ class LiteralSearch:
     scans of one buffer, one after each commit, do not read the same text again.
     """
 
-    __slots__ = ("literals", "longest", "lead", "_first", "_single", "_alternation")
+    __slots__ = ("literals", "longest", "lead", "_first", "_single", "_alternation", "_prefixes")
 
     def __init__(self, literals: tuple[str, ...], lead: str = ""):
         self.literals = tuple(literals)
@@ -135,6 +137,9 @@ class LiteralSearch:
         self._first = firsts.pop() if len(firsts) == 1 else None
         self._single = self.literals[0] if len(self.literals) == 1 else None
         self._alternation = None  # compiled when first needed (most searches never need it)
+        # Every prefix of a literal -> the lead characters a match may start with before it (built
+        # when first needed, see _tail_start: importing a parser builds none).
+        self._prefixes: dict[str, str] | None = None
 
     def find(self, memo: dict | None, buf: str, pos: int, bound: int | None = None) -> tuple[int, int]:
         """(start, end) of the leftmost occurrence of a literal in buf[pos:]; (-1, -1) if none.
@@ -179,19 +184,6 @@ class LiteralSearch:
             memo[self] = (-1, -1, origin, n + 1 if stop == n else limit + 1)
         return (-1, -1) if stop == n else (-2, -2)
 
-    def starts_nowhere(self, text: str) -> bool:
-        """Whether no position of `text` starts one of the literals, nor, at its end, a proper
-        prefix of one: for the generated fast path, where every match of a state's delimiters starts
-        (after its run of lead characters) with one of these, no delimiter can start in `text`."""
-        for literal in self.literals:
-            first = literal[0]
-            at = text.find(first)
-            while at >= 0:
-                if literal.startswith(text[at : at + len(literal)]):
-                    return False
-                at = text.find(first, at + 1)
-        return True
-
     def pending(self, buf: str, pos: int, found: int) -> int:
         """Where a partial match of these literals at the end of `buf` starts (len(buf): none),
         for a scan that found the first literal of its state at `found` (-1: none at all), and
@@ -206,11 +198,41 @@ class LiteralSearch:
             return n
         return start
 
+    def _prefix_leads(self) -> dict[str, str]:
+        """Every prefix of a literal -> the lead characters a match may start with before it."""
+        lead = self.lead
+        return {literal[:end]: lead for literal in self.literals for end in range(1, len(literal) + 1)}
+
     def partial_start(self, buf: str, pos: int) -> int:
         """Where a match that runs into the end of `buf` starts (len(buf) if none): a proper
         prefix of a literal at the very end, or a run of lead characters reaching the end, with
         the run of lead characters before it."""
-        return run_start(buf, pos, literal_partial_start(buf, pos, self.literals, self.longest), self.lead)
+        start = self._tail_start(buf, pos)
+        return run_start(buf, pos, len(buf), self.lead) if start == len(buf) else start
+
+    def _tail_start(self, text: str, pos: int) -> int:
+        """Where the leftmost prefix of a literal that runs to the end of text[pos:] starts, with the
+        run of lead characters before it; len(text) if none. (What literal_partial_start finds,
+        looking only where a literal's first character is, near the end.)"""
+        n = len(text)
+        prefixes = self._prefixes
+        if prefixes is None:
+            prefixes = self._prefixes = self._prefix_leads()
+        first = self._first
+        at = max(pos, n - self.longest + 1)  # (a whole literal of the longest is no partial)
+        if first is not None:
+            at = text.find(first, at)
+            while at >= 0:
+                lead = prefixes.get(text[at:])
+                if lead is not None:
+                    return run_start(text, pos, at, lead) if lead else at
+                at = text.find(first, at + 1)
+            return n
+        for at in range(at, n):
+            lead = prefixes.get(text[at:])
+            if lead is not None:
+                return run_start(text, pos, at, lead) if lead else at
+        return n
 
     def _search(self, buf: str, pos: int, stop: int) -> tuple[int, int] | None:
         """The leftmost occurrence within buf[pos:stop]."""
@@ -243,6 +265,77 @@ class LiteralSearch:
             alternation = self._alternation = re.compile("|".join(re.escape(lit) for lit in self.literals))
         m = alternation.search(buf, pos, stop)
         return None if m is None else m.span()
+
+
+class StartLiterals(LiteralSearch):
+    """What the delimiters watched in one parser state start with, for the state's fast path (the
+    generated `_common_*` method, see Machine.feed): every match of each of them is a run of its
+    lead characters, then one of its literals (a literal delimiter's, a literal run's, a pattern's
+    literal prefix, which the pattern spells out right after its leading `[lead]*`), then the
+    rest; and no literal starts with a lead character.
+
+    So in a chunk where no literal occurs whole (`occurs`), no delimiter matches completely, and
+    a match may still be starting in one place only: a proper prefix of a literal that runs to the
+    chunk's end, with the run of lead characters before it (`hold`). That is where the scan would
+    hold the text back (the regex partial search's leftmost partial match), found with no regex
+    call and no scan. Where these are also the state's literal delimiters' literals, the scan's
+    one search for them (LiteralSearch.find) is this object's too.
+
+    `leads`: per literal, the lead characters its delimiter's matches may start with before it
+    ("" for none). Where literals of several delimiters share a prefix, the scan holds from the
+    earliest of their partial matches: the one whose lead run reaches furthest back, a lead that is
+    a superset of the others' (the code generator builds a StartLiterals only where there is one).
+    """
+
+    __slots__ = ("leads",)
+
+    def __init__(self, literals: tuple[str, ...], leads: tuple[str, ...] | None = None):
+        # (where every literal has the same lead, that is its lead as a LiteralSearch: one
+        # constant then serves a literal delimiter's scan and its state's fast path)
+        super().__init__(literals, leads[0] if leads and len(set(leads)) == 1 else "")
+        self.leads = tuple(leads or ("",) * len(self.literals))
+
+    def _prefix_leads(self) -> dict[str, str]:
+        """Every prefix of a literal -> the lead characters walked back over from it: the widest of
+        its literals' leads."""
+        prefixes: dict[str, str] = {}
+        for literal, lead in zip(self.literals, self.leads):
+            for end in range(1, len(literal) + 1):
+                known = prefixes.setdefault(literal[:end], lead)
+                if not set(known) >= set(lead):
+                    if not set(lead) >= set(known):
+                        raise ValueError(f"the leads {known!r} and {lead!r} of one prefix are not nested")
+                    prefixes[literal[:end]] = lead
+        return prefixes
+
+    def occurs(self, text: str, pos: int = 0) -> bool:
+        """Whether one of the literals occurs whole in text[pos:]."""
+        alternation = self._alternation
+        if alternation is None:
+            alternation = self._alternation = re.compile("|".join(map(re.escape, self.literals)))
+        return alternation.search(text, pos) is not None
+
+    def starts_at(self, text: str, pos: int = 0) -> int:
+        """-1 where one of the literals occurs whole in text[pos:]; otherwise `hold`: where a
+        delimiter may still be starting at the end (len(text) where none may). (occurs, then hold,
+        in one call: a fast path asks both of most chunks that have a first character.)"""
+        alternation = self._alternation
+        if alternation is None:
+            alternation = self._alternation = re.compile("|".join(map(re.escape, self.literals)))
+        if alternation.search(text, pos) is not None:
+            return -1
+        return self._tail_start(text, pos)
+
+    def hold(self, text: str, pos: int = 0) -> int:
+        """Where a proper prefix of a literal that runs to the end of `text` starts (not before
+        `pos`), with the run of lead characters before it; len(text) if none does. (For a text in
+        which none occurs whole.)"""
+        return self._tail_start(text, pos)
+
+    def starts_nowhere(self, text: str) -> bool:
+        """Whether no position of `text` starts one of the literals, nor, at its end, a proper
+        prefix of one: then no delimiter can start in `text`."""
+        return not self.occurs(text) and self.hold(text) == len(text)
 
 
 class PatternWindow:

@@ -26,7 +26,7 @@ from rtcompile.version import INTERPRETER_RELEASE, __version__
 
 from . import one_shot
 
-RUNTIME_ABI = 11  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
+RUNTIME_ABI = 12  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
 # Sets of first characters up to this size are checked with chained str.find; larger ones with
 # one character-class search.
 MAX_FIND_CHAIN = 2
@@ -139,6 +139,31 @@ class Watch:
         return self.delimiter.pattern is not None and self.delimiter.final_at_edge
 
     @property
+    def partial_from_start(self) -> Code:
+        """The expression of its match in `joined` that the state's scan would find (a partial
+        search: the leftmost complete match anywhere, else the leftmost partial one), as far as
+        a match starting at the start of `joined` goes. Where every match starts with a run of
+        lead characters then the literal prefix, a complete match starting later would need that
+        prefix again after the one the match at the start has: where it occurs at most once, a
+        match anchored at the start (which need not try every later place) gives the same."""
+        charsets = self.delimiter.charsets
+        # (the compiled pattern, once the LazyRegex has it: no call to ask for it)
+        compiled = f"({self.const}.compiled_or_none or {self.const}.compiled())"
+        search = f"{compiled}.search(joined, partial=True, timeout=self._timeout)"
+        if not charsets.prefix or (charsets.lead and not charsets.lead_run):
+            return Code(search)
+        match = f"{compiled}.match(joined, partial=True, timeout=self._timeout)"
+        return Code(f"({match} if joined.count({py_literal(charsets.prefix)}) < 2 else {search})")
+
+    @property
+    def holds_from_start(self) -> Code:
+        """True when its match `m`, found by `scan` in `joined` (the unread text and a chunk),
+        starts at the start and is held there, as the state's scan would hold it: then the scan
+        holds everything, whatever the other delimiters find (see Machine.feed)."""
+        edge = "m.end() == len(joined)" + (" and not self._eager" if self.eager_at_edge else "")
+        return Code(f"m is not None and m.start() == 0 and (m.partial or {edge})")
+
+    @property
     def match_expr(self) -> Code:
         return Code("m" if self.wants_match else "None")
 
@@ -161,10 +186,17 @@ def _preferred_literals(delimiter: ir.Delimiter) -> list[str]:
 
 @dataclass
 class State:
-    method: str
+    method: str  # its scan method
     doc: str
     watches: list[Watch]
     quick: QuickCheck | None
+    common: str | None = None  # its fast path for feed and feed_text (see Machine.feed), if any
+    common_doc: str = ""
+    shared_const: str | None = None  # the constant of its one search for literals (shared_search)
+    # Where the state's fast path has no start literals (a pattern without a literal prefix) but
+    # its literal delimiters' literals tell where one of them is still being matched: those, with
+    # their lead characters, for the one search (a StartLiterals).
+    literal_starts: tuple[tuple[str, str], ...] | None = None
 
     @property
     def uses_memo(self) -> bool:
@@ -215,23 +247,51 @@ def _state(method: str, doc: str, watches: list[Watch], triggers: dict, leads: L
     # Literal searches first: once a match is known, later regex searches only need to look at
     # text before it (PatternWindow), instead of running on to the end of a long buffer.
     ordered = sorted(watches, key=lambda w: not w.searched_as_literals)
-    return State(method, doc, ordered, _quick_check(method, watches, triggers, leads))
+    state = State(method, doc, ordered, _quick_check(method, watches, triggers, leads))
+    quick = state.quick
+    if quick is not None and quick.starts is None and quick.patterns and state.shared_search:
+        # (its literal delimiters alone: where none occurs whole, which is still being matched)
+        starts = _start_literals(state.literal_watches)
+        if _tail_is_exact(state.literal_watches, starts):
+            state.literal_starts = tuple((s, leads.name(c) if c else "") for s, c in starts)
+    return state
 
 
 @dataclass
 class QuickCheck:
-    """How a state decides, without a regex call, that the unread text holds no delimiter."""
+    """How a state decides, without a regex call, that text holds no delimiter (in the scan, and
+    in the state's fast path: see Machine.feed)."""
 
-    absent: Code  # true when no watched delimiter's first character occurs in buf[pos:]
-    # True when no watched delimiter can start in a fresh chunk `text` (bar its trailing lead run):
-    # no first character in it, or (where every delimiter's matches start with known literals
-    # after their lead run) none that starts one of those literals or, at the end, a prefix of one.
-    no_start_in_text: Code
-    no_start_in_joined: Code  # the same test of `joined`: held text and the chunk after it
+    first: frozenset[str]  # the characters the watched delimiters' matches start with
+    first_const: str | None  # a stdlib `re` class of them, where str.find chains would be long
     lead: str | None  # constant holding the lead characters (a trailing run of them may be held)
     lead_hold: bool  # with no first character, a trailing lead run is exactly what to hold
-    starts: tuple[str, ...] | None  # the literals no_start_in_text checks (see _start_literals)
-    starts_const: str  # the constant holding them (a LiteralSearch)
+    # (literal, constant of its lead characters or "") per literal that every match of a watched
+    # delimiter starts with after its lead run (see _start_literals); None if one has none.
+    starts: tuple[tuple[str, str], ...] | None
+    starts_const: str  # the constant holding them (a StartLiterals)
+    # Whether the one place a delimiter may still start, where no start literal occurs whole, is
+    # exactly where the scan holds text back (StartLiterals.hold); see _tail_is_exact.
+    tail: bool
+    # The watched delimiters that are patterns (not literal runs): a chunk that leaves one of them
+    # matching from the start of the unread text, partly or up to its end, is held whole.
+    patterns: tuple[Watch, ...] = ()
+
+    def absent(self, target: str, start: str = "") -> Code:
+        """True when no first character occurs in `target` (from `start`, as the scans read)."""
+        if self.first_const is not None:
+            return Code(f"{self.first_const}.search({target}{', ' + start if start else ''}) is None")
+        if start:  # (the scan methods must start at pos, hence find)
+            return Code(" and ".join(f"{target}.find({py_literal(c)}, {start}) < 0" for c in sorted(self.first)))
+        # (`c not in s` is the cheapest test)
+        return Code(" and ".join(f"{py_literal(c)} not in {target}" for c in sorted(self.first)))
+
+    def no_start(self, target: str) -> Code:
+        """True when no delimiter can start in `target` (bar a trailing lead run): no first
+        character, or none that starts a start literal (nor, at the end, a prefix of one)."""
+        if self.starts is None:
+            return self.absent(target)
+        return Code(f"({self.absent(target)} or {self.starts_const}.starts_nowhere({target}))")
 
 
 def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: Leads) -> QuickCheck | None:
@@ -241,44 +301,67 @@ def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: Leads
     first = frozenset().union(*(c.first for c in charsets))
     lead = frozenset().union(*(c.lead for c in charsets))
     tag = method.upper().lstrip("_")
-    targets = (("buf", ", pos"), ("text", ""), ("joined", ""))
-    if len(first) <= MAX_FIND_CHAIN:
-        # `c not in s` is the cheapest test; the scan methods must start at pos, hence find.
-        absent = [" and ".join(f"{t}.find({py_literal(c)}{s}) < 0" if s else f"{py_literal(c)} not in {t}" for c in sorted(first)) for t, s in targets]
-    else:
-        name = f"FIRST_CHARS_{tag}"
-        triggers[name] = _char_class(first)
-        absent = [f"{name}.search({t}{s}) is None" for t, s in targets]
-    no_start_in_text, no_start_in_joined = absent[1], absent[2]
+    first_const = None
+    if len(first) > MAX_FIND_CHAIN:
+        first_const = f"FIRST_CHARS_{tag}"
+        triggers[first_const] = _char_class(first)
     starts = _start_literals(watches)
-    starts_const = f"STARTS_{tag}"
-    if starts is not None:
-        # ("x < y" in reasoning, "<parameter=" in a call: a first character that starts nothing)
-        no_start_in_text = f"({absent[1]} or {starts_const}.starts_nowhere(text))"
-        no_start_in_joined = f"({absent[2]} or {starts_const}.starts_nowhere(joined))"
-    lead_name = leads.name(lead) if lead else None
-    lead_hold = bool(lead) and all(c.lead_run and c.lead == lead for c in charsets if c.lead)
+    tail = starts is not None and _tail_is_exact(watches, starts)
     return QuickCheck(
-        Code(absent[0]), Code(no_start_in_text), Code(no_start_in_joined), lead_name, lead_hold, starts, starts_const
+        first=first,
+        first_const=first_const,
+        lead=leads.name(lead) if lead else None,
+        lead_hold=bool(lead) and all(c.lead_run and c.lead == lead for c in charsets if c.lead),
+        # (without the tail, only starts_nowhere is asked, which no lead changes)
+        starts=None if starts is None else tuple((s, leads.name(c) if c and tail else "") for s, c in starts),
+        starts_const=f"STARTS_{tag}",
+        tail=tail,
+        patterns=tuple(w for w in watches if w.delimiter.pattern is not None and w.delimiter.literal_run is None),
     )
 
 
-def _start_literals(watches: list[Watch]) -> tuple[str, ...] | None:
+def _start_literals(watches: list[Watch]) -> tuple[tuple[str, frozenset[str]], ...] | None:
     """The literals every match of the watched delimiters starts with after its lead run (a literal
-    delimiter's literals, a literal run's, a pattern's literal prefix), or None if one has none."""
-    starts: dict[str, None] = {}
+    delimiter's literals, a literal run's, a pattern's literal prefix), each with its delimiter's
+    lead characters; None if a delimiter has no such literals."""
+    starts: dict[tuple[str, frozenset[str]], None] = {}
     for w in watches:
         d = w.delimiter
         if d.literals is not None:
-            literals = d.literals
+            literals, lead = d.literals, frozenset()
         elif d.literal_run is not None:
-            literals = d.literal_run.literals
+            literals, lead = d.literal_run.literals, frozenset(d.literal_run.lead)
         elif d.charsets is not None and d.charsets.prefix:
-            literals = (d.charsets.prefix,)
+            literals, lead = (d.charsets.prefix,), d.charsets.lead
         else:
             return None
-        starts.update(dict.fromkeys(literals))
+        starts.update(dict.fromkeys((literal, lead) for literal in literals))
     return tuple(starts)
+
+
+def _tail_is_exact(watches: list[Watch], starts: tuple[tuple[str, frozenset[str]], ...]) -> bool:
+    """Whether, in a text where no start literal occurs whole, the scan holds text back exactly from
+    the leftmost proper prefix of a start literal running to the text's end, walked back over the
+    lead characters of that literal's delimiters (the widest of them): StartLiterals.hold.
+
+    For literal delimiters and literal runs that is how they are searched. A pattern with a literal
+    prefix has a partial match there only if it spells the prefix out right after its `[lead]*`
+    (charsets.lead_run) or has no lead characters at all. A walk back over lead characters must
+    not pass the place where a start literal begins (none begins with a lead character), and
+    where literals of delimiters with different leads share a prefix, one lead must hold the other."""
+    for w in watches:
+        charsets = w.delimiter.charsets
+        if w.delimiter.pattern is not None and w.delimiter.literal_run is None:
+            if charsets.lead and not charsets.lead_run:
+                return False
+    lead_chars = frozenset().union(*(lead for _, lead in starts))
+    if any(literal[0] in lead_chars for literal, _ in starts):
+        return False
+    by_prefix: dict[str, set[frozenset[str]]] = {}
+    for literal, lead in starts:
+        for end in range(1, len(literal) + 1):
+            by_prefix.setdefault(literal[:end], set()).add(lead)
+    return all(any(all(widest >= lead for lead in found) for widest in found) for found in by_prefix.values())
 
 
 def _char_class(chars: frozenset[str]) -> str:
@@ -364,6 +447,15 @@ def _scan_states(template: ir.Template, triggers: dict, leads: Leads) -> tuple[l
         watches = [Watch(ir.CLOSE, f, f.close, 0, f"CLOSE_{f.index}")] if f.close is not None else []
         doc = f"Inside field {f.index} ({f.name!r}): " + ("watch its close." if watches else "no close; runs to the end.")
         states.append(_state(method, doc, watches, triggers, leads))
+    if template.context == 0:  # (the fast paths keep no consumed text: no lookbehind may need it)
+        for state, f in zip(states, [None, *[f for f in fields if f.open is not None]]):
+            if state.quick is not None:
+                state.common = "_common" + state.method[len("_scan") :]
+                where = "Outside explicit regions" if f is None else f"Inside field {f.index} ({f.name!r})"
+                state.common_doc = (
+                    f"{where}: feed's fast path (see Machine.feed). The text a chunk adds to the "
+                    "region, read without a scan; None for the scan."
+                )
     return states, field_methods
 
 
@@ -377,70 +469,16 @@ def one_shot_fallback(template: ir.Template) -> str | None:
 def render(template: ir.Template, *, origin: str = "a response template") -> str:
     """The generated module's source, before formatting."""
     fields = template.fields
-    consts: dict[str, Any] = {}
     triggers: dict[str, str] = {}  # constant name -> character class (stdlib re) of first characters
     leads = Leads()  # characters a match may start with before those
     states, field_methods = _scan_states(template, triggers, leads)
-    for state in states:
-        for w in state.watches:
-            consts[w.const] = w.delimiter
-    # States whose plain chunks skip the machine (the generated feed), keyed by the current field
-    # index (None: the null sink). Only without lookbehind context: these paths keep no consumed text.
-    fast_states, lead_states = [], []
-    if template.context == 0:
-        by_field = {template.implicit: states[0]}
-        for f, state in zip([f for f in fields if f.open is not None], states[1:]):
-            by_field[f.index] = state
-        for index, state in sorted(by_field.items(), key=lambda item: (item[0] is None, item[0] or 0)):
-            if state.quick is None:
-                continue
-            if state.quick.lead_hold:  # (name: None for the null sink, which feed_text leaves to feed)
-                name = fields[index].name if index is not None else None
-                lead_states.append({"index": index, "name": name, "quick": state.quick})
-            if index is not None:
-                fast_states.append({"index": index, "name": fields[index].name, "dirty": fields[index].dirty, "quick": state.quick})
-    anchor = template.start_anchor
-    border_free = (
-        anchor.literals[0] if anchor.literals is not None and len(anchor.literals) == 1 and _border_free(anchor.literals[0]) else None
-    )
-    finishers = []
-    for f in fields:
-        finishers.append(
-            {
-                "field": f,
-                "name": f"_finish_{f.index}" + (f"_{slug(f.name)}" if slug(f.name) else ""),
-                "doc": f"Field {f.index} ({f.name!r}): {f.content.parser} content"
-                + (", transform on each element." if f.transform_each else ", transform." if f.transform is not None else "."),
-                "inline": _inline_scalar(f),
-                "call": Code(f"CONTENT_{f.index}(body)"),
-                "transform": None if f.transform is None else _transform_expr(f.transform, f.transform_each),
-                "scope": f.transform is not None and not f.transform_each and _needs_scope(f.transform),
-            }
-        )
-    stores = []
-    for f, fin in zip(fields, finishers):
-        scalar = fin["inline"] is not None and f.transform is None  # (a cast never changes it)
-        cast = cast_mode(f.content.parser, f.content.args)  # (as Machine.CASTS)
-        stores.append(
-            {
-                "field": f,
-                "name": f"_close_{f.index}" + (f"_{slug(f.name)}" if slug(f.name) else ""),
-                "doc": f"Field {f.index} ({f.name!r}): its region's value goes into the message.",
-                "finish": fin["name"],
-                "finisher": fin,
-                "casts": not scalar and cast is not None,
-                "typed": cast == TYPED,
-            }
-        )
-    reader = one_shot.plan(template, states, tuple(field_methods))
-    lead_names = {}  # delimiter constant -> the constant holding its lead characters
-    for name, d in consts.items():
-        if d.literal_run is not None:
-            chars = d.literal_run.lead
-        else:
-            chars = d.charsets.lead if d.pattern is not None and d.charsets is not None else ""
-        if chars:
-            lead_names[name] = Code(leads.name(chars))
+    consts = {w.const: w.delimiter for state in states for w in state.watches}
+    finishers = [_finisher(f) for f in fields]
+    commons = {f.index: _common_entry(state) for f, state in zip([f for f in fields if f.open is not None], states[1:])}
+    stores = [_store(f, finisher) for f, finisher in zip(fields, finishers)]
+    # (every constant of lead characters is named before the module's list of them is taken)
+    literal_searches = _literal_searches(states, consts, leads)
+    lead_names = _lead_names(consts, leads)
     return _ENV.get_template("module.py.jinja").render(
         version=__version__,
         interpreter_release=INTERPRETER_RELEASE,
@@ -450,17 +488,9 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         fields=fields,
         consts=consts,
         triggers=triggers,
+        literal_searches=literal_searches,
         leads={name: chars for chars, name in leads.names.items()},
         lead_names=lead_names,
-        state_literals={state.literals_const: state.all_literals for state in states if state.shared_search},
-        state_starts={s.quick.starts_const: s.quick.starts for s in states if s.quick is not None and s.quick.starts},
-        fast_states=fast_states,
-        lead_states=lead_states,
-        preferred={
-            name: tuple(_preferred_literals(d))
-            for name, d in consts.items()
-            if d.literals is not None or d.literal_run is not None
-        },
         first_classes={
             name: _char_class(d.charsets.first)
             for name, d in consts.items()
@@ -468,6 +498,9 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         },
         states=states,
         field_methods=tuple(field_methods),
+        state_commons=Code("(%s,)" % ", ".join(commons.get(f.index, Code("None")) for f in fields)),
+        hot_states=_hot_states(template, states),
+        sink_common=_common_entry(states[0]),
         names=tuple(f.name for f in fields),
         dirty=tuple(f.dirty for f in fields),
         repeats=tuple(f.repeats for f in fields),
@@ -475,24 +508,179 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         casts=tuple(cast_mode(f.content.parser, f.content.args) for f in fields),
         default_keys=tuple(template.defaults),
         finishers=finishers,
-        anchor_border_free=border_free,
-        # Literal anchors as a stdlib `re` alternation: the same matches, and it compiles faster.
-        anchor_literals=(
-            "|".join(re.escape(lit) for lit in _preferred_literals(anchor)) if anchor.literals is not None else None
-        ),
         required=tuple(f.name for f in fields if not f.optional),
         context=template.context,
-        one_shot=reader,
-        pads=(Code(""), Code("    "), Code("        ")),
-        assigns={"returned": Code("return "), "assigned": Code("value = ")},
+        one_shot=one_shot.plan(template, states, tuple(field_methods)),
         stores=stores,
+        pads=(Code(""), Code("    ")),
         store_names={store["field"].index: store["name"] for store in stores},
         implicit=template.implicit,
         implicit_close=template.implicit is not None and fields[template.implicit].close is not None,
         implicit_close_captures=template.implicit is not None
         and fields[template.implicit].close is not None
         and bool(fields[template.implicit].close.group_names),
+        **_anchor(template.start_anchor),
     )
+
+
+def _hot_states(template: ir.Template, states: list[State]) -> list[tuple[int, State]]:
+    """(field index, state) for the fields whose state has a fast path, in field order: the
+    generated feed tests the commonest chunk of each with its own characters and names (cheaper
+    than Machine.feed's test of the same from the state's table, by a few attribute reads)."""
+    by_field = {}
+    if template.implicit is not None:
+        by_field[template.implicit] = states[0]
+    for f, state in zip([f for f in template.fields if f.open is not None], states[1:]):
+        by_field[f.index] = state
+    return [(index, by_field[index]) for index in sorted(by_field) if by_field[index].common is not None]
+
+
+def _common_entry(state: State) -> Code:
+    """A state's entry in STATE_COMMONS (see Machine.STATE_COMMONS): its fast path's method, the
+    one character its delimiters start with ("" for several), their lead characters, and whether
+    a trailing run of them is held."""
+    if state.common is None:
+        return Code("None")
+    quick = state.quick
+    trigger = next(iter(quick.first)) if len(quick.first) == 1 else ""
+    lead = quick.lead or py_literal("")
+    return Code(f"({py_literal(state.common)}, {py_literal(trigger)}, {lead}, {py_literal(quick.lead_hold)})")
+
+
+def _anchor(anchor: ir.Delimiter) -> dict:
+    """How the module finds the start anchor: one literal that cannot overlap itself (str.rfind),
+    else literals as a stdlib `re` alternation (the same matches, and it compiles faster), else
+    the pattern."""
+    single = anchor.literals[0] if anchor.literals is not None and len(anchor.literals) == 1 else None
+    return {
+        "anchor_border_free": single if single is not None and _border_free(single) else None,
+        "anchor_literals": (
+            "|".join(re.escape(lit) for lit in _preferred_literals(anchor)) if anchor.literals is not None else None
+        ),
+    }
+
+
+def _finisher(f: ir.Field) -> dict:
+    """A field's finish function: its content parser (inlined where it is a scalar), then its
+    transform compiled to a direct construction of the output."""
+    return {
+        "field": f,
+        "name": f"_finish_{f.index}" + (f"_{slug(f.name)}" if slug(f.name) else ""),
+        "doc": f"Field {f.index} ({f.name!r}): {f.content.parser} content"
+        + (", transform on each element." if f.transform_each else ", transform." if f.transform is not None else "."),
+        "inline": _inline_scalar(f),
+        "call": Code(f"CONTENT_{f.index}(body)"),
+        "transform": None if f.transform is None else _transform_expr(f.transform, f.transform_each),
+        "scope": f.transform is not None and not f.transform_each and _needs_scope(f.transform),
+    }
+
+
+def _store(f: ir.Field, finisher: dict) -> dict:
+    """A field's store function in the one-shot reader: its finish function's value, cast to the
+    tools' types, into the message."""
+    scalar = finisher["inline"] is not None and f.transform is None  # (a cast never changes it)
+    cast = cast_mode(f.content.parser, f.content.args)  # (as Machine.CASTS)
+    return {
+        "field": f,
+        "name": f"_close_{f.index}" + (f"_{slug(f.name)}" if slug(f.name) else ""),
+        "doc": f"Field {f.index} ({f.name!r}): its region's value goes into the message.",
+        "finish": finisher["name"],
+        "casts": not scalar and cast is not None,
+        "typed": cast == TYPED,
+    }
+
+
+def _lead_names(consts: dict[str, ir.Delimiter], leads: Leads) -> dict[str, Code]:
+    """Delimiter constant -> the constant holding the lead characters its matches start with."""
+    names = {}
+    for name, d in consts.items():
+        if d.literal_run is not None:
+            chars = d.literal_run.lead
+        else:
+            chars = d.charsets.lead if d.pattern is not None and d.charsets is not None else ""
+        if chars:
+            names[name] = Code(leads.name(chars))
+    return names
+
+
+def _delimiters_as_starts(states: list[State]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """The literal delimiters whose literals are also all their state's start literals (a state
+    watching one literal delimiter, say `</think>`): their constant serves the state's fast path
+    too (it becomes the state's starts_const), so the module does not hold the literals twice.
+    Constant name -> its (literal, lead constant) pairs, in the delimiter's own order."""
+    shared = {}
+    for state in states:
+        quick = state.quick
+        if quick is None or quick.starts is None or len(state.watches) != 1:
+            continue
+        watch = state.watches[0]
+        if not watch.searched_as_literals:
+            continue
+        leads = dict(quick.starts)
+        literals = _preferred_literals(watch.delimiter)
+        if set(literals) == set(leads) and len(literals) == len(quick.starts):
+            # (a StartLiterals is a LiteralSearch: the scan's searches are unchanged)
+            if len(set(leads.values())) == 1:
+                shared[watch.const] = tuple((literal, leads[literal]) for literal in literals)
+                quick.starts_const = watch.const
+    return shared
+
+
+def _leads_argument(starts: tuple[tuple[str, str], ...]) -> str:
+    """StartLiterals' second argument: per literal, the constant of its lead characters ("" where
+    none has any: the default)."""
+    if not any(lead for _, lead in starts):
+        return ""
+    leads = ", ".join(lead or '""' for _, lead in starts)
+    return f", ({leads},)" if len(starts) == 1 else f", ({leads})"
+
+
+def _literal_searches(states: list[State], consts: dict[str, ir.Delimiter], leads: Leads) -> dict[str, Code]:
+    """The module's literal searches, constant name -> its construction: each literal delimiter's
+    (and literal run's), each state's one search for all its literal delimiters' literals, and
+    each state's start literals (StartLiterals). A search the module already has is not built
+    twice: a second name for it refers to the first, and a state whose start literals are its
+    literal delimiters' literals uses its StartLiterals for that search too."""
+    built: dict[tuple, str] = {}  # what a constant holds -> its name
+    searches: dict[str, Code] = {}
+
+    def add(name: str, key: tuple, construction: str) -> None:
+        if key in built:
+            searches[name] = Code(built[key])
+        else:
+            built[key] = name
+            searches[name] = Code(construction)
+
+    starting = _delimiters_as_starts(states)
+    searched = {}  # literal delimiter's constant -> (its literals, their lead)
+    for name, d in consts.items():
+        if d.literals is not None or d.literal_run is not None:
+            lead = leads.name(d.literal_run.lead) if d.literal_run is not None and d.literal_run.lead else ""
+            searched[name] = (tuple(_preferred_literals(d)), lead)
+    # (a search that is also a state's start literals is a StartLiterals: with the leads)
+    as_starts = {searched[name]: pairs for name, pairs in starting.items()}
+    for name, (literals, lead) in searched.items():
+        if (literals, lead) in as_starts:
+            add(name, (literals, lead), f"StartLiterals({py_literal(literals)}{_leads_argument(as_starts[literals, lead])})")
+        else:
+            add(name, (literals, lead), f"LiteralSearch({py_literal(literals)}{', ' + lead if lead else ''})")
+    for state in states:
+        quick = state.quick
+        if quick is not None and quick.starts is not None and quick.starts_const not in consts:
+            literals = tuple(literal for literal, _ in quick.starts)
+            if state.shared_search and set(literals) == set(state.all_literals) and len(literals) == len(state.all_literals):
+                state.shared_const = quick.starts_const  # (the same literals: one search)
+            add(quick.starts_const, ("starts", quick.starts), f"StartLiterals({py_literal(literals)}{_leads_argument(quick.starts)})")
+        if state.literal_starts is not None:
+            state.shared_const = state.literals_const
+            literals = tuple(literal for literal, _ in state.literal_starts)
+            construction = f"StartLiterals({py_literal(literals)}{_leads_argument(state.literal_starts)})"
+            add(state.literals_const, ("starts", state.literal_starts), construction)
+        elif state.shared_search and state.shared_const is None:
+            state.shared_const = state.literals_const
+            literals = state.all_literals
+            add(state.literals_const, (literals, ""), f"LiteralSearch({py_literal(literals)})")
+    return searches
 
 
 class CodegenError(RuntimeError):

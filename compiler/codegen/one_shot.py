@@ -108,6 +108,12 @@ class ReadState:
     source: str = ""
     literal_keys: dict = field(default_factory=dict)  # "literals": literal -> its key's number
 
+    @property
+    def may_miss(self) -> bool:
+        """Whether a key the search found may turn out not to be its delimiter's match (a prefix
+        key whose pattern fails there, a pattern key matched again): the search then goes on."""
+        return any(key.form == PREFIX or (key.form == PATTERN and not key.direct) for key in self.keys)
+
 
 @dataclass
 class Plan:
@@ -137,75 +143,94 @@ def plan(template: ir.Template, states: list[Any], field_methods: tuple[str, ...
     searches: dict[str, tuple[str, bool]] = {}
     explicit = [f for f in template.fields if f.open is not None]
     for state, f in zip(states, [None, *explicit]):
-        watches = sorted(state.watches, key=lambda w: w.rank)
-        keys = [_key(watch) for watch in watches]
-        if _runs_reach_back(keys):
-            # A run of lead characters may hold where another key starts: each pattern is then
-            # searched whole, where its matches start (no key is walked back from).
-            keys = [key if key.form == LITERAL else _pattern_key(key.watch) for key in keys]
-        if len(keys) > 1:
-            for key in keys:
-                if key.form == PATTERN and key.source is None:
-                    return Plan(
-                        f"{delimiter_path(key.watch)}: its pattern cannot be one alternative of its "
-                        "state's search (back references, global flags, or syntax only `regex` reads)",
-                        False,
-                        [],
-                        {},
-                        {},
-                    )
-        if f is None:
-            name = "_read_outside"
-            doc = (
-                "Outside explicit regions: the implicit field's text up to the next open (closing the "
-                "implicit field at its own close on the way). Returns (field opened, where its text "
-                "starts, what its open captured), or None at the end of the text."
-            )
-        else:
-            name = "_read" + field_methods[f.index][len("_scan") :]
-            doc = (
-                f"Inside field {f.index} ({f.name!r}): its text up to its close, or to the end. "
-                "Returns where the text goes on (-1: the end)."
-            )
+        keys = _state_keys(state)
+        if isinstance(keys, str):
+            return Plan(keys, False, [], {}, {})
+        name, doc = _reader_name(f, field_methods)
         read = ReadState(name, doc, f, keys, _search_kind(keys))
-        tag = name.upper().lstrip("_")
-        read.const = f"SEARCH_{tag}"
-        if read.search == "literals":
-            # One alternation of every key's literals, ungrouped (groups would cost `re` its skip
-            # to the places where a literal's first character is); the literal found names its key.
-            read.source = "|".join(key.source for key in keys)
-            for number, key in enumerate(keys, 1):
-                key.group = number
-                for literal in key.literals:
-                    read.literal_keys.setdefault(literal, number)
-            searches[read.const] = (read.source, True)
-        elif read.search == "alternatives":
-            # Each key in a group of its own, `lastindex` names it; the `regex` engine, which keeps
-            # its skip to first characters through groups (`re` tries every place then).
-            group = 1
-            pieces = []
-            names = [name for key in keys for name in key.watch.delimiter.group_names]
-            for key in keys:
-                key.group = group
-                group += 1 + key.groups
-                pieces.append(f"({key.source})")
-                if key.form == PATTERN:
-                    own = key.watch.delimiter.group_names
-                    key.direct = not any(names.count(name) > own.count(name) for name in own)
-            read.source = "|".join(pieces)
-            searches[read.const] = (read.source, False)
-        for index, key in enumerate(keys):
-            key.ties = [other for other in keys[index + 1 :] if _may_tie(key, other)] if read.search in ("literals", "alternatives") else []
-            if key.form in (PREFIX, PATTERN):
-                key.full = f"FULL_{key.watch.const}"
-        for key in keys:  # (the delimiters matched where their keys are: not a direct key's, but as a tie)
-            if key.form == PREFIX or (key.form == PATTERN and (not key.direct or any(key in k.ties for k in keys))):
-                fulls[key.full] = key.watch.delimiter.pattern
+        read.const = f"SEARCH_{name.upper().lstrip('_')}"
+        _plan_search(read, searches)
+        _plan_ties(read, fulls)
         read_states.append(read)
     zero_width = any(
         min_width(d.pattern) in (0, None) for f in template.fields for d in (f.open, f.close) if d is not None and d.pattern is not None
     )
     return Plan(None, zero_width, read_states, fulls, searches)
+
+
+def _state_keys(state: Any) -> list[Key] | str:
+    """The keys of a state's delimiters, in the interpreter's order; or why the state cannot be
+    read by one search."""
+    keys = [_key(watch) for watch in sorted(state.watches, key=lambda w: w.rank)]
+    if _runs_reach_back(keys):
+        # A run of lead characters may hold where another key starts: each pattern is then
+        # searched whole, where its matches start (no key is walked back from).
+        keys = [key if key.form == LITERAL else _pattern_key(key.watch) for key in keys]
+    if len(keys) > 1:
+        for key in keys:
+            if key.form == PATTERN and key.source is None:
+                return (
+                    f"{delimiter_path(key.watch)}: its pattern cannot be one alternative of its "
+                    "state's search (back references, global flags, or syntax only `regex` reads)"
+                )
+    return keys
+
+
+def _reader_name(f: ir.Field | None, field_methods: tuple[str, ...]) -> tuple[str, str]:
+    """The name and docstring of a state's reader function (f: its field; None outside regions)."""
+    if f is None:
+        return "_read_outside", (
+            "Outside explicit regions: the implicit field's text up to the next open (closing the "
+            "implicit field at its own close on the way). Returns (field opened, where its text "
+            "starts, what its open captured), or None at the end of the text."
+        )
+    return "_read" + field_methods[f.index][len("_scan") :], (
+        f"Inside field {f.index} ({f.name!r}): its text up to its close, or to the end. "
+        "Returns where the text goes on (-1: the end)."
+    )
+
+
+def _plan_search(read: ReadState, searches: dict[str, tuple[str, bool]]) -> None:
+    """The state's one search for all its keys (a module constant), with the number naming each
+    key in what it finds."""
+    keys = read.keys
+    if read.search == "literals":
+        # One alternation of every key's literals, ungrouped (groups would cost `re` its skip
+        # to the places where a literal's first character is); the literal found names its key.
+        read.source = "|".join(key.source for key in keys)
+        for number, key in enumerate(keys, 1):
+            key.group = number
+            for literal in key.literals:
+                read.literal_keys.setdefault(literal, number)
+        searches[read.const] = (read.source, True)
+    elif read.search == "alternatives":
+        # Each key in a group of its own, `lastindex` names it; the `regex` engine, which keeps
+        # its skip to first characters through groups (`re` tries every place then).
+        group = 1
+        pieces = []
+        names = [name for key in keys for name in key.watch.delimiter.group_names]
+        for key in keys:
+            key.group = group
+            group += 1 + key.groups
+            pieces.append(f"({key.source})")
+            if key.form == PATTERN:
+                own = key.watch.delimiter.group_names
+                key.direct = not any(names.count(name) > own.count(name) for name in own)
+        read.source = "|".join(pieces)
+        searches[read.const] = (read.source, False)
+
+
+def _plan_ties(read: ReadState, fulls: dict[str, str]) -> None:
+    """Which later keys may occur where each key is found (the interpreter's order picks), and the
+    delimiter patterns matched where their keys are (module constants)."""
+    keys = read.keys
+    for index, key in enumerate(keys):
+        key.ties = [other for other in keys[index + 1 :] if _may_tie(key, other)] if read.search in ("literals", "alternatives") else []
+        if key.form in (PREFIX, PATTERN):
+            key.full = f"FULL_{key.watch.const}"
+    for key in keys:  # (the delimiters matched where their keys are: not a direct key's, but as a tie)
+        if key.form == PREFIX or (key.form == PATTERN and (not key.direct or any(key in k.ties for k in keys))):
+            fulls[key.full] = key.watch.delimiter.pattern
 
 
 def _template_reason(template: ir.Template) -> str | None:

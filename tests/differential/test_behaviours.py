@@ -491,9 +491,10 @@ def test_feed_text_reads_only_what_one_region_chunk_would_report():
 
 
 def test_held_text_the_next_chunk_shows_starts_no_delimiter_is_read_with_it():
-    """A chunk that ends in '<' leaves it held (it may start `</think>`); when the next chunk shows
-    it does not, feed_text reads both, and feed gives the one region_chunk the interpreter gives.
-    Where the two together may still start a delimiter, or end in a lead run, nothing is read."""
+    """A chunk that ends in '<' leaves it held (it may start `</think>`) and its text before it read;
+    when the next chunk shows it does not, feed_text reads both, and feed gives the one
+    region_chunk the interpreter gives. Where the two together may still start a delimiter, or end
+    in a lead run, that part stays held; where a delimiter may match, nothing is read."""
     template = rtcompile.template_for("qwen3_5")
     module = rtcompile.load(template)
     prefix = "<|im_start|>assistant\n<think>\n"
@@ -505,25 +506,28 @@ def test_held_text_the_next_chunk_shows_starts_no_delimiter_is_read_with_it():
     assert parser.finalize() == reference.finalize()
 
     parser = module.ResponseParser(prefix)
-    assert parser.feed_text("so x <") is None  # (may start </think>: for feed)
-    parser.feed("so x <")
+    assert parser.feed_text("so x <") == ("reasoning_content", "so x ")  # ("<" may start </think>)
     assert parser.unread_text == "<"
     assert parser.feed_text(" 3 and") == ("reasoning_content", "< 3 and")
-    parser.feed(" </")
+    assert parser.feed_text(" </") == ("reasoning_content", " ")
     assert parser.feed_text("b> ") == ("reasoning_content", "</b> ")
-    parser.feed("<")
-    assert parser.feed_text("/th") is None  # ("</th" may still start </think>)
-    assert parser.feed("/th") == []
-    assert parser.feed_text("ink>") is None
-    parser.feed("ink>\n\n<tool_call>\n<function=f>\n<")
+    assert parser.feed_text("<") == ("reasoning_content", "")
+    assert parser.feed_text("/th") == ("reasoning_content", "")  # ("</th" may still start </think>)
+    assert parser.unread_text == "</th"
+    assert parser.feed_text("ink>") is None  # (a delimiter: for feed)
+    assert parser.unread_text == "</th"
+    parser.feed_declined("ink>")
+    parser.feed("\n\n<tool_call>\n<function=f>\n<")
     assert parser.unread_text == "\n<"
     assert parser.feed_text("p") == ("tool_calls", "\n<p")
     assert parser.feed_text("arameter=a>\n1") == ("tool_calls", "arameter=a>\n1")
     assert parser.feed("\n<") == []
     assert parser.feed_text("/parameter>") == ("tool_calls", "\n</parameter>")
-    assert parser.feed_text("\n<") is None  # (ends where `\s*</function>` may start)
-    parser.feed("\n<")
-    parser.feed("/function>\n</tool_call>")
+    assert parser.feed_text("\n<") == ("tool_calls", "")  # (`\s*</function>` may start there)
+    # (the close matches to the end of the text: held, as the interpreter holds a pattern's match
+    # there, until more text or the end shows it cannot grow)
+    assert parser.feed_text("/function>\n</tool_call>") == ("tool_calls", "")
+    assert parser.unread_text == "\n</function>\n</tool_call>"
     message, _ = parser.finalize()
     assert message["reasoning_content"] == "so x < 3 and </b>"
     assert message["tool_calls"][0]["function"] == {"name": "f", "arguments": {"a": "1"}}
@@ -531,13 +535,12 @@ def test_held_text_the_next_chunk_shows_starts_no_delimiter_is_read_with_it():
 
 def test_a_first_character_that_starts_no_delimiter_keeps_the_fast_path():
     """`x < y` in reasoning, `<parameter=` in qwen3.5's call: the '<' starts neither `</think>` nor
-    `</function>`, so feed_text reads the chunk; a '<' that may still start one leaves it unread,
-    and the text comes out as feed would give it."""
+    `</function>`, so feed_text reads the chunk; a '<' that may still start one stays unread, and
+    the text before it is read as feed would give it."""
     module = rtcompile.load(rtcompile.template_for("qwen3_5"))
     parser = module.ResponseParser("<|im_start|>assistant\n<think>\n")
     assert parser.feed_text("so x < 3") == ("reasoning_content", "so x < 3")
     assert parser.feed_text(" and </b>") == ("reasoning_content", " and </b>")
-    assert parser.feed_text(" </th") is None  # (may start </think>)
     assert parser.feed(" </th") == [
         {"type": "region_chunk", "field": "reasoning_content", "text": " ", "dirty": False}
     ]
@@ -545,8 +548,8 @@ def test_a_first_character_that_starts_no_delimiter_keeps_the_fast_path():
     assert parser.current_field == "tool_calls"
     # (with the newline held after the opener: it might have started `\s*</function>`)
     assert parser.feed_text("<parameter=a>\n1") == ("tool_calls", "\n<parameter=a>\n1")
-    assert parser.feed_text("\n</parameter>\n</fun") is None  # (may start </function>)
-    parser.feed("\n</parameter>\n</fun")
+    assert parser.feed_text("\n</parameter>\n</fun") == ("tool_calls", "\n</parameter>")
+    assert parser.unread_text == "\n</fun"  # (may start `\s*</function>`)
     parser.feed("ction>\n</tool_call>")
     message, _ = parser.finalize()
     assert message["reasoning_content"] == "so x < 3 and </b>"

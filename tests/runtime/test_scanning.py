@@ -2,12 +2,13 @@
 
 import re
 
+import pytest
 import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rtcompile.frontend.patterns import analyse_pattern, literal_charsets, whitespace
-from rtcompile.runtime.scanning import LazyRegex, LiteralSearch, PatternWindow, literal_partial_start
+from rtcompile.runtime.scanning import LazyRegex, LiteralSearch, PatternWindow, StartLiterals, literal_partial_start
 
 from examples import scaled
 
@@ -167,7 +168,7 @@ def test_where_no_literal_prefix_starts_no_match_starts(pattern, text):
     the pattern's literal prefix; where no position starts it (or a prefix of it at the end) and
     the text does not end in a lead character, a partial search finds nothing."""
     _, charsets = analyse_pattern(pattern)
-    if not LiteralSearch((charsets.prefix,)).starts_nowhere(text) or (text and text[-1] in charsets.lead):
+    if not StartLiterals((charsets.prefix,)).starts_nowhere(text) or (text and text[-1] in charsets.lead):
         return
     m = regex.compile(pattern, regex.DOTALL).search(text, partial=True)
     assert m is None or m.start() == len(text), (pattern, text, m)
@@ -179,7 +180,51 @@ def test_starts_nowhere_is_no_complete_or_partial_literal(literals, text):
     alternation = regex.compile("|".join(regex.escape(s) for s in sorted(literals, key=len, reverse=True)))
     m = alternation.search(text, partial=True)
     found = m is not None and m.start() < len(text)
-    assert LiteralSearch(tuple(literals)).starts_nowhere(text) == (not found)
+    assert StartLiterals(tuple(literals)).starts_nowhere(text) == (not found)
+
+
+@given(
+    st.lists(st.tuples(st.text(alphabet="ab<>", min_size=1, max_size=5), st.sampled_from(["", " ", " \n"])), min_size=1, max_size=4),
+    st.text(alphabet="ab<> \n", max_size=16),
+)
+@settings(max_examples=scaled(1000))
+def test_start_literals_hold_where_the_partial_search_holds(starts, text):
+    """A state's fast path: where no start literal occurs whole, the leftmost partial match of the
+    delimiters (each a run of its lead characters, then one of its literals) is a proper prefix
+    of a literal at the end of the text, walked back over its lead (the widest, where literals
+    of several delimiters share a prefix). A partial match of lead characters alone is the caller's
+    (it holds a trailing run of them)."""
+    literals = tuple(literal for literal, _ in starts)
+    leads = tuple(lead for _, lead in starts)
+    search = StartLiterals(literals, leads)
+    delimiters = "|".join(f"[{lead}]*{regex.escape(literal)}" if lead else regex.escape(literal) for literal, lead in starts)
+    m = regex.compile(delimiters).search(text, partial=True)
+    assert search.occurs(text) == (m is not None and not m.partial)
+    if m is not None and not m.partial:
+        assert search.starts_at(text) == -1
+    if m is None or not m.partial:
+        return
+    hold = search.hold(text)
+    assert search.starts_at(text) == hold  # (the fast paths' one call for both)
+    if hold == len(text):  # (no literal is starting at the end: a lead run alone may be held)
+        assert m.start() == len(text) or (set(text[m.start() :]) <= set(" \n") and text[m.start() :])
+    else:
+        assert hold == m.start()
+
+
+def test_start_literals_refuse_leads_that_do_not_nest():
+    with pytest.raises(ValueError, match="not nested"):
+        StartLiterals(("<a", "<b"), (" ", "\n")).hold("x<")
+
+
+@given(st.lists(st.text(alphabet="ab<>", min_size=1, max_size=4), min_size=1, max_size=3), texts, st.sampled_from(["", " \n"]), st.data())
+def test_partial_start_is_the_partial_search_with_its_lead_run(literals, text, lead, data):
+    literals = tuple(dict.fromkeys(literals))
+    pos = data.draw(st.integers(0, len(text)))
+    expected = literal_partial_start(text, pos, literals, max(map(len, literals)))
+    while expected > pos and text[expected - 1] in lead:
+        expected -= 1
+    assert LiteralSearch(literals, lead).partial_start(text, pos) == expected
 
 
 def test_literal_prefixes_are_found_inside_leading_groups():
