@@ -43,6 +43,19 @@ Calls to a function not in the request's tools are dropped, as SGLang drops them
 `SGLANG_FORWARD_UNKNOWN_TOOLS`). Constrained decoding modes (`grammar_start`, `constrained`) are
 passed to SGLang's methods that build constraints; parsing itself treats the output as unconstrained.
 
+Tool guarantees: SGLang asks the tool detector for the constraint of a request with
+`tool_choice="required"`, a named tool, strict tools or `parallel_tool_calls=False`
+(`validate_structure_constraint_request`), and for the same constraint from the message start
+(`get_structural_tag(message_start=True)`, which it applies from the first token when the prompt
+ends at the start anchor). The detector answers with rtcompile's structural tag (text delimiters:
+SGLang's parsers read text): from the message start, or past a reasoning region where SGLang's
+reasoning gate applies it after the reasoning. SGLang builds it before the prompt is known, so a
+template with reasoning is constrained only behind a reasoning parser (otherwise refused: the
+prompt may open the reasoning). Where the tag needs what SGLang's xgrammar (0.2.7) ignores
+(`excludes` on json_schema formats, which keep a call's closer out of JSON strings), forced calls
+take SGLang's JSON-array constraint instead (`supports_structural_tag` is False, and SGLang parses
+the array) and "auto" guarantees are refused.
+
 The generation runs on rtcompile's serving core (`rtcompile.integrations.serving`): the reasoning
 detector renders its operations as SGLang's reasoning results (`_ReasoningResults`), the tool
 detector as tool-call items with SGLang's serving bookkeeping (`_ToolResults`).
@@ -801,7 +814,10 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
                 "json_schema excludes, which the installed xgrammar ignores"
             )
         return self.get_structural_tag(
-            tools=tools, tool_choice=tool_choice, thinking_mode=thinking_mode, parallel_tool_calls=parallel_tool_calls
+            tools=tools,
+            tool_choice=tool_choice,
+            thinking_mode=thinking_mode,
+            parallel_tool_calls=parallel_tool_calls,
         )
 
     def get_structural_tag(
@@ -830,7 +846,9 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
                 stop_tokens=self._stop_spellings,
             )
         except rtcompile.GrammarError as error:
-            raise ValueError(f"rtcompile cannot constrain the tool calls for this response template: {error}") from None
+            raise ValueError(
+                f"rtcompile cannot constrain the tool calls for this response template: {error}"
+            ) from None
         from xgrammar import StructuralTag
 
         return StructuralTag.model_validate(tag)
@@ -875,8 +893,9 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
         return accepted
 
 
+_PROBE_PARAMETERS = {"type": "object", "properties": {"text": {"type": "string"}}}
 _PROBE_TOOLS = [
-    {"type": "function", "function": {"name": "probe", "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}}
+    {"type": "function", "function": {"name": "probe", "parameters": _PROBE_PARAMETERS}}
 ]
 
 

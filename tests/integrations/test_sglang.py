@@ -1414,3 +1414,27 @@ def test_sglangs_xgrammar_fails_to_compile_the_pythonic_templates_auto_tags(sgla
         constraint = FunctionCallParser(tools, "rtcompile", tokenizer=kit.tokenizer).get_structure_constraint("auto", parallel_tool_calls=False)
     grammar = kit.backend.dispatch_structural_tag(sampling_key(tools, "auto", False, constraint))
     assert isinstance(grammar, InvalidGrammarObject) and "bitset" in grammar.error_message
+
+
+def test_with_the_requests_own_format_sglangs_policy_decides(sglang_server):
+    """SGLang's chat request, given the detector's tag and a `response_format`: a forced choice
+    cannot be combined with it (refused), "auto" with strict tools keeps the request's format and
+    drops the tag (SGLang warns that constrained decoding is not compatible with tool calls)."""
+    kit = text_kit("qwen3_coder")
+    strict = [Tool.model_validate({**t, "function": {**t["function"], "strict": True}}) for t in GUARANTEE_TOOLS]
+    answer = {"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}}}
+    with sglang_server("rtcompile"):
+        parser = FunctionCallParser(strict, "rtcompile", tokenizer=kit.tokenizer)
+        for tool_choice in ("required", "auto"):
+            constraint = parser.get_structure_constraint(tool_choice)
+            assert constraint[0] == "structural_tag"
+            request = ChatCompletionRequest(
+                model="test-model", messages=[{"role": "user", "content": "hi"}], tools=strict,
+                tool_choice=tool_choice, response_format=answer,
+            )
+            if tool_choice == "required":
+                with pytest.raises(ValueError, match="cannot be combined with"):
+                    request.to_sampling_params(stop=[], model_generation_config={}, tool_call_constraint=constraint)
+            else:
+                params = request.to_sampling_params(stop=[], model_generation_config={}, tool_call_constraint=constraint)
+                assert "structural_tag" not in params and json.loads(params["json_schema"]) == {"type": "object"}

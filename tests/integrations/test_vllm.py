@@ -1768,6 +1768,7 @@ def test_a_forced_choice_wins_over_the_requests_own_format(monkeypatch):
 
     warnings = []
     monkeypatch.setattr(constraint.logger, "warning_once", lambda message, **_: warnings.append(message))
+    monkeypatch.setenv("VLLM_XGRAMMAR_CACHE_MB", "0")  # (no warning about xgrammar's cache)
     kit = serving_kit("qwen3")
     request, prompt = kit.adjusted(kit.parser(), prompt_for("qwen3", False), {"tool_choice": "required", "response_format": JSON_ANSWER})
     assert request.response_format is None and request._grammar_from_parser

@@ -102,17 +102,22 @@ def tool_guarantee(request: Any, strict_level: ToolStrictLevel | None) -> Guaran
         )
     named = _named_function(choice)
     if named is not None:
-        return Guarantee("named tool choice", "tool_choice", {"type": "function", "function": {"name": named}}, True)
+        return Guarantee(
+            "named tool choice",
+            "tool_choice",
+            {"type": "function", "function": {"name": named}},
+            True,
+        )
     if choice == "required":
         return Guarantee("required tool choice", "tool_choice", "required", True)
     if not envs.VLLM_ENFORCE_STRICT_TOOL_CALLING:
         return None
     if any(_is_strict(tool) for tool in request.tools or ()):
         return Guarantee("strict tools", "tools", "auto", False)
-    if getattr(request, "parallel_tool_calls", True) is False:
-        return Guarantee("parallel_tool_calls=False", "parallel_tool_calls", "auto", False)
     if (strict_level or ToolStrictLevel.AUTO) >= ToolStrictLevel.FUNCTION:
         return Guarantee("the tool strict level", "tools", "auto", False)
+    if getattr(request, "parallel_tool_calls", True) is False:
+        return Guarantee("parallel_tool_calls=False", "parallel_tool_calls", "auto", False)
     return None
 
 
@@ -129,7 +134,9 @@ def constrain(parser: Any, request: Any, guarantee: Guarantee, tools: list[dict]
     _set(request, tag, from_first_token=True)
 
 
-def _or_with_own_format(parser: Any, request: Any, guarantee: Guarantee, tools: list[dict], own: Any) -> None:
+def _or_with_own_format(
+    parser: Any, request: Any, guarantee: Guarantee, tools: list[dict], own: Any
+) -> None:
     if guarantee.what == "parallel_tool_calls=False":
         logger.warning_once(OWN_FORMAT_WINS, scope="local")
         return
@@ -144,11 +151,21 @@ def _or_with_own_format(parser: Any, request: Any, guarantee: Guarantee, tools: 
             return
     calls = _tag(parser, request, guarantee, tools, "required", prefix)
     output = structured_outputs_to_format(own).model_dump()
-    tag = {"type": "structural_tag", "format": {"type": "or", "elements": [calls["format"], output]}}
+    tag = {
+        "type": "structural_tag",
+        "format": {"type": "or", "elements": [calls["format"], output]},
+    }
     _set(request, tag, from_first_token=False)
 
 
-def _tag(parser: Any, request: Any, guarantee: Guarantee, tools: list[dict], tool_choice: Any, prefix: Any) -> dict:
+def _tag(
+    parser: Any,
+    request: Any,
+    guarantee: Guarantee,
+    tools: list[dict],
+    tool_choice: Any,
+    prefix: Any,
+) -> dict:
     reads_ids = parser._reads_ids(request)
     tokenizer = parser.model_tokenizer if reads_ids else None
     if reads_ids and envs.VLLM_XGRAMMAR_CACHE_MB != 0:
@@ -228,7 +245,7 @@ def _past_reasoning(parser: Any, request: Any, prefix: Any) -> Any:
     return prefix + list(parser.model_tokenizer.encode(text, add_special_tokens=False))
 
 
-# ---- stop tokens ------------------------------------------------------------------------------------
+# ---- stop tokens ---------------------------------------------------------------------------------
 
 _GENERATION_EOS: dict[int, tuple[Any, frozenset[int]]] = {}
 
@@ -257,13 +274,18 @@ def _generation_eos(model_config: Any) -> frozenset[int]:
         value = model_config.try_get_generation_config().get("eos_token_id")
     except Exception:  # (no generation config where vLLM would find none either)
         value = None
-    values = [value] if isinstance(value, int) else value if isinstance(value, (list, tuple)) else []
+    values = (
+        [value] if isinstance(value, int) else value if isinstance(value, (list, tuple)) else []
+    )
     ids = frozenset(v for v in values if isinstance(v, int))
-    _GENERATION_EOS[id(model_config)] = (model_config, ids)  # (the config kept: its id stays its own)
+    _GENERATION_EOS[id(model_config)] = (
+        model_config,
+        ids,
+    )  # (the config kept: its id stays its own)
     return ids
 
 
-# ---- reading the request --------------------------------------------------------------------------
+# ---- reading the request -------------------------------------------------------------------------
 
 
 def _named_function(choice: Any) -> str | None:
@@ -280,4 +302,6 @@ def _is_strict(tool: Any) -> bool:
     if not isinstance(tool, dict):
         return False
     function = tool.get("function")
-    return tool.get("strict") is True or (isinstance(function, dict) and function.get("strict") is True)
+    return tool.get("strict") is True or (
+        isinstance(function, dict) and function.get("strict") is True
+    )
