@@ -43,6 +43,19 @@ Calls to a function not in the request's tools are dropped, as SGLang drops them
 `SGLANG_FORWARD_UNKNOWN_TOOLS`). Constrained decoding modes (`grammar_start`, `constrained`) are
 passed to SGLang's methods that build constraints; parsing itself treats the output as unconstrained.
 
+Tool guarantees: SGLang asks the tool detector for the constraint of a request with
+`tool_choice="required"`, a named tool, strict tools or `parallel_tool_calls=False`
+(`validate_structure_constraint_request`), and for the same constraint from the message start
+(`get_structural_tag(message_start=True)`, which it applies from the first token when the prompt
+ends at the start anchor). The detector answers with rtcompile's structural tag (text delimiters:
+SGLang's parsers read text): from the message start, or past a reasoning region where SGLang's
+reasoning gate applies it after the reasoning. SGLang builds it before the prompt is known, so a
+template with reasoning is constrained only behind a reasoning parser (otherwise refused: the
+prompt may open the reasoning). Where the tag needs what SGLang's xgrammar (0.2.7) ignores
+(`excludes` on json_schema formats, which keep a call's closer out of JSON strings), forced calls
+take SGLang's JSON-array constraint instead (`supports_structural_tag` is False, and SGLang parses
+the array) and "auto" guarantees are refused.
+
 The generation runs on rtcompile's serving core (`rtcompile.integrations.serving`): the reasoning
 detector renders its operations as SGLang's reasoning results (`_ReasoningResults`), the tool
 detector as tool-call items with SGLang's serving bookkeeping (`_ToolResults`).
@@ -71,6 +84,8 @@ from sglang.srt.parser.response_template import (
     validate_response_template_for_serving,
 )
 from sglang.srt.runtime_context import get_context
+
+import rtcompile
 
 from .serving import Generation, Renderer, ServingPlan
 from .serving_common import (
@@ -706,6 +721,8 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
             constrained=constrained,
         )
         self.response_template = template
+        eos = getattr(tokenizer, "eos_token", None)
+        self._stop_spellings = [eos] if isinstance(eos, str) and eos else []
         if after_reasoning_parser is None:
             after_reasoning_parser = _reasoning_parser_in_front()
         self.after_reasoning_parser = after_reasoning_parser
@@ -764,6 +781,105 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
             return _joined(generation.initial, generation.finish())
         return self._generation.finish()
 
+    # ---- constrained decoding: rtcompile's structural tag (module docstring)
+
+    def supports_structural_tag(self) -> bool:
+        """Whether this template's calls are written under rtcompile's tag here, so that SGLang
+        parses forced calls with this detector: not where the tag leans on what SGLang's xgrammar
+        ignores (`excludes` on json_schema formats), where SGLang's JSON-array constraint writes
+        them instead and SGLang parses that."""
+        return self.plans.base.derived("sglang.tags_sound", lambda plan: _tags_sound_here(plan.template))
+
+    def validate_structure_constraint_request(
+        self,
+        tool_choice: Any,
+        parallel_tool_calls: bool,
+        strict_requested: bool,
+        *,
+        tools: list,
+        thinking_mode: bool = False,
+    ) -> Any:
+        """The tag for a request that asks for a guarantee (required, named, strict, one call),
+        None for plain "auto" (and for forced calls where SGLang's JSON-array constraint takes
+        over); raises ValueError for what cannot be constrained."""
+        if tool_choice == "auto" and parallel_tool_calls and not strict_requested:
+            return None
+        if not self.supports_structural_tag():
+            if tool_choice != "auto":
+                return None
+            asked = "strict tools" if strict_requested else "parallel_tool_calls=False"
+            raise ValueError(
+                f"{type(self).__name__} cannot enforce {asked} with automatic tool choice for this "
+                "response template: its grammar keeps call closers out of JSON strings with "
+                "json_schema excludes, which the installed xgrammar ignores"
+            )
+        return self.get_structural_tag(
+            tools=tools,
+            tool_choice=tool_choice,
+            thinking_mode=thinking_mode,
+            parallel_tool_calls=parallel_tool_calls,
+        )
+
+    def get_structural_tag(
+        self,
+        tools: list | None = None,
+        tool_choice: Any = "auto",
+        thinking_mode: bool = False,
+        parallel_tool_calls: bool = True,
+        message_start: bool = False,
+    ) -> Any:
+        """rtcompile's structural tag for these tools and choice (text delimiters: SGLang's parsers
+        read text), from the message start (`message_start`: SGLang applies it from the first
+        token, the reasoning included) or from where SGLang's reasoning gate opens it (past the
+        reasoning). None where `supports_structural_tag` is False."""
+        if not self.supports_structural_tag():
+            return None
+        name = getattr(getattr(tool_choice, "function", None), "name", None)
+        choice = {"type": "function", "function": {"name": name}} if isinstance(name, str) else tool_choice
+        try:
+            tag = rtcompile.structural_tag(
+                self.response_template,
+                _tool_dicts(tools),
+                tool_choice=choice,
+                parallel_tool_calls=parallel_tool_calls,
+                prefix=self._grammar_start(message_start),
+                stop_tokens=self._stop_spellings,
+            )
+        except rtcompile.GrammarError as error:
+            raise ValueError(
+                f"rtcompile cannot constrain the tool calls for this response template: {error}"
+            ) from None
+        from xgrammar import StructuralTag
+
+        return StructuralTag.model_validate(tag)
+
+    def _grammar_start(self, message_start: bool) -> str:
+        """Where the tag starts, as a prompt: the message start, or past a reasoning region.
+        SGLang builds the tag before the prompt is known and starts it past the reasoning only
+        behind a reasoning parser (its reasoning gate): without one, a template that reasons
+        cannot be constrained (the prompt may open the reasoning, which changes what the output
+        means)."""
+        template = self.plans.base.template
+        anchor = template.get("start_anchor", "")
+        anchor = anchor[0] if isinstance(anchor, list) else anchor
+        field = self.plans.reasoning_field
+        if message_start or field is None:
+            return anchor
+        if not self.after_reasoning_parser:
+            raise ValueError(
+                "rtcompile constrains the tool calls of a template with reasoning only behind "
+                "--reasoning-parser rtcompile: without it, SGLang builds the grammar before the "
+                "prompt is known, and a prompt that opens the reasoning changes what the output means"
+            )
+        spec = template["fields"][field]
+        openers, closers = literals(spec.get("open")), literals(spec.get("close"))
+        if not openers or not closers:
+            raise ValueError(
+                "rtcompile cannot start the tool-call grammar past this template's reasoning: its "
+                "delimiters are patterns"
+            )
+        return anchor + openers[0] + closers[0]
+
     def _accepted_names(self, tools: list):
         indices = self._get_tool_indices(tools)
         forward = envs.SGLANG_FORWARD_UNKNOWN_TOOLS.get()
@@ -775,6 +891,39 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
             return False
 
         return accepted
+
+
+_PROBE_PARAMETERS = {"type": "object", "properties": {"text": {"type": "string"}}}
+_PROBE_TOOLS = [
+    {"type": "function", "function": {"name": "probe", "parameters": _PROBE_PARAMETERS}}
+]
+
+
+def _tags_sound_here(template: dict) -> bool:
+    """Whether the installed xgrammar keeps what rtcompile's tags for this template ask: its calls
+    written for a probe tool with a string argument, where a json_schema format's `excludes`
+    (call closers kept out of strings) must be honoured. xgrammar 0.2.7 (SGLang 0.5.23's) has no
+    such field and ignores them; then a string could hold the closer, which the parser reads as
+    the call's end."""
+    from xgrammar.structural_tag import JSONSchemaFormat
+
+    if "excludes" in JSONSchemaFormat.model_fields:
+        return True
+    try:
+        tag = rtcompile.structural_tag(template, _PROBE_TOOLS, tool_choice="required")
+    except rtcompile.GrammarError:
+        return True  # (requests are refused with the reason, whichever way they go)
+    return not _json_excludes_in(tag)
+
+
+def _json_excludes_in(node: Any) -> bool:
+    if isinstance(node, dict):
+        if node.get("type") == "json_schema" and node.get("excludes"):
+            return True
+        return any(_json_excludes_in(value) for value in node.values())
+    if isinstance(node, list):
+        return any(_json_excludes_in(value) for value in node)
+    return False
 
 
 def _joined(first: ToolStreamingParseResult, second: ToolStreamingParseResult) -> ToolStreamingParseResult:

@@ -1141,3 +1141,300 @@ def test_reasoning_the_prompt_left_open_is_over_behind_a_reasoning_parser_whatev
     )
     calls = detector.detect_and_parse(normal, sglang_tools(WEATHER)).calls
     assert calls_view(calls) == [(0, "get_weather", {"city": "Paris", "days": 3})]
+
+
+# --------------------------------------------------------------------------------------------------
+# Tool guarantees: SGLang asks the tool detector for a structural tag (required, named, strict,
+# one call) and compiles it with its xgrammar backend (xgrammar 0.2.7)
+
+from sglang.srt.constrained.base_grammar_backend import InvalidGrammarObject  # noqa: E402
+from sglang.srt.constrained.xgrammar_backend import XGrammarGrammarBackend  # noqa: E402
+from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, ToolChoice  # noqa: E402
+
+from grammar_walk import END_OF_OUTPUT, TOKEN_LIKE, TURN_ENDS  # noqa: E402
+
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string"}, "exact": {"type": "boolean"}, "limit": {"type": "number"}},
+            "required": ["query", "exact"],
+        },
+    },
+}
+GUARANTEE_TOOLS = [
+    {"type": "function", "function": {**WEATHER[0]["function"], "parameters": {**WEATHER[0]["function"]["parameters"], "required": ["city"]}}},
+    SEARCH,
+]
+GUARANTEES = {
+    "required": ("required", True),
+    "named": (ToolChoice(function={"name": "search"}), True),
+    "one call": ("required", False),
+}
+TOOL_TEMPLATES = sorted(name for name in FORMATS if "tool_calls" in template_for(name)["fields"])
+CLOSERS = frozenset(['"', "'", "}", "]", ")", ">", ",", ":", "|"])
+
+
+def request_tools() -> list[Tool]:
+    return [Tool.model_validate(tool) for tool in GUARANTEE_TOOLS]
+
+
+class TextKit:
+    """A tokenizer for one template whose token-like delimiter pieces are added tokens that read
+    as text (as `<tool_call>` in Qwen's tokenizers: SGLang's detectors parse text, and xgrammar
+    matches the tag's text delimiters with them, so random walks end), its turn ends special
+    tokens and the first of them its end of sequence; SGLang's xgrammar backend for it."""
+
+    def __init__(self, name: str):
+        from tokenizer_pool import AddedSpec, build_tokenizer
+
+        self.name = name
+        self.template = template_for(name)
+        pieces = set(TOKEN_LIKE.findall(json.dumps(self.template, ensure_ascii=False).replace("\\\\", "")))
+        stops = sorted(p for p in pieces if p in TURN_ENDS) or [END_OF_OUTPUT]
+        added = [AddedSpec(p, "template") for p in sorted(pieces - set(stops))] + [AddedSpec(s, "special") for s in stops]
+        self.tokenizer = build_tokenizer("bpe", added)
+        self.tokenizer.eos_token = stops[0]
+        self.tokenizer.response_template = self.template
+        self.stops = [self.tokenizer.convert_tokens_to_ids(s) for s in stops]
+        self.backend = XGrammarGrammarBackend(self.tokenizer, vocab_size=len(self.tokenizer), model_eos_token_ids=self.stops)
+        controls = set(self.tokenizer.added_tokens_decoder)
+        self.controls = controls
+        self.closing = {i for i in range(len(self.tokenizer)) if i not in controls and self.tokenizer.decode([i]) in CLOSERS}
+
+    def walk(self, key: str, rng: Any, max_tokens: int = 500) -> tuple[str, bool]:
+        """A random output SGLang's grammar for the tag `key` accepts (its text, the stop left
+        out), and whether it ended at a stop."""
+        import torch
+
+        grammar = self.backend.dispatch_structural_tag(key)
+        assert not isinstance(grammar, InvalidGrammarObject), grammar
+        size = len(self.tokenizer)
+        mask = grammar.allocate_vocab_mask(size, 1, None)
+        bits = torch.arange(32, dtype=torch.int32)
+        ids: list[int] = []
+        while len(ids) < max_tokens:
+            grammar.fill_vocab_mask(mask, 0)
+            allowed = torch.nonzero(((mask[0].unsqueeze(1) >> bits) & 1).flatten()[:size]).flatten().tolist()
+            stops = [i for i in allowed if i in self.stops]
+            candidates = [i for i in allowed if i not in self.stops]
+            if stops and (not candidates or rng.random() < 0.05 + len(ids) / max_tokens):
+                grammar.accept_token(stops[0])
+                assert grammar.is_terminated()
+                return self.tokenizer.decode(ids), True
+            assert candidates, f"a dead end after {self.tokenizer.decode(ids)!r}"
+            roll = rng.random()
+            favoured = self.controls if roll < 0.3 else self.closing if roll < 0.7 else ()
+            choice = rng.choice([i for i in candidates if i in favoured] or candidates)
+            grammar.accept_token(choice)  # (raises if the grammar refuses what its mask allowed)
+            ids.append(choice)
+        return self.tokenizer.decode(ids), False
+
+
+_TEXT_KITS: dict[str, TextKit] = {}
+
+
+def text_kit(name: str) -> TextKit:
+    if name not in _TEXT_KITS:
+        _TEXT_KITS[name] = TextKit(name)
+    return _TEXT_KITS[name]
+
+
+def anchor_of(template: dict) -> str:
+    anchor = template.get("start_anchor", "")
+    return anchor[0] if isinstance(anchor, list) else anchor
+
+
+def sampling_key(tools: list, tool_choice: Any, parallel: bool, constraint: Any) -> str:
+    """The structural tag as SGLang's chat request puts it in the sampling parameters."""
+    request = ChatCompletionRequest(
+        model="test-model", messages=[{"role": "user", "content": "hi"}], tools=tools,
+        tool_choice=tool_choice if isinstance(tool_choice, str) else {"type": "function", "function": {"name": tool_choice.function.name}},
+        parallel_tool_calls=parallel,
+    )
+    return request.to_sampling_params(stop=[], model_generation_config={}, tool_call_constraint=constraint)["structural_tag"]
+
+
+def guarantee_problems(calls: list[tuple], tool_choice: Any, parallel: bool) -> list[str]:
+    import jsonschema
+
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in GUARANTEE_TOOLS}
+    problems = []
+    if tool_choice != "auto" and not calls:
+        problems.append("a call was required, none was made")
+    if not parallel and len(calls) > 1:
+        problems.append(f"one call at most, {len(calls)} made")
+    for _, call_name, arguments in calls:
+        if isinstance(tool_choice, ToolChoice) and call_name != tool_choice.function.name:
+            problems.append(f"named {tool_choice.function.name!r}, called {call_name!r}")
+        if call_name not in schemas:
+            problems.append(f"{call_name!r} is no tool")
+            continue
+        try:
+            jsonschema.validate(arguments, schemas[call_name])
+        except jsonschema.ValidationError as error:
+            problems.append(f"arguments of {call_name!r}: {error.message}")
+    return problems
+
+
+def assert_walks_keep(kit: TextKit, key: str, prefix: str, before: str, tool_choice: Any, parallel: bool) -> int:
+    """Walks through SGLang's grammar for `key`, each written after `before` (the reasoning SGLang's
+    gate lets through unconstrained), go through both detectors as SGLang's serving streams them:
+    calls that keep the guarantee, the template's calls for the whole output. Returns calls seen."""
+    import random
+
+    rng = random.Random(f"{kit.name} {key[:200]}")
+    tools = request_tools()
+    seen = ended = 0
+    for _ in range(9):
+        if ended == 3:
+            break
+        text, finished = kit.walk(key, rng)
+        if not finished:
+            continue
+        ended += 1
+        output = before + text
+        chunks = [output[i : i + 3] for i in range(0, len(output), 3)]
+        _, _, calls = layered_streamed(tools, kit.tokenizer, prefix, chunks)
+        assert not guarantee_problems(calls, tool_choice, parallel), (guarantee_problems(calls, tool_choice, parallel), output)
+        assert [(n, a) for _, n, a in calls] == message_calls(output, kit.template, prefix, GUARANTEE_TOOLS), output
+        seen += len(calls)
+    assert ended, "no walk ended"
+    return seen
+
+
+@pytest.mark.parametrize("guarantee", sorted(GUARANTEES))
+@pytest.mark.parametrize("name", TOOL_TEMPLATES)
+def test_forced_calls_get_rtcompiles_tag_or_sglangs_json_array_where_its_xgrammar_falls_short(sglang_server, name, guarantee):
+    """Behind `--reasoning-parser rtcompile`, as SGLang's chat serving asks: the tool detector's
+    constraint for a forced request is rtcompile's structural tag, which SGLang puts in the
+    sampling parameters and its xgrammar backend compiles; walked from the message start (the tag
+    SGLang then asks for, reasoning included) and past a prompt-opened reasoning (the tag its
+    reasoning gate applies after the reasoning), the outputs stream through both detectors calls
+    that keep the guarantee. Where the tag would lean on json_schema `excludes`, which SGLang's
+    xgrammar 0.2.7 ignores, the constraint is SGLang's own JSON array (the detector then owns no
+    format: SGLang parses the array)."""
+    kit = text_kit(name)
+    tool_choice, parallel = GUARANTEES[guarantee]
+    tools = request_tools()
+    with sglang_server("rtcompile"):
+        parser = FunctionCallParser(tools, "rtcompile", tokenizer=kit.tokenizer)
+        constraint = parser.get_structure_constraint(tool_choice, parallel_tool_calls=parallel, thinking_mode=False)
+        if not parser.detector.supports_structural_tag():
+            assert constraint[0] == "json_schema" and not FunctionCallParser(tools, "rtcompile", tokenizer=kit.tokenizer, tool_choice=tool_choice).owns_tool_format()
+            return
+        assert constraint[0] == "structural_tag"
+        assert FunctionCallParser(tools, "rtcompile", tokenizer=kit.tokenizer, tool_choice=tool_choice).owns_tool_format()
+        anchor = anchor_of(kit.template)
+        start = parser.detector.get_structural_tag(
+            tools=parser.structural_tag_tools(), tool_choice=tool_choice, thinking_mode=True, parallel_tool_calls=parallel, message_start=True
+        )
+        seen = assert_walks_keep(kit, sampling_key(tools, tool_choice, parallel, ("structural_tag", start)), "Hi." + anchor, "", tool_choice, parallel)
+        reasoning = kit.template["fields"].get("reasoning_content")
+        if reasoning is not None:
+            key = sampling_key(tools, tool_choice, parallel, constraint)
+            seen += assert_walks_keep(kit, key, "Hi." + anchor + reasoning["open"], "weighing it" + reasoning["close"], tool_choice, parallel)
+        assert seen > 0
+
+
+def test_the_xml_and_pythonic_templates_get_tags_under_sglangs_xgrammar():
+    """The fallback above stays where it must: templates whose arguments are not JSON strings get
+    rtcompile's tag in SGLang 0.5.23 (`xgrammar 0.2.7`)."""
+    with_tags = sorted(name for name in TOOL_TEMPLATES if RtcompileToolDetector(tokenizer=Tokenizer(template_for(name))).supports_structural_tag())
+    assert {"qwen3_5", "qwen3_coder", "glm4_5", "minimax_m2", "llama3_2_pythonic", "gemma3_pythonic"} <= set(with_tags)
+    assert "qwen3" not in with_tags and "hermes2_pro" not in with_tags
+
+
+def test_xgrammar_0_2_7_ignores_excludes_on_json_schema_formats():
+    """Why JSON-argument templates fall back in SGLang 0.5.23: its xgrammar takes a string holding
+    an excluded closer (0.2.8 refuses it). When this fails, SGLang's xgrammar keeps `excludes`
+    and those templates can take rtcompile's tag too."""
+    import xgrammar as xgr
+
+    kit = text_kit("qwen3")
+    info = xgr.TokenizerInfo.from_huggingface(kit.tokenizer, vocab_size=len(kit.tokenizer), stop_token_ids=kit.stops)
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    tag = {"type": "structural_tag", "format": {"type": "json_schema", "json_schema": schema, "excludes": ["</tool_call>"]}}
+    matcher = xgr.GrammarMatcher(xgr.GrammarCompiler(info, cache_enabled=False).compile_structural_tag(json.dumps(tag)))
+    assert all(matcher.accept_token(i) for i in kit.tokenizer.encode('{"a": "x</tool_call>y"}', add_special_tokens=False))
+
+
+def test_strict_or_one_call_on_auto_is_a_tag_or_refused(sglang_server):
+    """"auto" with strict tools or one call: rtcompile's tag where SGLang's xgrammar can keep it;
+    refused with the reason where it cannot (SGLang's own response-template detector refuses both
+    everywhere)."""
+    tools = request_tools()
+    strict = [Tool.model_validate({**t, "function": {**t["function"], "strict": True}}) for t in GUARANTEE_TOOLS]
+    with sglang_server("rtcompile"):
+        coder = FunctionCallParser(tools, "rtcompile", tokenizer=text_kit("qwen3_coder").tokenizer)
+        assert coder.get_structure_constraint("auto", parallel_tool_calls=False)[0] == "structural_tag"
+        strict_coder = FunctionCallParser(strict, "rtcompile", tokenizer=text_kit("qwen3_coder").tokenizer)
+        assert strict_coder.get_structure_constraint("auto")[0] == "structural_tag"
+        assert coder.get_structure_constraint("auto") is None  # (plain auto: nothing to keep)
+        qwen3 = FunctionCallParser(strict, "rtcompile", tokenizer=text_kit("qwen3").tokenizer)
+        with pytest.raises(ValueError, match="cannot enforce strict tools with automatic tool choice.*json_schema excludes"):
+            qwen3.get_structure_constraint("auto")
+
+
+def test_without_a_reasoning_parser_a_template_that_reasons_is_not_constrained_blind(sglang_server):
+    """Without `--reasoning-parser`, SGLang builds the tag before the prompt is known and applies
+    it from the first token: a prompt that opens the reasoning would make the tag's calls
+    reasoning. Refused with the reason; a template without reasoning is constrained."""
+    tools = request_tools()
+    with sglang_server(None):
+        with pytest.raises(ValueError, match="only behind --reasoning-parser rtcompile"):
+            FunctionCallParser(tools, "rtcompile", tokenizer=text_kit("qwen3_5").tokenizer).get_structure_constraint("required")
+        constraint = FunctionCallParser(tools, "rtcompile", tokenizer=text_kit("qwen3_coder").tokenizer).get_structure_constraint("required")
+        assert constraint[0] == "structural_tag"
+        kit = text_kit("qwen3_coder")
+        key = sampling_key(tools, "required", True, constraint)
+        assert assert_walks_keep(kit, key, "Hi." + anchor_of(kit.template), "", "required", True) > 0
+
+
+def test_what_the_grammar_cannot_express_is_refused_in_one_line(sglang_server):
+    template = json.loads(json.dumps(template_for("qwen3_coder")))
+    template["fields"]["tool_calls"]["optional"] = False
+    with sglang_server("rtcompile"):
+        parser = FunctionCallParser(request_tools(), "rtcompile", tokenizer=Tokenizer(template))
+        with pytest.raises(ValueError) as error:
+            parser.get_structure_constraint("required")
+    assert "a required field cannot be guaranteed by the grammar" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_sglangs_xgrammar_fails_to_compile_the_pythonic_templates_auto_tags(sglang_server):
+    """xgrammar 0.2.7 fails on a negated character class holding characters above U+007F (rtcompile
+    keeps Llama's pythonic and JSON calls' content from starting like a call with one): SGLang's
+    backend turns the "auto" tag (strict tools, one call) into an invalid grammar, and the request
+    fails with that error. The forced tags compile (tested above)."""
+    kit = text_kit("llama3_2_pythonic")
+    tools = request_tools()
+    with sglang_server("rtcompile"):
+        constraint = FunctionCallParser(tools, "rtcompile", tokenizer=kit.tokenizer).get_structure_constraint("auto", parallel_tool_calls=False)
+    grammar = kit.backend.dispatch_structural_tag(sampling_key(tools, "auto", False, constraint))
+    assert isinstance(grammar, InvalidGrammarObject) and "bitset" in grammar.error_message
+
+
+def test_with_the_requests_own_format_sglangs_policy_decides(sglang_server):
+    """SGLang's chat request, given the detector's tag and a `response_format`: a forced choice
+    cannot be combined with it (refused), "auto" with strict tools keeps the request's format and
+    drops the tag (SGLang warns that constrained decoding is not compatible with tool calls)."""
+    kit = text_kit("qwen3_coder")
+    strict = [Tool.model_validate({**t, "function": {**t["function"], "strict": True}}) for t in GUARANTEE_TOOLS]
+    answer = {"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}}}
+    with sglang_server("rtcompile"):
+        parser = FunctionCallParser(strict, "rtcompile", tokenizer=kit.tokenizer)
+        for tool_choice in ("required", "auto"):
+            constraint = parser.get_structure_constraint(tool_choice)
+            assert constraint[0] == "structural_tag"
+            request = ChatCompletionRequest(
+                model="test-model", messages=[{"role": "user", "content": "hi"}], tools=strict,
+                tool_choice=tool_choice, response_format=answer,
+            )
+            if tool_choice == "required":
+                with pytest.raises(ValueError, match="cannot be combined with"):
+                    request.to_sampling_params(stop=[], model_generation_config={}, tool_call_constraint=constraint)
+            else:
+                params = request.to_sampling_params(stop=[], model_generation_config={}, tool_call_constraint=constraint)
+                assert "structural_tag" not in params and json.loads(params["json_schema"]) == {"type": "object"}

@@ -33,6 +33,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -713,29 +714,17 @@ def test_include_reasoning_false_drops_the_reasoning():
     assert len(view["calls"]) == 2
 
 
-@pytest.mark.parametrize(
-    "options, parameter",
-    [
-        ({"tool_choice": "required"}, "tool_choice"),
-        ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice"),
-        ({"parallel_tool_calls": False}, "parallel_tool_calls"),
-        ({"tools": [{**WEATHER[0], "function": {**WEATHER[0]["function"], "strict": True}}]}, "tools"),
-    ],
-)
-def test_what_vllms_class_refuses_is_refused_the_same_way(options, parameter):
+def test_tool_choice_none_asks_for_no_guarantee_and_keeps_special_tokens():
+    """vLLM's class and rtcompile's accept tool_choice="none" with strict tools and one call at
+    most: no grammar is set (no call is parsed), special tokens are kept for the parser."""
     vllm_tokenizer = ChunkTokenizer(thinking_copy(template_for("qwen3")))
     theirs = composed(ResponseTemplateParser, vllm_tokenizer, name="hf")(vllm_tokenizer, WEATHER)
     ours, _ = qwen3_parser()
-    options = {"tools": WEATHER, **options}
-    with pytest.raises(VLLMValidationError) as their_error:
-        theirs.adjust_request(request_for(**options))
-    with pytest.raises(VLLMValidationError) as our_error:
-        ours.adjust_request(request_for(**options))
-    assert our_error.value.parameter == their_error.value.parameter == parameter
-    # tool_choice="none" asks for no guarantee: accepted by both, and special tokens are kept
+    strict = [{**WEATHER[0], "function": {**WEATHER[0]["function"], "strict": True}}]
     for parser in (theirs, ours):
-        adjusted = parser.adjust_request(request_for(**{**options, "tool_choice": "none"}))
+        adjusted = parser.adjust_request(request_for(strict, tool_choice="none", parallel_tool_calls=False))
         assert adjusted.skip_special_tokens is False
+        assert adjusted.structured_outputs is None
 
 
 @pytest.mark.parametrize(
@@ -1386,3 +1375,569 @@ def test_a_byte_fallback_decode_stream_failure_ends_no_stream():
     )
     assert baseline["reasoning_content"] == "plan a b"
     assert view["reasoning"].strip() == "plan a;\ufffd b" and view["content"].strip() == baseline["content"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Tool guarantees: required, named, strict and one call, kept by rtcompile's structural tag, which
+# vLLM's own xgrammar backend compiles (constraint.py)
+
+from vllm.entrypoints.openai.responses.protocol import ResponsesRequest  # noqa: E402
+from vllm.parser.abstract_parser import structured_outputs_to_format  # noqa: E402
+from vllm.v1.structured_output.backend_types import StructuredOutputOptions  # noqa: E402
+from vllm.v1.structured_output.backend_xgrammar import XgrammarBackend, validate_xgrammar_grammar  # noqa: E402
+from vllm.v1.structured_output.request import get_structured_output_key  # noqa: E402
+
+from grammar_walk import TURN_ENDS, family_tokenizer, message_calls  # noqa: E402
+
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "exact": {"type": "boolean"},
+                "limit": {"type": "number"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["query", "exact"],
+        },
+    },
+}
+GUARANTEE_TOOLS = [
+    {"type": "function", "function": {**WEATHER[0]["function"], "parameters": {**WEATHER[0]["function"]["parameters"], "required": ["city"]}}},
+    SEARCH,
+]
+NAMED_SEARCH = {"type": "function", "function": {"name": "search"}}
+GUARANTEES = {
+    "required": {"tool_choice": "required"},
+    "named": {"tool_choice": NAMED_SEARCH},
+    "one call": {"tool_choice": "required", "parallel_tool_calls": False},
+}
+# gpt-oss is served by vLLM's Harmony parser, not rtcompile's (the last test of this section)
+TOOL_TEMPLATES = sorted(name for name in FORMATS if "tool_calls" in template_for(name)["fields"] and name != "gpt_oss")
+CLOSING = frozenset(['"', "'", "}", "]", ")", ">", ",", ":", "|"])
+
+
+class Kit:
+    """A template family's tokenizer with what these tests do with it: vLLM's xgrammar backend
+    for it, parsers as vLLM composes them (with its stop ids as the model's generation config),
+    encoding, detokenizing, and the ids a walk favours."""
+
+    def __init__(self, name: str, tokenizer: Any, stops: list[int]):
+        self.name = name
+        self.template = template_for(name)
+        self.tokenizer = copy.copy(tokenizer)
+        self.tokenizer.response_template = self.template
+        self.stops = list(stops)
+        self._backends: dict[int, XgrammarBackend] = {}
+        controls = set(tokenizer.added_tokens_decoder)
+        delimiters = json.dumps(self.template, ensure_ascii=False)
+        self.controls = controls
+        # ordinary tokens that close something: one-character closers, pieces of delimiters
+        self.closing = {
+            token_id
+            for token_id in range(len(tokenizer))
+            if token_id not in controls
+            and ((text := tokenizer.decode([token_id])) in CLOSING or (len(text.strip()) > 1 and text.strip() in delimiters))
+        }
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def detokenized(self, chunks: list[list[int]]) -> list[str]:
+        """Each chunk's text as vLLM's detokenizer hands it out (special tokens kept)."""
+        from tokenizers.decoders import DecodeStream
+
+        stream = DecodeStream(skip_special_tokens=False)
+        backend = self.tokenizer.backend_tokenizer
+        return ["".join(stream.step(backend, token_id) or "" for token_id in chunk) for chunk in chunks]
+
+    def model_config(self) -> SimpleNamespace:
+        stops = self.stops
+        return SimpleNamespace(hf_config=SimpleNamespace(model_type="test"), try_get_generation_config=lambda: {"eos_token_id": stops})
+
+    def parser(self, tools: list | None = GUARANTEE_TOOLS, **options: Any) -> RtcompileParser:
+        reasoning = "reasoning_content" in self.template["fields"]
+        cls = composed(RtcompileParser, self.tokenizer, name="rtcompile", reasoning=reasoning)
+        return cls(self.tokenizer, tools, model_config=self.model_config(), **options)
+
+    def backend(self, cache_mb: int = 0) -> XgrammarBackend:
+        """vLLM's xgrammar backend, as its engine builds it (structural tags compile against the
+        full vocabulary), with `VLLM_XGRAMMAR_CACHE_MB` at 0 as the README asks for token-id
+        grammars (test_xgrammars_compiler_cache_confuses_tags_that_differ_only_in_a_token_id)."""
+        if cache_mb not in self._backends:
+            config = SimpleNamespace(
+                structured_outputs_config=SimpleNamespace(disable_any_whitespace=False),
+                model_config=SimpleNamespace(hf_config=SimpleNamespace(model_type="test")),
+                speculative_config=None,
+            )
+            previous = os.environ.get("VLLM_XGRAMMAR_CACHE_MB")
+            os.environ["VLLM_XGRAMMAR_CACHE_MB"] = str(cache_mb)
+            try:
+                self._backends[cache_mb] = XgrammarBackend(config, tokenizer=self.tokenizer, vocab_size=len(self.tokenizer))
+            finally:
+                if previous is None:
+                    del os.environ["VLLM_XGRAMMAR_CACHE_MB"]
+                else:
+                    os.environ["VLLM_XGRAMMAR_CACHE_MB"] = previous
+        return self._backends[cache_mb]
+
+    def engine_grammar(self, request: Any) -> Any:
+        """The request's grammar the way vLLM gets there: sampling params from the adjusted
+        request, the frontend's xgrammar validation (nesting limits included), the engine's compile
+        with the request's stop ids as the matcher's stops."""
+        params = request.to_sampling_params(max_tokens=500, default_sampling_params={})
+        validate_xgrammar_grammar(params)
+        kind, spec = get_structured_output_key(params.structured_outputs)
+        assert kind == StructuredOutputOptions.STRUCTURAL_TAG
+        return self.backend().compile_grammar(kind, spec, stop_token_ids=set(self.stops))
+
+    def walk(self, grammar: Any, rng: Any, max_tokens: int = 500, start: Sequence[int] = ()) -> tuple[list[int], bool]:
+        """A random output the grammar accepts, beginning with `start` (the stop id left out), and
+        whether it ended at a stop. Draws favour control tokens and closers, so that regions and
+        walks end; a stop is taken, where allowed, more and more often."""
+        import torch
+
+        mask = self.backend().allocate_token_bitmask(1)
+        bits = torch.arange(32, dtype=torch.int32)
+        size = len(self.tokenizer)
+        grammar.reset()
+        ids = list(start)
+        assert grammar.accept_tokens("walk", ids)
+        while len(ids) < max_tokens:
+            grammar.fill_bitmask(mask, 0)
+            allowed = torch.nonzero(((mask[0].unsqueeze(1) >> bits) & 1).flatten()[:size]).flatten().tolist()
+            stops = [i for i in allowed if i in self.stops]
+            candidates = [i for i in allowed if i not in self.stops]
+            if stops and (not candidates or rng.random() < 0.05 + len(ids) / max_tokens):
+                assert grammar.accept_tokens("walk", stops[:1]) and grammar.is_terminated()
+                return ids, True
+            assert candidates, f"a dead end after {self.tokenizer.decode(ids)!r}"
+            roll = rng.random()
+            favoured = self.controls if roll < 0.3 else self.closing if roll < 0.7 else ()
+            choice = rng.choice([i for i in candidates if i in favoured] or candidates)
+            assert grammar.accept_tokens("walk", [choice]), self.tokenizer.decode(ids + [choice])
+            ids.append(choice)
+        return ids, False
+
+    def stream(self, parser: Any, prompt: list[int], ids: list[int], request: Any) -> dict:
+        """The output through `parse_delta`, one id a step with its detokenized text."""
+        chunks = [[token_id] for token_id in ids] or [[]]
+        deltas = []
+        for index, (chunk, text) in enumerate(zip(chunks, self.detokenized(chunks))):
+            delta = parser.parse_delta(text, chunk, request, prompt, finished=index == len(chunks) - 1)
+            if delta is not None:
+                deltas.append(delta)
+        return loaded(accumulated(deltas))
+
+    def whole_calls(self, ids: list[int], prompt: list[int], reads_ids: bool) -> list[tuple[str, Any]]:
+        """The calls rtcompile's whole parse gives: of the ids, or of their text."""
+        if reads_ids:
+            message = rtcompile.parse_response(ids, self.template, prefix=prompt, tokenizer=self.tokenizer, tools=GUARANTEE_TOOLS, errors="keep")
+        else:
+            text, prefix = self.tokenizer.decode(ids), self.tokenizer.decode(prompt)
+            message = rtcompile.parse_response(text, self.template, prefix=prefix, tools=GUARANTEE_TOOLS, errors="keep")
+        return [(call["function"]["name"], call["function"]["arguments"]) for call in message_calls(message)]
+
+    def adjusted(self, parser: Any, prompt_text: str, options: dict) -> tuple[Any, list[int]]:
+        prompt = self.encode(prompt_text)
+        parser.set_prompt_token_ids(prompt)
+        return parser.adjust_request(request_for(GUARANTEE_TOOLS, **options)), prompt
+
+
+_KITS: dict[tuple[str, str], Kit] = {}
+
+
+def serving_kit(name: str) -> Kit:
+    """The family's tokenizer as its model has it (token_serving.py: only the model's own
+    control tokens), ending turns where the model's do."""
+    if ("serving", name) not in _KITS:
+        tokenizer = token_serving.tokenizer_for(name)
+        stops = [tokenizer.convert_tokens_to_ids(t) for t in token_serving.control_tokens(name) if t in TURN_ENDS]
+        _KITS["serving", name] = Kit(name, tokenizer, stops)
+    return _KITS["serving", name]
+
+
+def family_kit(name: str) -> Kit:
+    """A tokenizer with every token-like piece of the template's delimiters as a control token
+    (grammar_walk.family_tokenizer, what the grammar backend's own walks use): `</parameter>` is
+    one id, so random walks through XML-like formats end."""
+    if ("family", name) not in _KITS:
+        _KITS["family", name] = Kit(name, *family_tokenizer(template_for(name)))
+    return _KITS["family", name]
+
+
+def prompt_for(name: str, prefilled: bool) -> str:
+    """A prompt that ends at the assistant's start anchor, or (`prefilled`) that also opens the
+    reasoning, as thinking chat templates render it."""
+    template = template_for(name)
+    anchor = template.get("start_anchor", "")
+    anchor = anchor[0] if isinstance(anchor, list) else anchor
+    return "Hi." + anchor + (template["fields"]["reasoning_content"]["open"] if prefilled else "")
+
+
+def call_problems(calls: list[tuple[str, Any]], tools: list[dict], options: dict) -> list[str]:
+    """What is wrong with the streamed calls for the request's guarantee (empty: nothing)."""
+    import jsonschema
+
+    choice = options.get("tool_choice", "auto")
+    schemas = {t["function"]["name"]: t["function"].get("parameters") or {"type": "object"} for t in tools}
+    problems = []
+    if choice != "auto" and not calls:
+        problems.append("a call was required, none was made")
+    if options.get("parallel_tool_calls") is False and len(calls) > 1:
+        problems.append(f"one call at most, {len(calls)} made")
+    for call_name, arguments in calls:
+        if isinstance(choice, dict) and call_name != choice["function"]["name"]:
+            problems.append(f"named {choice['function']['name']!r}, called {call_name!r}")
+        if call_name not in schemas:
+            problems.append(f"{call_name!r} is no tool")
+            continue
+        try:
+            jsonschema.validate(arguments, schemas[call_name])
+        except jsonschema.ValidationError as error:
+            problems.append(f"arguments of {call_name!r}: {error.message}")
+    return problems
+
+
+def assert_walks_keep_the_guarantee(kit: Kit, make_parser: Any, request: Any, prompt: list[int], options: dict, walks: int = 3) -> int:
+    """Walk the request's grammar as vLLM compiles it; each finished output, streamed through a
+    fresh parser (`make_parser()`), gives calls that keep the guarantee, and the calls rtcompile's
+    whole parse gives. Returns the number of calls seen."""
+    import random
+
+    grammar = kit.engine_grammar(request)
+    rng = random.Random(f"{kit.name} {options}")
+    seen = ended = 0
+    for _ in range(3 * walks):  # (a walk that has not ended after its tokens is retried)
+        if ended == walks:
+            break
+        ids, finished = kit.walk(grammar, rng)
+        if not finished:
+            continue
+        ended += 1
+        parser = make_parser()
+        view = kit.stream(parser, prompt, ids, request)
+        problems = call_problems(view["calls"], GUARANTEE_TOOLS, options)
+        assert not problems, (problems, kit.tokenizer.decode(ids))
+        assert view["calls"] == kit.whole_calls(ids, prompt, parser.reads_token_ids), kit.tokenizer.decode(ids)
+        seen += len(view["calls"])
+    assert ended, "no walk ended"
+    return seen
+
+
+@pytest.mark.parametrize("guarantee", sorted(GUARANTEES))
+@pytest.mark.parametrize("name", TOOL_TEMPLATES)
+def test_a_guarantee_is_a_tag_vllm_compiles_and_every_walk_streams_calls_that_keep_it(name, guarantee):
+    """Required, named and one-call requests through the plugin (token ids, a reasoning parser
+    where the template reasons): the structured outputs are rtcompile's tag for the prompt (one
+    that opens the reasoning where the template has reasoning), applied from the first token;
+    vLLM's frontend validates it and its engine compiles it; outputs walked through that grammar
+    stream, through `parse_delta`, calls that keep the guarantee, arguments valid against their
+    tool's schema, as rtcompile's whole parse reads them."""
+    options = GUARANTEES[guarantee]
+    kit = family_kit(name)
+    parser = kit.parser()
+    request, prompt = kit.adjusted(parser, prompt_for(name, "reasoning_content" in kit.template["fields"]), options)
+    assert request._grammar_from_parser and request.resolve_reasoning_ended(parser, prompt) is True
+    expected = rtcompile.structural_tag(
+        kit.template, GUARANTEE_TOOLS, tool_choice=options["tool_choice"],
+        parallel_tool_calls=options.get("parallel_tool_calls", True), prefix=prompt,
+        tokenizer=kit.tokenizer, stop_tokens=kit.stops,
+    )
+    assert json.loads(request.structured_outputs.structural_tag) == expected
+    assert assert_walks_keep_the_guarantee(kit, kit.parser, request, prompt, options) > 0
+
+
+@pytest.mark.parametrize("name", ["qwen3", "qwen3_5", "deepseek_r1", "minimax_m2"])
+def test_the_tag_follows_the_prompt_where_reasoning_opens_or_not(name):
+    """The same request after a prompt that opens the reasoning and after one that does not gets
+    a different tag, each sound for its prompt (a tag for the wrong prompt lets a call written
+    inside the reasoning count, which the parser reads as reasoning)."""
+    kit = family_kit(name)
+    tags = []
+    for prefilled in (False, True):
+        request, prompt = kit.adjusted(kit.parser(), prompt_for(name, prefilled), GUARANTEES["required"])
+        tags.append(request.structured_outputs.structural_tag)
+        assert_walks_keep_the_guarantee(kit, kit.parser, request, prompt, GUARANTEES["required"])
+    assert tags[0] != tags[1]
+
+
+@pytest.mark.parametrize("guarantee", sorted(GUARANTEES))
+def test_on_the_models_own_control_tokens_walks_keep_the_guarantee(guarantee):
+    """qwen3's tokenizer as the model has it (`<tool_call>` a control token, JSON spelled out):
+    the same through vLLM's compile and the stream."""
+    kit, options = serving_kit("qwen3"), GUARANTEES[guarantee]
+    request, prompt = kit.adjusted(kit.parser(), prompt_for("qwen3", True), options)
+    assert assert_walks_keep_the_guarantee(kit, kit.parser, request, prompt, options) > 0
+
+
+def test_vllms_class_refuses_the_guarantees_rtcompile_keeps():
+    vllm_tokenizer = ChunkTokenizer(thinking_copy(template_for("qwen3")))
+    theirs = composed(ResponseTemplateParser, vllm_tokenizer, name="hf")(vllm_tokenizer, WEATHER)
+    strict = [{**WEATHER[0], "function": {**WEATHER[0]["function"], "strict": True}}]
+    cases = [
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice"),
+        ({"parallel_tool_calls": False}, "parallel_tool_calls"),
+        ({"tools": strict}, "tools"),
+    ]
+    kit = serving_kit("qwen3")
+    for options, parameter in cases:
+        options = {"tools": WEATHER, **options}
+        with pytest.raises(VLLMValidationError) as their_error:
+            theirs.adjust_request(request_for(**options))
+        assert their_error.value.parameter == parameter
+        ours = kit.parser(options["tools"])
+        ours.set_prompt_token_ids(kit.encode(QWEN3_PREFIX))
+        tag = json.loads(ours.adjust_request(request_for(**options)).structured_outputs.structural_tag)
+        assert tag["type"] == "structural_tag"
+
+
+def test_in_text_mode_the_tag_writes_delimiters_as_text():
+    """RTCOMPILE_VLLM_TOKEN_IDS=0 (and a request with stop strings): the parser reads text, so the
+    tag has no token formats; walks through vLLM's grammar still stream calls that keep the
+    guarantee, read as text."""
+    kit = serving_kit("qwen3")
+    options = {"tool_choice": "required", "parallel_tool_calls": False}
+    request, prompt = kit.adjusted(kit.parser(token_ids=False), prompt_for("qwen3", True), options)
+    assert '"type": "token"' not in request.structured_outputs.structural_tag
+    assert assert_walks_keep_the_guarantee(kit, lambda: kit.parser(token_ids=False), request, prompt, options) > 0
+    with_stop, _ = kit.adjusted(kit.parser(), prompt_for("qwen3", True), {**options, "stop": ["zzz"]})
+    assert '"type": "token"' not in with_stop.structured_outputs.structural_tag
+    by_id, _ = kit.adjusted(kit.parser(), prompt_for("qwen3", True), options)
+    assert '"type": "token"' in by_id.structured_outputs.structural_tag
+
+
+def test_auto_with_strict_tools_or_one_call_is_constrained_and_plain_auto_is_not():
+    kit = serving_kit("qwen3")
+    strict_tools = [{**GUARANTEE_TOOLS[0], "function": {**GUARANTEE_TOOLS[0]["function"], "strict": True}}, SEARCH]
+    prompt = kit.encode(prompt_for("qwen3", True))
+    for tools, options in ((strict_tools, {}), (GUARANTEE_TOOLS, {"parallel_tool_calls": False})):
+        parser = kit.parser(tools)
+        parser.set_prompt_token_ids(prompt)
+        request = parser.adjust_request(request_for(tools, **options))
+        assert request._grammar_from_parser
+        assert_walks_keep_the_guarantee(kit, lambda: kit.parser(tools), request, prompt, options)
+    request, _ = kit.adjusted(kit.parser(), prompt_for("qwen3", True), {})
+    assert request.structured_outputs is None
+
+
+def test_with_structural_tags_switched_off_only_forced_choices_get_one(monkeypatch):
+    """VLLM_ENFORCE_STRICT_TOOL_CALLING=0, as for vLLM's own parsers: "auto" goes unconstrained
+    (strict tools and one call unenforced); a forced choice keeps its tag (the parser reads calls in
+    the template's format)."""
+    monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", "0")
+    kit = serving_kit("qwen3")
+    request, _ = kit.adjusted(kit.parser(), prompt_for("qwen3", False), {"parallel_tool_calls": False})
+    assert request.structured_outputs is None
+    request, _ = kit.adjusted(kit.parser(), prompt_for("qwen3", False), GUARANTEES["required"])
+    assert request.structured_outputs.structural_tag is not None
+
+
+def test_the_stop_ids_are_the_ones_vllms_matcher_allows():
+    """The grammar never writes a stop token: the tokenizer's eos, the generation config's and
+    the request's `stop_token_ids` all end it (here `<|im_end|>` closes qwen3's content)."""
+    kit = serving_kit("qwen3")
+    im_end, end_of_text = (kit.tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>"))
+    config = SimpleNamespace(hf_config=SimpleNamespace(model_type="test"), try_get_generation_config=lambda: {"eos_token_id": end_of_text})
+    prompt = kit.encode(prompt_for("qwen3", False))
+    tags = {}
+    for case, extra in (("config only", {}), ("config and request", {"stop_token_ids": [im_end]})):
+        parser = composed(RtcompileParser, kit.tokenizer, name="rtcompile")(kit.tokenizer, GUARANTEE_TOOLS, model_config=config)
+        parser.set_prompt_token_ids(prompt)
+        tags[case] = parser.adjust_request(request_for(GUARANTEE_TOOLS, tool_choice="required", **extra)).structured_outputs.structural_tag
+        expected = rtcompile.structural_tag(
+            kit.template, GUARANTEE_TOOLS, tool_choice="required", prefix=prompt, tokenizer=kit.tokenizer,
+            stop_tokens=[end_of_text, *extra.get("stop_token_ids", ())],
+        )
+        assert json.loads(tags[case]) == expected
+    assert tags["config only"] != tags["config and request"]
+
+
+# ---- the request's own structured output ----------------------------------------------------------
+
+ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+JSON_ANSWER = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER_SCHEMA}}
+
+
+def test_a_forced_choice_wins_over_the_requests_own_format(monkeypatch):
+    from rtcompile.integrations.vllm import constraint
+
+    warnings = []
+    monkeypatch.setattr(constraint.logger, "warning_once", lambda message, **_: warnings.append(message))
+    monkeypatch.setenv("VLLM_XGRAMMAR_CACHE_MB", "0")  # (no warning about xgrammar's cache)
+    kit = serving_kit("qwen3")
+    request, prompt = kit.adjusted(kit.parser(), prompt_for("qwen3", False), {"tool_choice": "required", "response_format": JSON_ANSWER})
+    assert request.response_format is None and request._grammar_from_parser
+    assert warnings == [constraint.FORCED_WINS]
+    assert_walks_keep_the_guarantee(kit, kit.parser, request, prompt, GUARANTEES["required"])
+
+
+@pytest.mark.parametrize("reasoning_in_output", [False, True], ids=["prompt closed the reasoning", "reasoning left to the output"])
+def test_auto_with_strict_tools_and_the_requests_own_format_is_calls_or_that_format(reasoning_in_output):
+    """As vLLM: `or(at least one call, the request's format)`, applied where vLLM applies the
+    request's format: from the first token after a prompt that closed the reasoning, after the
+    reasoning otherwise (the call branch is then the template's output past a reasoning region).
+    Each walked output is in the request's own format (vLLM's grammar for that format alone
+    accepts it), or streams calls that keep the guarantee."""
+    import random
+
+    kit = serving_kit("qwen3")
+    strict_tools = [{**t, "function": {**t["function"], "strict": True}} for t in GUARANTEE_TOOLS]
+    prompt = kit.encode(QWEN3_PREFIX + ("" if reasoning_in_output else "<think>\n\n</think>\n\n"))
+    parser = kit.parser(strict_tools)
+    parser.set_prompt_token_ids(prompt)
+    request = parser.adjust_request(request_for(strict_tools, response_format=JSON_ANSWER))
+    assert request.response_format is None and not request._grammar_from_parser
+    assert request.resolve_reasoning_ended(parser, prompt) is (not reasoning_in_output)
+    own = structured_outputs_to_format(request_for(strict_tools, response_format=JSON_ANSWER).extract_structured_outputs())
+    calls = rtcompile.structural_tag(
+        kit.template, strict_tools, tool_choice="required",
+        prefix=prompt + (kit.encode("<think></think>") if reasoning_in_output else []),
+        tokenizer=kit.tokenizer, stop_tokens=kit.stops,
+    )
+    tag = json.loads(request.structured_outputs.structural_tag)
+    assert tag["format"] == {"type": "or", "elements": [calls["format"], own.model_dump()]}
+    # vLLM's engine feeds the grammar from where reasoning ended: the walk follows a reasoning there
+    reasoning = kit.encode("<think>\nweighing it\n</think>") if reasoning_in_output else []
+    grammar = kit.engine_grammar(request)
+    own_only = kit.backend().compile_grammar(
+        StructuredOutputOptions.STRUCTURAL_TAG, json.dumps({"type": "structural_tag", "format": own.model_dump()}), stop_token_ids=set(kit.stops)
+    )
+    rng = random.Random("or")
+    branches = {"own format": 0, "calls": 0}
+    opening = kit.encode('{"answer": "')
+    for attempt in range(10):
+        # (half the walks start the way the request's format starts; either branch may go on)
+        ids, finished = kit.walk(grammar, rng, start=opening if attempt % 2 else [])
+        if not finished:
+            continue
+        own_only.reset()
+        if own_only.accept_tokens("replay", ids + kit.stops[:1]) and own_only.is_terminated():
+            branches["own format"] += 1
+            continue
+        view = kit.stream(kit.parser(strict_tools), prompt, reasoning + ids, request)
+        assert view["calls"] and not call_problems(view["calls"], strict_tools, {"tool_choice": "required"})
+        branches["calls"] += 1
+    assert branches["calls"] and branches["own format"], branches
+
+
+def test_auto_with_only_one_call_asked_keeps_the_requests_own_format(monkeypatch):
+    from rtcompile.integrations.vllm import constraint
+
+    warnings = []
+    monkeypatch.setattr(constraint.logger, "warning_once", lambda message, **_: warnings.append(message))
+    kit = serving_kit("qwen3")
+    request, _ = kit.adjusted(kit.parser(), prompt_for("qwen3", False), {"parallel_tool_calls": False, "response_format": JSON_ANSWER})
+    assert request.structured_outputs is None and request.response_format is not None
+    assert warnings == [constraint.OWN_FORMAT_WINS]
+
+
+def test_a_responses_request_gets_the_tag_and_loses_its_text_format():
+    kit = serving_kit("qwen3")
+    parser = kit.parser()
+    prompt = kit.encode(prompt_for("qwen3", False))
+    parser.set_prompt_token_ids(prompt)
+    tools = [{"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"]} for t in GUARANTEE_TOOLS]
+    request = ResponsesRequest(
+        model="test-model", input="hi", tools=tools, tool_choice="required",
+        text={"format": {"type": "json_schema", "name": "answer", "schema": ANSWER_SCHEMA}},
+    )
+    request = parser.adjust_request(request)
+    assert request.text is None and request._grammar_from_parser
+    expected = rtcompile.structural_tag(kit.template, GUARANTEE_TOOLS, tool_choice="required", prefix=prompt, tokenizer=kit.tokenizer, stop_tokens=kit.stops)
+    assert json.loads(request.extract_structured_outputs().structural_tag) == expected
+
+
+# ---- what cannot be expressed ---------------------------------------------------------------------
+
+
+def test_what_the_template_cannot_express_is_refused_with_the_reason_in_one_line():
+    """A reasoning field the template requires (`optional: false`): no grammar can guarantee it;
+    the refusal names the request field that asked for the guarantee and gives the reason."""
+    template = copy.deepcopy(template_for("qwen3"))
+    template["fields"]["reasoning_content"]["optional"] = False
+    tokenizer = copy.copy(token_serving.tokenizer_for("qwen3"))
+    tokenizer.response_template = template
+    parser = composed(RtcompileParser, tokenizer, name="rtcompile")(tokenizer, GUARANTEE_TOOLS)
+    parser.set_prompt_token_ids(token_serving.encode("qwen3", QWEN3_PREFIX))
+    for options, parameter in (
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tool_choice": NAMED_SEARCH}, "tool_choice"),
+        ({"parallel_tool_calls": False}, "parallel_tool_calls"),
+    ):
+        with pytest.raises(VLLMValidationError) as error:
+            parser.adjust_request(request_for(GUARANTEE_TOOLS, **options))
+        message = str(error.value)
+        assert error.value.parameter == parameter and "\n" not in message
+        assert "a required field cannot be guaranteed by the grammar" in message
+
+
+def test_a_request_the_grammar_refuses_is_refused_naming_its_field():
+    twice = [WEATHER[0], WEATHER[0]]
+    kit = serving_kit("qwen3")
+    parser = kit.parser(twice)
+    parser.set_prompt_token_ids(kit.encode(QWEN3_PREFIX))
+    with pytest.raises(VLLMValidationError) as error:
+        parser.adjust_request(request_for(twice, tool_choice="required"))
+    assert error.value.parameter == "tools" and "names 'get_weather' twice" in str(error.value)
+
+
+def test_without_the_prompts_ids_a_guarantee_is_refused():
+    with pytest.raises(VLLMValidationError) as error:
+        serving_kit("qwen3").parser().adjust_request(request_for(GUARANTEE_TOOLS, tool_choice="required"))
+    assert error.value.parameter == "tool_choice" and "prompt" in str(error.value)
+
+
+def test_gpt_oss_on_vllm_goes_through_its_harmony_parser_which_refuses_rtcompiles():
+    """For `model_type` gpt_oss vLLM composes its Harmony parser, which takes only vLLM's gpt-oss
+    parsers: rtcompile's names are refused at startup, so none of the above reaches gpt-oss."""
+    tokenizer = copy.copy(token_serving.tokenizer_for("gpt_oss"))
+    tokenizer.response_template = template_for("gpt_oss")
+    with pytest.raises(TypeError, match="Harmony requires GptOssReasoningParser"):
+        ParserManager.get_parser(
+            tool_parser_name="rtcompile", reasoning_parser_name="rtcompile", enable_auto_tools=True,
+            model_name="test-model", is_harmony=True, tokenizer=tokenizer,
+        )
+
+
+def test_xgrammars_compiler_cache_confuses_tags_that_differ_only_in_a_token_id():
+    """Why the README asks for `VLLM_XGRAMMAR_CACHE_MB=0` with token-id grammars: with its cache on
+    (vLLM's default, 512 MB), xgrammar 0.2.8 reuses what it compiled for an earlier structural tag
+    for a later one that differs only in a `token` format's id, so the later grammar's mask offers
+    the earlier token (which its matcher then rejects: vLLM ends such a request with an error).
+    The same two tags compile apart with the cache at 0. When this fails, xgrammar keeps token ids
+    apart: the README's advice and the plugin's warning can go."""
+    import torch
+
+    kit = serving_kit("qwen3")
+    first, second = (kit.tokenizer.convert_tokens_to_ids(t) for t in ("<tool_call>", "</tool_call>"))
+    bits = torch.arange(32, dtype=torch.int32)
+
+    def offered_after_a(backend: Any, token_id: int) -> list[int]:
+        elements = [{"type": "const_string", "value": "a"}, {"type": "token", "token": token_id}]
+        tag = json.dumps({"type": "structural_tag", "format": {"type": "sequence", "elements": elements}})
+        grammar = backend.compile_grammar(StructuredOutputOptions.STRUCTURAL_TAG, tag, stop_token_ids=set(kit.stops))
+        assert grammar.accept_tokens("a", kit.encode("a"))
+        mask = backend.allocate_token_bitmask(1)
+        grammar.fill_bitmask(mask, 0)
+        return torch.nonzero(((mask[0].unsqueeze(1) >> bits) & 1).flatten()[: len(kit.tokenizer)]).flatten().tolist()
+
+    cached, uncached = kit.backend(cache_mb=512), kit.backend(cache_mb=0)
+    assert offered_after_a(cached, first) == [first] and offered_after_a(cached, second) == [first]
+    assert offered_after_a(uncached, first) == [first] and offered_after_a(uncached, second) == [second]
+
+
+def test_a_token_id_grammar_with_xgrammars_cache_on_is_warned_about(monkeypatch):
+    from rtcompile.integrations.vllm import constraint
+
+    warnings = []
+    monkeypatch.setattr(constraint.logger, "warning_once", lambda message, **_: warnings.append(message))
+    kit = serving_kit("qwen3")
+    for cache, token_ids in (("0", True), ("512", False), ("512", True)):
+        monkeypatch.setenv("VLLM_XGRAMMAR_CACHE_MB", cache)
+        kit.adjusted(kit.parser(token_ids=token_ids), prompt_for("qwen3", False), GUARANTEES["required"])
+    assert warnings == [constraint.XGRAMMAR_CACHE]

@@ -35,6 +35,12 @@ JSON that loads to that call's arguments), sent as vLLM's own `DeltaMessage` / `
 The generation runs on rtcompile's serving core (`rtcompile.integrations.serving`); `_DeltaMessages`
 renders its operations. `parse` gives the same results as the stream, accumulated.
 
+Tool guarantees (`adjust_request`): `tool_choice="required"`, a named tool, strict tools and
+`parallel_tool_calls=False` are kept by rtcompile's structural tag for the template, the request and
+the prompt, set as the request's structured outputs (`constraint.py`, which also says what wins
+over a request's own structured output); vLLM's class refuses those requests. What the template
+cannot express is refused with a `VLLMValidationError` giving the reason in one line.
+
 Where this differs from vLLM's class by design (README, "vLLM"):
 - vLLM sends each call whole when its region closes; here the name and the arguments go out
   incrementally.
@@ -72,6 +78,7 @@ from vllm.renderers.chat_utils import make_tool_call_id
 from vllm.tool_parsers.utils import iter_response_function_tool_dicts
 
 from rtcompile.integrations.serving import Generation, Renderer, ServingPlan, as_id_list, written_ids
+from rtcompile.integrations.vllm import constraint
 from rtcompile.integrations.serving_common import (
     CONTENT_FIELD,
     TOOL_FIELD,
@@ -161,12 +168,6 @@ def _as_tool_dicts(tools: Sequence[Any] | None) -> list[dict]:
     return result
 
 
-def _tool_is_strict(tool: Any) -> bool:
-    tool = _tool_dict(tool)
-    function = tool.get("function")
-    return bool(tool.get("strict") or (isinstance(function, dict) and function.get("strict")))
-
-
 def _is_named_tool_choice(request: Any) -> bool:
     return isinstance(
         request.tool_choice,
@@ -180,20 +181,6 @@ def _tool_parsing_enabled(request: Any, *, enable_auto_tools: bool) -> bool:
     if request.tool_choice == "required" or _is_named_tool_choice(request):
         return True
     return enable_auto_tools and request.tool_choice in (None, "auto")
-
-
-def _unsupported_tool_guarantee(request: Any) -> tuple[str, str] | None:
-    """The first tool guarantee the request asks for that parsing alone cannot enforce (a grammar
-    would be needed), with the request parameter that asked for it: what vLLM's class refuses."""
-    if any(_tool_is_strict(tool) for tool in request.tools or ()):
-        return "strict tools", "tools"
-    if request.tool_choice == "required":
-        return "required tool choice", "tool_choice"
-    if _is_named_tool_choice(request):
-        return "named tool choice", "tool_choice"
-    if getattr(request, "parallel_tool_calls", True) is False:
-        return "parallel_tool_calls=False", "parallel_tool_calls"
-    return None
 
 
 def _token_ids_default() -> bool:
@@ -582,9 +569,8 @@ class RtcompileParser(Parser):
         token_ids: bool | None = None,
         **kwargs: Any,
     ) -> None:
-        template, self.template_origin = resolve_template(
-            tokenizer, response_template, kwargs.get("model_config")
-        )
+        self._model_config = kwargs.get("model_config")
+        template, self.template_origin = resolve_template(tokenizer, response_template, self._model_config)
         self.response_template = template
         self._plan = _plan_for(template, parse_tools=True)  # validates and compiles now
         self._reasoning_field = reasoning_field_of(self._plan)
@@ -645,19 +631,16 @@ class RtcompileParser(Parser):
         request.skip_special_tokens = False
         if hasattr(request, "spaces_between_special_tokens"):
             request.spaces_between_special_tokens = False
-        if (
-            self._tool_parser is not None
-            and request.tools
-            and request.tool_choice != "none"
-            and (unsupported := _unsupported_tool_guarantee(request)) is not None
-        ):
-            guarantee, parameter = unsupported
-            raise VLLMValidationError(
-                f"rtcompile response_template parsing cannot guarantee {guarantee} "
-                "without a format-compatible structural grammar",
-                parameter=parameter,
-            )
+        if self._tool_parser is not None and request.tools and request.tool_choice != "none":
+            # Required, named, strict, one call: rtcompile's structural tag (constraint.py).
+            guarantee = constraint.tool_guarantee(request, self.tool_strict_level)
+            if guarantee is not None:
+                constraint.constrain(self, request, guarantee, _as_tool_dicts(request.tools))
         return request
+
+    def text_of(self, token_ids: Sequence[int]) -> str:
+        """The text of `token_ids`, decoded as vLLM decodes the output (special tokens kept)."""
+        return _decode(self.model_tokenizer, token_ids)
 
     def is_reasoning_end(self, input_ids: list[int]) -> bool:
         return self._reasoning_parser is None or self._reasoning_parser.is_reasoning_end(input_ids)
