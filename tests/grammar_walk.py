@@ -144,8 +144,15 @@ class Walker:
 
 
 def text_of(tokenizer: Any, ids: list[int]) -> str:
-    """The text of ids exactly as decoded (no clean-up of spaces, special tokens kept)."""
-    return tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    """The text of ids as a server's detokenizer gives it: decoded after the prompt (no clean-up of
+    spaces, special tokens kept). Decoding them alone is not that: a sentencepiece decoder drops
+    the space a text's first token starts with, which after a prompt is the output's own."""
+    context = ordinary_spelling(tokenizer, "x")
+    options = {"skip_special_tokens": False, "clean_up_tokenization_spaces": False}
+    before = tokenizer.decode(context, **options)
+    text = tokenizer.decode(context + list(ids), **options)
+    assert text.startswith(before), (before, text)
+    return text[len(before) :]
 
 
 def ordinary_spelling(tokenizer: Any, text: str) -> list[int]:

@@ -3,6 +3,7 @@ classes, and tested for overlap (does the text after a greedy capture stop it?).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rtcompile.runtime.twin import REGEX_WHITESPACE
@@ -52,11 +53,7 @@ class CharClass:
 
     def source(self) -> str:
         """The class as a regex class (xgrammar's regex dialect, which `re` reads alike)."""
-        if self.negated and not self.chars and not self.ranges:
-            return r"[\s\S]"
-        body = "".join(_escape(c) for c in sorted(self.chars))
-        body += "".join(f"{_escape(low)}-{_escape(high)}" for low, high in self.ranges)
-        return "[" + ("^" if self.negated else "") + body + "]"
+        return class_source(self.chars, self.ranges, self.negated)
 
 
 def _range_within(bounds: tuple[str, str], cls: CharClass) -> bool:
@@ -68,13 +65,49 @@ def _range_within(bounds: tuple[str, str], cls: CharClass) -> bool:
     return all(cls.contains(chr(code)) for code in range(ord(low), ord(high) + 1))
 
 
+def escape_chars(chars: str) -> str:
+    """Characters escaped for a class, in the syntax xgrammar's regexes and EBNF share."""
+    return "".join(_escape(char) for char in dict.fromkeys(chars))
+
+
 def _escape(char: str) -> str:
     if char in "\\]^-[":
         return "\\" + char
     code = ord(char)
-    if code < 0x20 or code == 0x7F or 0x80 <= code:
+    if code < 0x20 or 0x7F <= code:
         return f"\\u{code:04x}" if code <= 0xFFFF else char
     return char
+
+
+def class_source(chars: Iterable[str], ranges: Iterable[tuple[str, str]] = (), negated: bool = False) -> str:
+    """A class of `chars` and inclusive `ranges` (their complement when `negated`), in the syntax
+    xgrammar's regexes and EBNF share. A negated class that names a character beyond ASCII is
+    written as the positive class of its complement: xgrammar 0.2.7 (SGLang's) clamps the
+    characters of a negated class to ASCII, which would let them through. (The complement of nothing
+    is written out too: an empty negated class is no class.)"""
+    chars, ranges = sorted(set(chars)), sorted(ranges)
+    beyond_ascii = any(ord(c) >= 0x80 for c in chars) or any(ord(high) >= 0x80 for _, high in ranges)
+    if negated and (beyond_ascii or not (chars or ranges)):
+        chars, ranges, negated = [], _complement(chars, ranges), False
+    body = escape_chars("".join(chars)) + "".join(f"{_escape(low)}-{_escape(high)}" for low, high in ranges)
+    return "[" + ("^" if negated else "") + body + "]"
+
+
+# Code points no text holds (UTF-16 surrogates): left out of a complement, never a range's end.
+_SURROGATES = (0xD800, 0xDFFF)
+
+
+def _complement(chars: list[str], ranges: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Every character outside `chars` and `ranges` (and outside the surrogates), as ranges."""
+    taken = sorted([(ord(c), ord(c)) for c in chars] + [(ord(a), ord(b)) for a, b in ranges] + [_SURROGATES])
+    gaps, start = [], 0
+    for low, high in taken:
+        if low > start:
+            gaps.append((chr(start), chr(low - 1)))
+        start = max(start, high + 1)
+    if start <= 0x10FFFF:
+        gaps.append((chr(start), chr(0x10FFFF)))
+    return gaps
 
 
 def of_char(char: str) -> CharClass:

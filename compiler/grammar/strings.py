@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 
+from .charclass import class_source
+
 
 def string_rules(name: str, words: list[str], quote: str | None, *, opening: str = "", closing: str = "", excluded: str = "") -> list[str]:
     """EBNF rules for rule `name`: a string between `opening` and `closing` (EBNF fragments; for
@@ -30,7 +32,8 @@ def string_rules(name: str, words: list[str], quote: str | None, *, opening: str
     states = sorted({"", *(w[:size] for w in longer for size in range(len(w)))}, key=lambda s: (len(s), s))
     index = {state: number for number, state in enumerate(states)}
     alphabet = sorted({c for w in longer for c in w} - set(excluded) - singles)
-    control = "\\u0000-\\u001f" if quote else ""
+    control = [("\x00", "\x1f")] if quote else []
+    escapes = class_source((quote or "") + "\\/bfnrt")  # (what may follow a backslash)
     rules = [f"{name} ::= {opening} {name}_0"]
     for state in states:
         choices = [closing]
@@ -43,11 +46,11 @@ def string_rules(name: str, words: list[str], quote: str | None, *, opening: str
             elif following:
                 moves[char] = f"{name}_{index[following]}"
         # Every other character goes back to the empty state: one class.
-        choices.append(f"[^{_chars(excluded + ''.join(singles) + forbidden + ''.join(moves))}{control}] {name}_0")
+        others = class_source(excluded + "".join(singles) + forbidden + "".join(moves), control, negated=True)
+        choices.append(f"{others} {name}_0")
         if quote is not None:
-            escapes = _chars(quote + "\\/bfnrt")
-            choices.append(f'"\\\\" [{escapes}] {name}_0')
-        choices.extend(f"[{_chars(char)}] {rule}" for char, rule in moves.items())
+            choices.append(f'"\\\\" {escapes} {name}_0')
+        choices.extend(f"{class_source(char)} {rule}" for char, rule in moves.items())
         rules.append(f"{name}_{index[state]} ::= " + " | ".join(choices))
     return rules
 
@@ -63,17 +66,3 @@ def _next(state: str, char: str, words: list[str]) -> str | None:
         if any(w.startswith(suffix) and w != suffix for w in words):
             return suffix
     return ""
-
-
-def _chars(chars: str) -> str:
-    """Characters escaped for an EBNF character class."""
-    out = []
-    for char in dict.fromkeys(chars):
-        code = ord(char)
-        if char in "\\]^-[":
-            out.append("\\" + char)
-        elif code < 0x20 or code >= 0x7F:
-            out.append(f"\\u{code:04x}" if code <= 0xFFFF else char)
-        else:
-            out.append(char)
-    return "".join(out)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import formats as F
+from .charclass import escape_chars
 from .errors import GrammarError
 from .strings import string_rules
 
@@ -99,7 +100,7 @@ class JsonWriter:
     def __init__(self, dialect: Dialect, write_text: Callable[[str], F.Format]):
         self.dialect = dialect
         self.write_text = write_text  # (literal text as the speller writes it: control tokens by id)
-        space = "[" + _class_chars(dialect.space) + "]*" if dialect.space else ""
+        space = "[" + escape_chars(dialect.space) + "]*" if dialect.space else ""
         self.space = F.regex(space) if space else F.EMPTY
         self.comma = F.regex(space + "," + space)
         self.colon = F.regex(space + ":" + space)
@@ -206,7 +207,7 @@ class JsonWriter:
             "string ::= " + " | ".join(_heads(strings)),
             *strings,
             'number ::= "-"? ("0" | [1-9] [0-9]{0,14}) ("." [0-9]{1,15})?',
-            f"ws ::= [{_class_chars(self.dialect.space)}]*" if self.dialect.space else 'ws ::= ""',
+            f"ws ::= [{escape_chars(self.dialect.space)}]*" if self.dialect.space else 'ws ::= ""',
         ]
         return {"type": "grammar", "grammar": "\n".join(rules) + "\n"}
 
@@ -261,20 +262,6 @@ def _ebnf(fmt: F.Format) -> str:
         else:
             out.append(json.dumps(part["value"]))
     return " ".join(out)
-
-
-def _class_chars(chars: str) -> str:
-    """Characters escaped for a regex class."""
-    out = []
-    for char in dict.fromkeys(chars):
-        code = ord(char)
-        if char in "\\]^-[":
-            out.append("\\" + char)
-        elif code < 0x20 or code >= 0x7F:
-            out.append(f"\\u{code:04x}" if code <= 0xFFFF else char)
-        else:
-            out.append(char)
-    return "".join(out)
 
 
 def _joined(parts: list[F.Format]) -> F.Format:

@@ -51,10 +51,10 @@ ends at the start anchor). The detector answers with rtcompile's structural tag 
 SGLang's parsers read text): from the message start, or past a reasoning region where SGLang's
 reasoning gate applies it after the reasoning. SGLang builds it before the prompt is known, so a
 template with reasoning is constrained only behind a reasoning parser (otherwise refused: the
-prompt may open the reasoning). Where the tag needs what SGLang's xgrammar (0.2.7) ignores
-(`excludes` on json_schema formats, which keep a call's closer out of JSON strings), forced calls
-take SGLang's JSON-array constraint instead (`supports_structural_tag` is False, and SGLang parses
-the array) and "auto" guarantees are refused.
+prompt may open the reasoning). Arguments are written by rtcompile's own JSON writer, which keeps
+a call's closer out of strings under SGLang's xgrammar (0.2.7) too; a request whose tool schemas
+use keywords that writer leaves to xgrammar's json_schema format is refused under 0.2.7, which
+ignores that format's `excludes` (a string could then hold the closer).
 
 The generation runs on rtcompile's serving core (`rtcompile.integrations.serving`): the reasoning
 detector renders its operations as SGLang's reasoning results (`_ReasoningResults`), the tool
@@ -784,11 +784,10 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
     # ---- constrained decoding: rtcompile's structural tag (module docstring)
 
     def supports_structural_tag(self) -> bool:
-        """Whether this template's calls are written under rtcompile's tag here, so that SGLang
-        parses forced calls with this detector: not where the tag leans on what SGLang's xgrammar
-        ignores (`excludes` on json_schema formats), where SGLang's JSON-array constraint writes
-        them instead and SGLang parses that."""
-        return self.plans.base.derived("sglang.tags_sound", lambda plan: _tags_sound_here(plan.template))
+        """SGLang parses forced calls with this detector: they are written under rtcompile's tag
+        (requests it cannot express are refused with the reason, never handed to SGLang's JSON
+        array, whose calls this template would not read)."""
+        return True
 
     def validate_structure_constraint_request(
         self,
@@ -800,19 +799,9 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
         thinking_mode: bool = False,
     ) -> Any:
         """The tag for a request that asks for a guarantee (required, named, strict, one call),
-        None for plain "auto" (and for forced calls where SGLang's JSON-array constraint takes
-        over); raises ValueError for what cannot be constrained."""
+        None for plain "auto"; raises ValueError for what cannot be constrained."""
         if tool_choice == "auto" and parallel_tool_calls and not strict_requested:
             return None
-        if not self.supports_structural_tag():
-            if tool_choice != "auto":
-                return None
-            asked = "strict tools" if strict_requested else "parallel_tool_calls=False"
-            raise ValueError(
-                f"{type(self).__name__} cannot enforce {asked} with automatic tool choice for this "
-                "response template: its grammar keeps call closers out of JSON strings with "
-                "json_schema excludes, which the installed xgrammar ignores"
-            )
         return self.get_structural_tag(
             tools=tools,
             tool_choice=tool_choice,
@@ -831,9 +820,7 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
         """rtcompile's structural tag for these tools and choice (text delimiters: SGLang's parsers
         read text), from the message start (`message_start`: SGLang applies it from the first
         token, the reasoning included) or from where SGLang's reasoning gate opens it (past the
-        reasoning). None where `supports_structural_tag` is False."""
-        if not self.supports_structural_tag():
-            return None
+        reasoning). Raises ValueError where the tag cannot be kept here."""
         name = getattr(getattr(tool_choice, "function", None), "name", None)
         choice = {"type": "function", "function": {"name": name}} if isinstance(name, str) else tool_choice
         try:
@@ -849,6 +836,12 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
             raise ValueError(
                 f"rtcompile cannot constrain the tool calls for this response template: {error}"
             ) from None
+        if _json_excludes_in(tag) and not _excludes_kept():
+            raise ValueError(
+                "rtcompile cannot constrain these tool calls under the installed xgrammar: their "
+                "schemas use keywords its grammar leaves to json_schema formats, whose `excludes` "
+                "(the call's closer kept out of strings) this xgrammar ignores"
+            )
         from xgrammar import StructuralTag
 
         return StructuralTag.model_validate(tag)
@@ -893,27 +886,13 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
         return accepted
 
 
-_PROBE_PARAMETERS = {"type": "object", "properties": {"text": {"type": "string"}}}
-_PROBE_TOOLS = [
-    {"type": "function", "function": {"name": "probe", "parameters": _PROBE_PARAMETERS}}
-]
-
-
-def _tags_sound_here(template: dict) -> bool:
-    """Whether the installed xgrammar keeps what rtcompile's tags for this template ask: its calls
-    written for a probe tool with a string argument, where a json_schema format's `excludes`
-    (call closers kept out of strings) must be honoured. xgrammar 0.2.7 (SGLang 0.5.23's) has no
-    such field and ignores them; then a string could hold the closer, which the parser reads as
-    the call's end."""
+def _excludes_kept() -> bool:
+    """Whether the installed xgrammar keeps `excludes` on json_schema formats (0.2.8 does; 0.2.7,
+    SGLang 0.5.23's, has no such field and ignores them: a string could then hold the closer,
+    which the parser reads as the call's end)."""
     from xgrammar.structural_tag import JSONSchemaFormat
 
-    if "excludes" in JSONSchemaFormat.model_fields:
-        return True
-    try:
-        tag = rtcompile.structural_tag(template, _PROBE_TOOLS, tool_choice="required")
-    except rtcompile.GrammarError:
-        return True  # (requests are refused with the reason, whichever way they go)
-    return not _json_excludes_in(tag)
+    return "excludes" in JSONSchemaFormat.model_fields
 
 
 def _json_excludes_in(node: Any) -> bool:

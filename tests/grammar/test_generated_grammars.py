@@ -135,3 +135,30 @@ def test_every_walk_parses_into_calls_the_request_allows(data):
                 raise AssertionError("the grammar accepted an output the interpreter loops on") from None
         assert not check_calls(message, tools, choice, parallel), message
         event("walk checked")
+
+
+def test_a_walk_is_read_as_a_server_decodes_it_after_the_prompt():
+    """A sentencepiece decoder drops the space the first token of a text starts with; after a
+    prompt that space is the output's own. A call opener that starts with a space, walked as the
+    first token, is the opener the interpreter reads (decoding the walk alone would lose it and,
+    with it, the forced call)."""
+    template = {
+        "fields": {"tool_calls": {"open": " >", "close": "<a>", "content": "json", "repeats": True,
+                                  "transform": {"type": "function", "function": "{content}"}}},
+        "start_anchor": "<|a|>",
+    }
+    recipe = Recipe("sentencepiece", (AddedSpec(" >", "special"), AddedSpec(END_OF_OUTPUT, "special")), False, False)
+    tokenizer, _, walker = _walker(recipe)
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    opener = tokenizer.convert_tokens_to_ids(" >")
+    assert tokenizer.decode([opener], skip_special_tokens=False) == ">"  # (what decoding alone gives)
+    grammar = walker.compile(rtcompile.structural_tag(template, tools, tool_choice="required", prefix="<|a|>", stop_tokens=[END_OF_OUTPUT]))
+    rng = random.Random(0)
+    checked = 0
+    for _ in range(20):
+        ids, ended = walker.walk(grammar, rng, max_tokens=200)
+        if ended and ids[0] == opener:
+            message = interpreter_parse(text_of(tokenizer, ids), template, prefix="<|a|>", tools=tools)
+            assert not check_calls(message, tools, "required", True), message
+            checked += 1
+    assert checked

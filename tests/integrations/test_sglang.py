@@ -1242,9 +1242,12 @@ def text_kit(name: str) -> TextKit:
     return _TEXT_KITS[name]
 
 
+def first(delimiter: str | list[str]) -> str:
+    return delimiter[0] if isinstance(delimiter, list) else delimiter
+
+
 def anchor_of(template: dict) -> str:
-    anchor = template.get("start_anchor", "")
-    return anchor[0] if isinstance(anchor, list) else anchor
+    return first(template.get("start_anchor", ""))
 
 
 def sampling_key(tools: list, tool_choice: Any, parallel: bool, constraint: Any) -> str:
@@ -1307,24 +1310,20 @@ def assert_walks_keep(kit: TextKit, key: str, prefix: str, before: str, tool_cho
 
 @pytest.mark.parametrize("guarantee", sorted(GUARANTEES))
 @pytest.mark.parametrize("name", TOOL_TEMPLATES)
-def test_forced_calls_get_rtcompiles_tag_or_sglangs_json_array_where_its_xgrammar_falls_short(sglang_server, name, guarantee):
+def test_forced_calls_get_rtcompiles_tag(sglang_server, name, guarantee):
     """Behind `--reasoning-parser rtcompile`, as SGLang's chat serving asks: the tool detector's
     constraint for a forced request is rtcompile's structural tag, which SGLang puts in the
-    sampling parameters and its xgrammar backend compiles; walked from the message start (the tag
-    SGLang then asks for, reasoning included) and past a prompt-opened reasoning (the tag its
-    reasoning gate applies after the reasoning), the outputs stream through both detectors calls
-    that keep the guarantee. Where the tag would lean on json_schema `excludes`, which SGLang's
-    xgrammar 0.2.7 ignores, the constraint is SGLang's own JSON array (the detector then owns no
-    format: SGLang parses the array)."""
+    sampling parameters and its xgrammar (0.2.7) backend compiles; walked from the message start
+    (the tag SGLang then asks for, reasoning included) and past a prompt-opened reasoning (the tag
+    its reasoning gate applies after the reasoning), the outputs stream through both detectors
+    calls that keep the guarantee (JSON arguments included: their strings keep the closer out
+    without json_schema `excludes`, which 0.2.7 ignores)."""
     kit = text_kit(name)
     tool_choice, parallel = GUARANTEES[guarantee]
     tools = request_tools()
     with sglang_server("rtcompile"):
         parser = FunctionCallParser(tools, "rtcompile", tokenizer=kit.tokenizer)
         constraint = parser.get_structure_constraint(tool_choice, parallel_tool_calls=parallel, thinking_mode=False)
-        if not parser.detector.supports_structural_tag():
-            assert constraint[0] == "json_schema" and not FunctionCallParser(tools, "rtcompile", tokenizer=kit.tokenizer, tool_choice=tool_choice).owns_tool_format()
-            return
         assert constraint[0] == "structural_tag"
         assert FunctionCallParser(tools, "rtcompile", tokenizer=kit.tokenizer, tool_choice=tool_choice).owns_tool_format()
         anchor = anchor_of(kit.template)
@@ -1335,16 +1334,43 @@ def test_forced_calls_get_rtcompiles_tag_or_sglangs_json_array_where_its_xgramma
         reasoning = kit.template["fields"].get("reasoning_content")
         if reasoning is not None:
             key = sampling_key(tools, tool_choice, parallel, constraint)
-            seen += assert_walks_keep(kit, key, "Hi." + anchor + reasoning["open"], "weighing it" + reasoning["close"], tool_choice, parallel)
+            seen += assert_walks_keep(kit, key, "Hi." + anchor + reasoning["open"], "weighing it" + first(reasoning["close"]), tool_choice, parallel)
         assert seen > 0
 
 
-def test_the_xml_and_pythonic_templates_get_tags_under_sglangs_xgrammar():
-    """The fallback above stays where it must: templates whose arguments are not JSON strings get
-    rtcompile's tag in SGLang 0.5.23 (`xgrammar 0.2.7`)."""
-    with_tags = sorted(name for name in TOOL_TEMPLATES if RtcompileToolDetector(tokenizer=Tokenizer(template_for(name))).supports_structural_tag())
-    assert {"qwen3_5", "qwen3_coder", "glm4_5", "minimax_m2", "llama3_2_pythonic", "gemma3_pythonic"} <= set(with_tags)
-    assert "qwen3" not in with_tags and "hermes2_pro" not in with_tags
+def test_a_tag_that_leans_on_json_schema_excludes_is_refused_under_sglangs_xgrammar(sglang_server):
+    """Schema keywords rtcompile's JSON writer does not enforce (here a string `pattern`) go to
+    xgrammar's json_schema format, whose `excludes` SGLang's xgrammar 0.2.7 ignores (below): that
+    request is refused with the reason, in one line; the same tool without the keyword gets the tag."""
+    patterned = json.loads(json.dumps(GUARANTEE_TOOLS))
+    patterned[0]["function"]["parameters"]["properties"]["city"]["pattern"] = "^[A-Z]"
+    with sglang_server("rtcompile"):
+        parser = FunctionCallParser([Tool.model_validate(t) for t in patterned], "rtcompile", tokenizer=text_kit("qwen3").tokenizer)
+        with pytest.raises(ValueError) as error:
+            parser.get_structure_constraint("required")
+        assert "json_schema formats, whose `excludes`" in str(error.value) and "\n" not in str(error.value)
+        plain = FunctionCallParser(request_tools(), "rtcompile", tokenizer=text_kit("qwen3").tokenizer)
+        assert plain.get_structure_constraint("required")[0] == "structural_tag"
+
+
+def test_strings_keep_a_non_ascii_closer_out_under_sglangs_xgrammar():
+    """xgrammar 0.2.7 clamps the characters of a negated class to ASCII (a class that excludes
+    `｜` would let it through); rtcompile writes such classes as the positive class of their
+    complement, so a JSON string under 0.2.7 cannot hold a closer made of such characters."""
+    import xgrammar as xgr
+
+    kit = text_kit("deepseek_v3_1")
+    tag = rtcompile.structural_tag(kit.template, GUARANTEE_TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}}, prefix="<｜Assistant｜>")
+    info = xgr.TokenizerInfo.from_huggingface(kit.tokenizer, vocab_size=len(kit.tokenizer), stop_token_ids=kit.stops)
+    compiled = xgr.GrammarCompiler(info, cache_enabled=False).compile_structural_tag(json.dumps(tag))
+    opening = '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "a'
+
+    def accepts(text: str) -> bool:
+        matcher = xgr.GrammarMatcher(compiled)
+        return all(matcher.accept_token(i) for i in kit.tokenizer.encode(text, add_special_tokens=False))
+
+    assert accepts(opening + '<｜tool▁call" ')  # (a part of it is text)
+    assert not accepts(opening + "<｜tool▁call▁end｜>")
 
 
 def test_xgrammar_0_2_7_ignores_excludes_on_json_schema_formats():
@@ -1362,9 +1388,8 @@ def test_xgrammar_0_2_7_ignores_excludes_on_json_schema_formats():
 
 
 def test_strict_or_one_call_on_auto_is_a_tag_or_refused(sglang_server):
-    """"auto" with strict tools or one call: rtcompile's tag where SGLang's xgrammar can keep it;
-    refused with the reason where it cannot (SGLang's own response-template detector refuses both
-    everywhere)."""
+    """"auto" with strict tools or one call: rtcompile's tag (SGLang's own response-template
+    detector refuses both); refused with the reason where SGLang's xgrammar cannot keep the tag."""
     tools = request_tools()
     strict = [Tool.model_validate({**t, "function": {**t["function"], "strict": True}}) for t in GUARANTEE_TOOLS]
     with sglang_server("rtcompile"):
@@ -1374,8 +1399,13 @@ def test_strict_or_one_call_on_auto_is_a_tag_or_refused(sglang_server):
         assert strict_coder.get_structure_constraint("auto")[0] == "structural_tag"
         assert coder.get_structure_constraint("auto") is None  # (plain auto: nothing to keep)
         qwen3 = FunctionCallParser(strict, "rtcompile", tokenizer=text_kit("qwen3").tokenizer)
-        with pytest.raises(ValueError, match="cannot enforce strict tools with automatic tool choice.*json_schema excludes"):
-            qwen3.get_structure_constraint("auto")
+        assert qwen3.get_structure_constraint("auto")[0] == "structural_tag"
+        patterned = json.loads(json.dumps(GUARANTEE_TOOLS))
+        patterned[1]["function"]["parameters"]["properties"]["query"]["pattern"] = "^[a-z]"
+        patterned[1]["function"]["strict"] = True
+        refused = FunctionCallParser([Tool.model_validate(t) for t in patterned], "rtcompile", tokenizer=text_kit("qwen3").tokenizer)
+        with pytest.raises(ValueError, match="cannot constrain these tool calls under the installed xgrammar"):
+            refused.get_structure_constraint("auto")
 
 
 def test_without_a_reasoning_parser_a_template_that_reasons_is_not_constrained_blind(sglang_server):
@@ -1403,17 +1433,18 @@ def test_what_the_grammar_cannot_express_is_refused_in_one_line(sglang_server):
     assert "a required field cannot be guaranteed by the grammar" in str(error.value) and "\n" not in str(error.value)
 
 
-def test_sglangs_xgrammar_fails_to_compile_the_pythonic_templates_auto_tags(sglang_server):
-    """xgrammar 0.2.7 fails on a negated character class holding characters above U+007F (rtcompile
-    keeps Llama's pythonic and JSON calls' content from starting like a call with one): SGLang's
-    backend turns the "auto" tag (strict tools, one call) into an invalid grammar, and the request
-    fails with that error. The forced tags compile (tested above)."""
+def test_the_pythonic_templates_auto_tags_compile_under_sglangs_xgrammar(sglang_server):
+    """rtcompile keeps Llama's pythonic calls' content from starting like a call with a class of
+    characters that holds some above U+007F; written as a positive class, SGLang's xgrammar 0.2.7
+    compiles the "auto" tag (one call) and its walks keep it."""
     kit = text_kit("llama3_2_pythonic")
     tools = request_tools()
     with sglang_server("rtcompile"):
         constraint = FunctionCallParser(tools, "rtcompile", tokenizer=kit.tokenizer).get_structure_constraint("auto", parallel_tool_calls=False)
-    grammar = kit.backend.dispatch_structural_tag(sampling_key(tools, "auto", False, constraint))
-    assert isinstance(grammar, InvalidGrammarObject) and "bitset" in grammar.error_message
+    key = sampling_key(tools, "auto", False, constraint)
+    grammar = kit.backend.dispatch_structural_tag(key)
+    assert not isinstance(grammar, InvalidGrammarObject), grammar
+    assert_walks_keep(kit, key, "Hi." + anchor_of(kit.template), "", "auto", False)
 
 
 def test_with_the_requests_own_format_sglangs_policy_decides(sglang_server):

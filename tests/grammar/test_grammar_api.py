@@ -1,0 +1,136 @@
+"""rtcompile.structural_tag's request handling, errors, cache and command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import xgrammar as xgr
+
+import rtcompile
+from grammar_walk import Walker, family_tokenizer
+from rtcompile.grammar import message as grammar_message
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "tools, choice, parallel, message",
+    [
+        ([WEATHER], "sometimes", True, "tool_choice: must be 'auto', 'required', 'none'"),
+        ([WEATHER], {"type": "function", "function": {"name": "nope"}}, True, "tool_choice: names 'nope'"),
+        ([], "required", True, "tool_choice: 'required' needs at least one tool"),
+        ([WEATHER, WEATHER], "auto", True, "tools[1]: names 'get_weather' twice"),
+        ([{"type": "function", "function": {}}], "auto", True, "tools[0]: needs a function with a name"),
+        ([{"type": "web_search"}], "auto", True, "tools[0]: type 'web_search' is not a function tool"),
+        ([WEATHER], "auto", "no", "parallel_tool_calls: must be true or false"),
+    ],
+)
+def test_a_malformed_request_is_one_line_naming_the_argument(tools, choice, parallel, message):
+    with pytest.raises(rtcompile.GrammarError) as error:
+        rtcompile.structural_tag("qwen3", tools, tool_choice=choice, parallel_tool_calls=parallel)
+    assert str(error.value).startswith(message)
+    assert "\n" not in str(error.value) and isinstance(error.value, ValueError)
+
+
+def test_a_template_that_cannot_be_expressed_is_refused_naming_the_field():
+    template = rtcompile.template_for("qwen3")
+    template["fields"]["tool_calls"]["open_pattern"] = r"(?<=x)<tool_call>"
+    with pytest.raises(rtcompile.GrammarError) as error:
+        rtcompile.structural_tag(template, [WEATHER], tool_choice="required")
+    assert error.value.where.startswith("fields.tool_calls.open") and "lookbehind" in error.value.reason
+
+
+def test_a_forced_request_without_a_tool_call_field_is_refused():
+    template = {"start_anchor": "<a>", "fields": {"content": {"content": "text"}}}
+    with pytest.raises(rtcompile.GrammarError, match="no 'tool_calls' field"):
+        rtcompile.structural_tag(template, [WEATHER], tool_choice="required")
+
+
+def test_the_construction_is_cached_per_request(monkeypatch):
+    built = []
+    original = grammar_message.MessageWriter.output
+    monkeypatch.setattr(grammar_message.MessageWriter, "output", lambda self, *a: built.append(1) or original(self, *a))
+    rtcompile.grammar._CACHE.clear()
+    first = rtcompile.structural_tag("qwen3", [WEATHER], tool_choice="required")
+    second = rtcompile.structural_tag("qwen3", [WEATHER], tool_choice="required")
+    third = rtcompile.structural_tag("qwen3", [WEATHER], tool_choice="auto")
+    assert first == second and first is not second and len(built) == 2 and third != first
+    second["format"] = None  # (a caller changing its copy changes no other)
+    assert rtcompile.structural_tag("qwen3", [WEATHER], tool_choice="required") == first
+
+
+def test_a_prompt_that_opens_the_reasoning_starts_the_grammar_inside_it():
+    template = rtcompile.template_for("qwen3")
+    tokenizer, stops = family_tokenizer(template)
+    walker = Walker(tokenizer, stops)
+    prompt = tokenizer.encode("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n", add_special_tokens=False)
+    tag = rtcompile.structural_tag(template, [WEATHER], tool_choice="required", prefix=prompt, tokenizer=tokenizer, stop_tokens=stops)
+    grammar = walker.compile(tag)
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'
+    thinking = tokenizer.encode("Weather.\n</think>\n\n" + call, add_special_tokens=False)
+    assert walker.accepts(grammar, thinking)[0]
+    # Outside the reasoning the same call is accepted right away; inside it, not before `</think>`.
+    assert not walker.accepts(grammar, tokenizer.encode(call, add_special_tokens=False))[0]
+    outside = rtcompile.structural_tag(template, [WEATHER], tool_choice="required", tokenizer=tokenizer, stop_tokens=stops)
+    assert walker.accepts(walker.compile(outside), tokenizer.encode(call, add_special_tokens=False))[0]
+
+
+def test_control_tokens_are_matched_by_id_never_by_their_spelling():
+    template = rtcompile.template_for("qwen3")
+    tokenizer, stops = family_tokenizer(template)
+    walker = Walker(tokenizer, stops)
+    tag = rtcompile.structural_tag(template, [WEATHER], tool_choice="required", tokenizer=tokenizer, stop_tokens=stops)
+    grammar = walker.compile(tag)
+    body = '\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n'
+    by_id = [tokenizer.convert_tokens_to_ids("<tool_call>"), *tokenizer.encode(body, add_special_tokens=False), tokenizer.convert_tokens_to_ids("</tool_call>")]
+    assert walker.accepts(grammar, by_id)[0]
+    from grammar_walk import ordinary_spelling
+
+    spelled = [*ordinary_spelling(tokenizer, "<tool_call>"), *tokenizer.encode(body, add_special_tokens=False), tokenizer.convert_tokens_to_ids("</tool_call>")]
+    assert not walker.accepts(grammar, spelled)[0]
+
+
+def _run(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rtcompile", "grammar", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_the_command_prints_a_tag_xgrammar_compiles(tmp_path):
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([WEATHER]))
+    done = _run("qwen3", "--tools", str(tools), "--tool-choice", "get_weather", "--no-parallel")
+    assert done.returncode == 0, done.stderr
+    tag = json.loads(done.stdout)
+    assert tag == rtcompile.structural_tag(
+        "qwen3", [WEATHER], tool_choice={"type": "function", "function": {"name": "get_weather"}}, parallel_tool_calls=False
+    )
+    tokenizer, stops = family_tokenizer(rtcompile.template_for("qwen3"))
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer), stop_token_ids=stops)
+    xgr.GrammarCompiler(info, cache_enabled=False).compile_structural_tag(done.stdout)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["qwen3", "--tools", "missing.json"], "missing.json: cannot read"),
+        (["qwen3", "--tools", "bad.json"], "bad.json: not valid JSON"),
+        (["qwen3", "--tools", "tools.json", "--tool-choice", "nope"], "qwen3: tool_choice: names 'nope'"),
+        (["no_such_template", "--tools", "tools.json"], "no_such_template: no bundled response template"),
+        (["qwen3"], "grammar: the following arguments are required: --tools"),
+    ],
+)
+def test_the_command_fails_with_one_line(tmp_path, args, message):
+    (tmp_path / "tools.json").write_text(json.dumps([WEATHER]))
+    (tmp_path / "bad.json").write_text("[")
+    done = _run(*args, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rtcompile: error: ") and message in lines[0]
