@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from rtcompile.runtime import regex_syntax as rs
 from rtcompile.runtime.twin import REGEX_WHITESPACE
 
 from .errors import GrammarError
@@ -149,3 +150,26 @@ def union(classes: list[CharClass], negated: bool, where: str) -> CharClass:
     if negated and any(cls.approximate for cls in classes):
         raise GrammarError(where, "a negated class of \\d or \\w cannot be written exactly")
     return CharClass(frozenset(chars), tuple(ranges), negated, any(c.approximate for c in classes))
+
+
+def of_node(node: rs.Node, dotall: bool, where: str) -> CharClass:
+    """The class a one-character node of a pattern matches."""
+    if isinstance(node, rs.Char):
+        return of_char(node.char)
+    if isinstance(node, rs.NotChar):
+        return CharClass(frozenset(node.char), negated=True)
+    if isinstance(node, rs.AnyChar):
+        return ANY if dotall else CharClass(frozenset("\n"), negated=True)
+    if isinstance(node, rs.Category):
+        return of_category(node.name, where)
+    if isinstance(node, rs.CharSet):
+        parts = []
+        for item in node.items:
+            if isinstance(item, rs.Char):
+                parts.append(of_char(item.char))
+            elif isinstance(item, rs.Range):
+                parts.append(CharClass(ranges=((item.low, item.high),)))
+            else:
+                parts.append(of_category(item.name, where))
+        return union(parts, node.negated, where)
+    raise GrammarError(where, f"{rs.to_source(node)!r} is not a character class")

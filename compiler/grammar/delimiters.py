@@ -20,6 +20,7 @@ parser's text starts (`Written.at_start`). Anything else (back references, condi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import regex
 
@@ -68,10 +69,16 @@ def write_pattern(
 
 
 def parse(source: str, where: str) -> rs.Syntax:
-    syntax = rs.parse(source, regex.DOTALL)
+    syntax = _parsed(source)
     if syntax is None:
         raise GrammarError(where, "a pattern in a syntax only the regex module reads cannot be written")
     return syntax
+
+
+@lru_cache(maxsize=1024)
+def _parsed(source: str) -> rs.Syntax | None:
+    """(Each tool's patterns are the template's with its name filled in: read once per process.)"""
+    return rs.parse(source, regex.DOTALL)
 
 
 def blocking_literals(delimiter: ir.Delimiter, where: str) -> tuple[str, ...]:
@@ -255,7 +262,7 @@ class _Converter:
     def _greedy_tail(self, body: rs.Seq) -> C.CharClass | None:
         items = body.items
         if len(items) == 1 and isinstance(items[0], rs.Repeat):
-            return _class_of(items[0].body.items[0], self.dotall, self.where)
+            return C.of_node(items[0].body.items[0], self.dotall, self.where)
         return None
 
     def node(self, node, follow: list, known: str = "") -> F.Format:
@@ -275,7 +282,7 @@ class _Converter:
             return F.EMPTY
         if isinstance(node, (rs.Anchor, rs.Backref, rs.Conditional, rs.Atomic)):
             raise GrammarError(self.where, f"{rs.to_source(node)!r} in a pattern cannot be written")
-        return F.regex(_class_of(node, self.dotall, self.where).source())
+        return F.regex(C.of_node(node, self.dotall, self.where).source())
 
     def alternation(self, node: rs.Alternation, follow: list, known: str = "") -> F.Format:
         written: list[F.Format] = []
@@ -294,7 +301,7 @@ class _Converter:
     def repeat(self, node: rs.Repeat, follow: list) -> F.Format:
         items = node.body.items
         if len(items) == 1 and _is_single_char(items[0]):
-            cls = _class_of(items[0], self.dotall, self.where)
+            cls = C.of_node(items[0], self.dotall, self.where)
             if cls == C.WHITESPACE:
                 cls = self.layout
                 if cls.is_empty():
@@ -393,28 +400,6 @@ def _is_single_char(node) -> bool:
     return isinstance(node, (rs.Char, rs.NotChar, rs.AnyChar, rs.CharSet, rs.Category))
 
 
-def _class_of(node, dotall: bool, where: str) -> C.CharClass:
-    if isinstance(node, rs.Char):
-        return C.of_char(node.char)
-    if isinstance(node, rs.NotChar):
-        return C.CharClass(frozenset(node.char), negated=True)
-    if isinstance(node, rs.AnyChar):
-        return C.ANY if dotall else C.CharClass(frozenset("\n"), negated=True)
-    if isinstance(node, rs.Category):
-        return C.of_category(node.name, where)
-    if isinstance(node, rs.CharSet):
-        parts = []
-        for item in node.items:
-            if isinstance(item, rs.Char):
-                parts.append(C.of_char(item.char))
-            elif isinstance(item, rs.Range):
-                parts.append(C.CharClass(ranges=((item.low, item.high),)))
-            else:
-                parts.append(C.of_category(item.name, where))
-        return C.union(parts, node.negated, where)
-    raise GrammarError(where, f"{rs.to_source(node)!r} is not a character class")
-
-
 def _is_lazy_any(body: rs.Seq) -> bool:
     items = body.items
     return (
@@ -478,5 +463,5 @@ def _node_firsts(node, captures: dict, names: dict, dotall: bool, where: str) ->
     if isinstance(node, (rs.Look, rs.Anchor)):
         return [], True
     if _is_single_char(node):
-        return [_class_of(node, dotall, where)], False
+        return [C.of_node(node, dotall, where)], False
     return [C.ANY], False  # (anything else is refused when written)

@@ -14,6 +14,7 @@ would complete a word has no transition. So `a < b`, `</think` and `<tool_call` 
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 
 from .charclass import class_source
 
@@ -22,7 +23,12 @@ def string_rules(name: str, words: list[str], quote: str | None, *, opening: str
     """EBNF rules for rule `name`: a string between `opening` and `closing` (EBNF fragments; for
     a `quote`, the quote itself and JSON's escapes), whose text holds none of `words` nor any
     character of `excluded`."""
-    words = sorted({w for w in words if w})
+    return list(_string_rules(name, tuple(sorted({w for w in words if w})), quote, opening, closing, excluded))
+
+
+@lru_cache(maxsize=256)
+def _string_rules(name: str, words: tuple[str, ...], quote: str | None, opening: str, closing: str, excluded: str) -> tuple[str, ...]:
+    """(A tag writes the same strings for every argument of every tool: built once.)"""
     if quote is not None:
         opening = opening or json.dumps(quote)
         closing = closing or json.dumps(quote)
@@ -52,7 +58,7 @@ def string_rules(name: str, words: list[str], quote: str | None, *, opening: str
             choices.append(f'"\\\\" {escapes} {name}_0')
         choices.extend(f"{class_source(char)} {rule}" for char, rule in moves.items())
         rules.append(f"{name}_{index[state]} ::= " + " | ".join(choices))
-    return rules
+    return tuple(rules)
 
 
 def _next(state: str, char: str, words: list[str]) -> str | None:
