@@ -115,3 +115,30 @@ def test_text_mode_walks_parse_into_allowed_calls(name):
         tag = rtcompile.structural_tag(template, TOOLS, tool_choice=choice, prefix=prefix, stop_tokens=stop_texts)
         assert '"type": "token"' not in json.dumps(tag)  # (no token format: text only)
         _walk_and_check(template, walker, tag, prefix, None, choice, True)
+
+
+def test_a_grammar_that_matches_control_tokens_as_text_fails_these_checks():
+    """The check has teeth: qwen3's text-mode tag (its `<tool_call>` a text delimiter) walked as a
+    model would (control tokens sometimes spelled out with ordinary tokens) and read by the
+    token-id interpreter, for which only a control token's id is a delimiter, gives outputs that
+    fail: a forced request without its call, or a call region that does not parse."""
+    template = rtcompile.template_for("qwen3")
+    tokenizer, stops = family_tokenizer(template)
+    walker = Walker(tokenizer, stops)
+    prefix = "Hi." + _anchor(template)
+    stop_texts = [tokenizer.convert_ids_to_tokens(i) for i in stops]
+    tag = rtcompile.structural_tag(template, TOOLS, tool_choice="required", prefix=prefix, stop_tokens=stop_texts)
+    grammar = walker.compile(tag)
+    rng = random.Random(0)
+    failed = 0
+    for _ in range(40):
+        ids, finished = walker.walk(grammar, rng, max_tokens=400, spell=0.9)
+        if not finished:
+            continue
+        try:
+            message = interpreter_parse(ids, template, prefix=tokenizer.encode(prefix, add_special_tokens=False), tools=TOOLS, tokenizer=tokenizer)
+        except ValueError:  # (a region the spelled-out closer did not end fails to parse)
+            failed += 1
+            continue
+        failed += bool(check_calls(message, TOOLS, "required", True))
+    assert failed
