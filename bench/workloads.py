@@ -6,7 +6,7 @@ text cut into token-like chunks of 1 to 6 characters. Every generation has long 
 content and one to three tool calls, and is rendered the way the model family's own chat
 template renders an assistant turn, so the delimiters, separators and escaping are the real
 ones. `render_assistant_turn` is checked against the real chat templates in
-tests/test_bench_quick.py.
+tests/bench/test_bench_quick.py.
 
 Per family, what a generation is:
 

@@ -13,7 +13,7 @@ alternation, greedy and lazy repeats, lookarounds, and the `^ $ \\A \\Z` anchors
 Everything else (case folding, `\\d`, `\\w`, `\\b`, back references, possessive repeats, regex-only
 syntax, anything `re` warns about) keeps the `regex` pattern. `\\s` is the one class they read
 differently (`re` includes U+001C..U+001F, `regex` does not): the twin spells it out as `regex`'s
-set. tests/test_twin.py checks the equivalence on generated patterns and texts.
+set. tests/runtime/test_twin.py checks the equivalence on generated patterns and texts.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ if "RTCOMPILE_CACHE_DIR" not in os.environ:
 # Long differential runs (RTCOMPILE_EXAMPLES=100000) spend most of their time in black, which only
 # lays out the generated code (black guarantees the same AST). RTCOMPILE_FUZZ_UNFORMATTED=1 skips it
 # in this test process: the parsers compared are the generated code itself, unformatted. (The golden
-# tests of generated/ fail in that mode, by design: run it for tests/test_differential*.py only.)
+# tests of generated/ fail in that mode, by design: run it for tests/differential/ only.)
 if os.environ.get("RTCOMPILE_FUZZ_UNFORMATTED") == "1":
     import black
 

@@ -1,5 +1,7 @@
 """The README's two set-up commands stay true: CI runs the test command's install steps, and the
-transformers it installs is the release the generated parsers implement."""
+transformers it installs is the release the generated parsers implement. Its facts that follow the
+code stay true too: the command-line block names every subcommand, the grammar section counts the
+bundled templates, and the files the README and the changelog point at exist."""
 
 from __future__ import annotations
 
@@ -61,3 +63,31 @@ def test_the_test_command_installs_the_xgrammar_the_grammar_extra_pins():
     extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
     pins = [arg for step in steps(setup_commands()[1]) for arg in step if arg.startswith("xgrammar==")]
     assert pins == extras["grammar"]
+
+
+def section(title: str) -> str:
+    return README.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_command_line_block_names_every_subcommand():
+    from rtcompile.__main__ import SUBCOMMANDS
+
+    block = re.search(r"```text\n(.*?)```", section("Command line"), re.DOTALL).group(1)
+    named = {line.split()[3] for line in block.splitlines() if line.startswith("python -m rtcompile ")}
+    assert named - {"TEMPLATE"} == set(SUBCOMMANDS)
+
+
+def test_the_grammar_section_counts_the_bundled_templates():
+    """It says how many bundled templates build tags: the number bundled."""
+    counts = re.findall(r"All (\d+) build tags", section("Forcing tool calls: the grammar backend"))
+    assert counts == [str(len(template_names()))]
+
+
+def test_links_and_test_paths_in_the_readme_and_changelog_exist():
+    """A moved file or test shows up here, not as a dead link for a reader."""
+    for name in ("README.md", "CHANGELOG.md"):
+        text = (REPO / name).read_text(encoding="utf-8")
+        links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text)
+        paths = re.findall(r"`(tests/[^`\s]+)`", text)
+        missing = [path for path in links + paths if not (REPO / path).exists()]
+        assert links and not missing, (name, missing)

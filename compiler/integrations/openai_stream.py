@@ -18,11 +18,11 @@ tokenizer=tok, errors="keep")`, transformers 5.25.0's token-id mode), `feed` tak
 generated (one or many at a time) instead of text: a control token is a delimiter only where the model
 generated its id, and spelled out with ordinary tokens it stays text, in the deltas as in the message.
 
-The contract (proven by tests/test_openai_stream.py for the bundled templates, generated templates
-and random chunkings): the `function.arguments` fragments of one call concatenate to a JSON text that
-`json.loads` to exactly that call's arguments in the parser's final message (after `tools=`
-coercion); names, ids, indices and the number of calls match the final message; the concatenated
-`content` and `reasoning_content` deltas equal the final message's fields.
+The contract (proven by tests/integrations/test_openai_stream.py for the bundled templates,
+generated templates and random chunkings): the `function.arguments` fragments of one call
+concatenate to a JSON text that `json.loads` to exactly that call's arguments in the parser's final
+message (after `tools=` coercion); names, ids, indices and the number of calls match the final
+message; the concatenated `content` and `reasoning_content` deltas equal the final message's fields.
 
 Where the contract bends, by design (each case is also reported in `OpenAIStream.divergences`):
 - Whitespace: a `text` field is stripped at its region's close in the final message. Deltas drop the
