@@ -3,6 +3,7 @@
     python -m rtcompile grammar qwen3 --tools tools.json --tool-choice required
     python -m rtcompile grammar qwen3 --tools tools.json --tool-choice get_weather --no-parallel \\
         --prefix prompt.txt --tokenizer path/to/tokenizer_dir
+    python -m rtcompile grammar minimax_m2 --tools tools.json --stop '[e~['
 
 TOOLS is a JSON file holding a list of OpenAI-style tools (or an object with a "tools" list).
 Errors are one line on stderr, exit status 2.
@@ -31,6 +32,10 @@ def parser() -> ArgumentParser:
     out.add_argument("--no-parallel", action="store_true", help="at most one call (parallel_tool_calls=false)")
     out.add_argument("--prefix", metavar="FILE", help="the prompt, as text: the grammar starts where the parser is after it")
     out.add_argument("--tokenizer", metavar="DIR", help="a tokenizer directory: control tokens are matched by id")
+    out.add_argument(
+        "--stop", action="append", metavar="TOKEN",
+        help="a token that ends generation, as spelled (repeatable; default: the tokenizer's end of sequence)",
+    )
     out.add_argument("--indent", type=int, default=None, metavar="N", help="indent the JSON output")
     return out
 
@@ -50,7 +55,8 @@ def main(argv: list[str]) -> int:
 
     try:
         tag = structural_tag(
-            template, tools, tool_choice=choice, parallel_tool_calls=not args.no_parallel, prefix=prefix, tokenizer=tokenizer
+            template, tools, tool_choice=choice, parallel_tool_calls=not args.no_parallel, prefix=prefix, tokenizer=tokenizer,
+            stop_tokens=args.stop,
         )
     except GrammarError as e:
         raise UsageError(f"{args.template}: {e}") from None

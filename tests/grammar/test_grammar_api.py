@@ -117,6 +117,18 @@ def test_the_command_prints_a_tag_xgrammar_compiles(tmp_path):
     xgr.GrammarCompiler(info, cache_enabled=False).compile_structural_tag(done.stdout)
 
 
+def test_the_command_takes_the_stop_tokens(tmp_path):
+    """minimax_m2 as text: its content's closer can overlap itself in free text, so the grammar
+    needs its end of turn among the stops; `--stop` passes it, as a server passes its stops."""
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([WEATHER]))
+    refused = _run("minimax_m2", "--tools", str(tools))
+    assert refused.returncode == 2 and "overlaps itself" in refused.stderr
+    done = _run("minimax_m2", "--tools", str(tools), "--stop", "[e~[")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == rtcompile.structural_tag("minimax_m2", [WEATHER], stop_tokens=["[e~["])
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
