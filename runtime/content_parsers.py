@@ -224,10 +224,25 @@ def _json_factory(args: dict) -> Callable[[str], Any]:
 # ---- xml-inline and kv-lines ----------------------------------------------------------------------
 
 
-def _sub_parse(raw: Any, value_parser: Any) -> Any:
+def sub_parse(raw: Any, value_parser: Any) -> Any:
+    """A value of xml-inline or kv-lines read by the field's `value_parser` (as written without one)."""
     if value_parser is None:
         return raw
     return parse_content(raw, value_parser.get("name", "text"), value_parser.get("args", {}))
+
+
+def put_value(out: dict, merged: set, key: str, value: Any, merge: Any) -> None:
+    """xml-inline's rule for a key seen again: with `merge_duplicates`, its values become a list
+    (the first repeat wraps the first value in a list even when that value is itself a list, a
+    value_parser's JSON array say: the interpreter tracks merged keys in `merged`, not value
+    types); without, the later value wins."""
+    if key in out and merge:
+        if key not in merged:
+            out[key] = [out[key]]
+            merged.add(key)
+        out[key].append(value)
+    else:
+        out[key] = value
 
 
 def _xml_inline(text: str, args: Any) -> dict:
@@ -281,16 +296,7 @@ def _run_xml_inline(
                 )
             # a capture without an entry (or a group that took no part in the match): value_parser
             parser = parsers.get(groups[group], value_parser)
-        value = _sub_parse(groups.get("value", ""), parser)
-        if key in out and merge:
-            # The first repeat wraps the first value in a list even when that value is itself a
-            # list (a value_parser's JSON array, say): the interpreter tracks merged keys, not value types.
-            if key not in merged:
-                out[key] = [out[key]]
-                merged.add(key)
-            out[key].append(value)
-        else:
-            out[key] = value
+        put_value(out, merged, key, sub_parse(groups.get("value", ""), parser), merge)
     return out
 
 
@@ -338,14 +344,7 @@ def _merge_pairs(pairs: list[tuple[str, str]], value_parser: Any, merge: Any) ->
     out: dict[str, Any] = {}
     merged: set = set()
     for key, raw in pairs:
-        value = _sub_parse(raw, value_parser)
-        if key in out and merge:
-            if key not in merged:
-                out[key] = [out[key]]
-                merged.add(key)
-            out[key].append(value)
-        else:
-            out[key] = value
+        put_value(out, merged, key, sub_parse(raw, value_parser), merge)
     return out
 
 
@@ -379,7 +378,7 @@ def _kv_lines(text: str, args: Any) -> dict:
             continue
         key, value = line.split(kv_sep, 1)
         key, value = _strip(key, args), _strip(value, args)
-        out[key] = _sub_parse(value, value_parser)
+        out[key] = sub_parse(value, value_parser)
     return out
 
 

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+import regex
+
+# A whole-string transform placeholder: `{name}` or `{name.key.key}`, with the interpreter's syntax
+# (and its engine: `\w` is the regex module's).
+PLACEHOLDER = regex.compile(r"\{(\w+(?:\.\w+)*)\}")
+
 
 def resolve(scope: dict, path: str, root: str, keys: tuple[str, ...] = ()) -> Any:
     """The value of the placeholder `{path}` (= `root.key1.key2...`) in `scope`."""

@@ -107,8 +107,9 @@ ALLOWED = {
     "authoring": {"facade", "core", "frontend", "runtime", "version"},
 }
 # Single modules of another home that a home may import (not the rest of that home): the front end
-# analyses delimiter patterns on the runtime's regex tree, which the runtime needs itself.
-ALLOWED_MODULES = {"frontend": {"rtcompile.runtime.regex_syntax"}}
+# analyses delimiter patterns on the runtime's regex tree, which the runtime needs itself, and
+# checks transforms with the runtime's placeholder syntax.
+ALLOWED_MODULES = {"frontend": {"rtcompile.runtime.regex_syntax", "rtcompile.runtime.transforms"}}
 
 
 def test_the_layout_is_what_the_rules_describe():

@@ -1045,11 +1045,7 @@ def _per_call_field(g1: str, g2: str | None, given, reasoning, content_field, pa
         if not exact:
             _mark_guessed(result, g1)
         return listed
-    field = {"open_pattern": _call_open_pattern(g1, shape, split, reasoning), **_call_close(split)}
-    field.update({"repeats": True, "content": shape.content})
-    if shape.content_args:
-        field["content_args"] = shape.content_args
-    field["transform"] = shape.transform
+    field = _call_field({"open_pattern": _call_open_pattern(g1, shape, split, reasoning), **_call_close(split)}, shape)
     result.note(
         "tool_calls", "derived",
         f"each call {split.per_open.strip()!r}...{split.per_close.strip()!r}, arguments as {shape.content}"
@@ -1180,6 +1176,15 @@ def _mark_guessed(result: Inference, rendered: str) -> None:
             return
 
 
+def _call_field(delimiters: dict[str, str], shape: CallShape) -> dict[str, Any]:
+    """The tool-call field: its delimiters, then one call per region read as the shape says."""
+    field: dict[str, Any] = {**delimiters, "repeats": True, "content": shape.content}
+    if shape.content_args:
+        field["content_args"] = shape.content_args
+    field["transform"] = shape.transform
+    return field
+
+
 def _listed_in_section(
     g1: str, shape: CallShape, block: tuple[str, str], per_close: str, between: str, trail: str,
     section_tokens: list[str], result: Inference,
@@ -1221,15 +1226,12 @@ def _listed_in_section(
     if section_tokens:
         block_close = after_calls[: after_calls.find(section_tokens[0]) + len(section_tokens[0])].strip()
     last_char = (g1[shape.start : shape.end] + own_close)[-1]
-    field: dict[str, Any] = {
-        "open_pattern": "(?:" + block[0] + "|(?<=" + re.escape(last_char) + ")" + gap + ")" + own_open,
-    }
     ends = [gap + next_call] + ([r"\s*" + literal_pattern(block_close)] if block_close else [])
-    field["close_pattern"] = literal_pattern(own_close) + "(?=" + "|".join(ends) + ")"
-    field.update({"repeats": True, "content": shape.content})
-    if shape.content_args:
-        field["content_args"] = shape.content_args
-    field["transform"] = shape.transform
+    delimiters = {
+        "open_pattern": "(?:" + block[0] + "|(?<=" + re.escape(last_char) + ")" + gap + ")" + own_open,
+        "close_pattern": literal_pattern(own_close) + "(?=" + "|".join(ends) + ")",
+    }
+    field = _call_field(delimiters, shape)
     result.note(
         "tool_calls", "derived",
         f"calls listed after {block[1]}" + (f", up to {block_close!r}" if block_close else "")

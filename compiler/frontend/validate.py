@@ -17,6 +17,8 @@ from typing import Any
 
 import regex
 
+from rtcompile.runtime.transforms import PLACEHOLDER
+
 from . import ir
 from .canonical import TemplateError, TemplateTypeError, canonical_text, sha256_of
 from .patterns import (
@@ -45,8 +47,6 @@ FIELD_KEYS = {
     "transform",
     "transform_each",
 }
-# A whole-string transform placeholder: `{name}` or `{name.key.key}` (same syntax as the interpreter).
-PLACEHOLDER = regex.compile(r"\{(\w+(?:\.\w+)*)\}")
 
 
 def json_path(*parts: Any) -> str:
