@@ -478,9 +478,11 @@ def _schema_of_paths(parts: list[tuple[tuple, Any]], where: str) -> Any:
 def _tree_schema(node: dict) -> Any:
     if "__schema__" in node:
         return node["__schema__"]
-    # Only the keys the transform reads: a key it ignores (Mistral's chat templates write each
-    # call's "id") would be harmless, but an open member set makes xgrammar's compile five times
-    # slower.
+    # Only the keys the transform reads: a key it ignores (Mistral Nemo's chat template writes each
+    # call's "id" after them, Command R7B's "tool_call_id" before) would be harmless, but members
+    # allowed around them cost every template's compile: measured on qwen3's tag for 8 tools (1,776
+    # ids), 16 ms closed, 30-36 ms with any other member, 24-26 ms with string or integer members
+    # under any word key, 22-25 ms under three id-like keys alone.
     return {
         "type": "object",
         "properties": {key: _tree_schema(child) for key, child in node.items()},
