@@ -234,7 +234,7 @@ class CallWriter:
         excludes = self.excluded
         dialect = bool(self.args.get("string_delims") or self.args.get("unquoted_keys"))
         try:
-            return self.json_writer(excludes, where).value(schema, where)
+            return self.json_writer(excludes, where).value_in_key_orders(schema, where)
         except GrammarError:
             if dialect or _json_may_write(excludes):
                 raise
@@ -271,7 +271,7 @@ class CallWriter:
             schema["maxItems"] = high
         try:
             writer = self.json_writer(self.excluded, where)
-            calls = F.choice(*(writer.value(self.content_schema(t, where), where) for t in tools))
+            calls = F.choice(*(writer.value_in_key_orders(self.content_schema(t, where), where) for t in tools))
             listed = F.sequence(F.const("["), SPACE, _counted(calls, COMMA, low, high), SPACE, F.const("]"))
         except GrammarError:
             if self.args.get("string_delims") or self.args.get("unquoted_keys") or _json_may_write(self.excluded):
@@ -293,7 +293,7 @@ class CallWriter:
             for key, sub in properties.items():
                 if not CALL_LIST_NAME.fullmatch(key):
                     raise GrammarError(tool_where, f"the argument {key!r} cannot be written as a keyword")
-                members.append((F.sequence(F.const(key + "="), writer.value(sub, f"{tool_where}.{key}")), key in required))
+                members.append((F.sequence(F.const(key + "="), writer.value_in_key_orders(sub, f"{tool_where}.{key}")), key in required))
             calls.append(F.sequence(F.const(tool.name + "("), ordered_members(members, COMMA), F.const(")")))
         return F.sequence(F.const("["), _counted(F.choice(*calls), COMMA, low, high), F.const("]"))
 
@@ -347,7 +347,7 @@ class CallWriter:
             space = "".join(c for c in LAYOUT if not any(c in t for t in excludes if not t.strip()))
             writer = JsonWriter(Dialect(excludes=tuple(excludes), space=space), self.speller.write)
             if name == "json":
-                return writer.value(standard_schema(schema), where)
+                return writer.value_in_key_orders(standard_schema(schema), where)
             # (free text, stripped or not by the parser: any text is a string; it is followed by
             # fixed text only, as xgrammar's any_text must be)
             strips = stripped and self.args.get("strip", True) or (name == "text" and (parser.get("args") or {}).get("strip", True))

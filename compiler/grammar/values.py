@@ -18,7 +18,7 @@ the grammar never accepts arguments the schema rejects.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from . import formats as F
@@ -92,6 +92,9 @@ class Dialect:
     python: bool = False
     # The whitespace the writer may write around punctuation (none that could close the region).
     space: str = " \t\n\r"
+    # Every object's keys sorted (else in the schema's order): chat templates write a value's keys
+    # in the order given, or sorted throughout (`tojson` with sorted keys, `dictsort`).
+    sorted_keys: bool = False
 
 
 class JsonWriter:
@@ -104,6 +107,14 @@ class JsonWriter:
         self.space = F.regex(space) if space else F.EMPTY
         self.comma = F.regex(space + "," + space)
         self.colon = F.regex(space + ":" + space)
+
+    def value_in_key_orders(self, schema: Any, where: str) -> F.Format:
+        """The value with every object's keys in the schema's order, or every object's keys
+        sorted: the two ways chat templates write a value (one choice for the whole value, not
+        one per object, which would multiply the grammar by two at each level)."""
+        in_order = JsonWriter(replace(self.dialect, sorted_keys=False), self.write_text).value(schema, where)
+        in_sorted_order = JsonWriter(replace(self.dialect, sorted_keys=True), self.write_text).value(schema, where)
+        return F.choice(in_order, in_sorted_order)
 
     def value(self, schema: Any, where: str) -> F.Format:
         if isinstance(schema, dict) and "anyOf" in schema:
@@ -156,15 +167,8 @@ class JsonWriter:
         if not isinstance(properties, dict) or not required <= set(properties):
             raise GrammarError(where, "every required property must be declared in 'properties'")
         members = {key: (self.member(key, sub, f"{where}.{key}"), key in required) for key, sub in properties.items()}
-        orders = [list(members)]
-        if sorted(members) != orders[0]:  # (chat templates that sort keys, Gemma's among them)
-            orders.append(sorted(members))
-        return F.choice(
-            *(
-                F.sequence(F.const("{"), self.space, ordered_members([members[k] for k in order], self.comma), self.space, F.const("}"))
-                for order in orders
-            )
-        )
+        order = sorted(members) if self.dialect.sorted_keys else list(members)
+        return F.sequence(F.const("{"), self.space, ordered_members([members[k] for k in order], self.comma), self.space, F.const("}"))
 
     def member(self, key: str, schema: Any, where: str) -> F.Format:
         return F.sequence(self._key(key), self.colon, self.value(schema, where))
@@ -343,7 +347,7 @@ def raw_value(schema: Any, text: Callable[[], F.Format], writer: "JsonWriter", w
             written.append(F.choice(F.const("null"), F.const("None")))
         else:  # object, array: json.loads of the text
             sub = {"type": name, **{k: v for k, v in (schema if isinstance(schema, dict) else {}).items() if k not in ("type", "nullable")}}
-            written.append(writer.value(sub, where))
+            written.append(writer.value_in_key_orders(sub, where))
     return F.choice(*written)
 
 
