@@ -12,6 +12,7 @@ interpreter in token-id mode and hold the message's calls against the request.
 
 from __future__ import annotations
 
+import codecs
 import json
 import random
 import re
@@ -90,6 +91,7 @@ class Walker:
         Draws favour control tokens and one-character punctuation (which close strings, objects
         and lists), so that walks end; a stop is taken, when allowed, more and more often."""
         matcher = xgr.GrammarMatcher(grammar)
+        text = codecs.getincrementaldecoder("utf-8")()  # (the bytes written so far, as UTF-8)
         ids: list[int] = []
         while len(ids) < max_tokens:
             allowed = self.allowed(matcher)
@@ -100,12 +102,35 @@ class Walker:
             candidates = [i for i in allowed if i not in self.stop_ids]
             if not candidates:
                 return ids, True
+            candidates = self._utf8(candidates, text)
+            if not candidates:  # (only bytes that form no character could follow)
+                return ids, False
             choice = self._draw(candidates, rng)
             if choice in self.control_ids and rng.random() < spell and self._spell(matcher, choice, ids):
+                text.decode(self.control_ids[choice].encode())  # (spelled out: the same text)
                 continue
             assert matcher.accept_token(choice)
+            text.decode(self.info.decoded_vocab[choice])
             ids.append(choice)
         return ids, False
+
+    def _utf8(self, candidates: list[int], text: Any) -> list[int]:
+        """The candidates after which the output is still UTF-8. Free text in xgrammar 0.2.8
+        (`any_text` with excludes) also takes byte tokens that form no character (a lone lead
+        byte, then `]`); a sentencepiece decoder turns that whole run of byte tokens into U+FFFD,
+        delimiter characters among them, so the parser reads another text than the grammar
+        matched. The grammar's free text means text: walks write UTF-8 (the measured behaviour is
+        pinned in test_grammar_api.py)."""
+        state = text.getstate()
+        kept = []
+        for token_id in candidates:
+            try:
+                text.decode(self.info.decoded_vocab[token_id])
+                kept.append(token_id)
+            except UnicodeDecodeError:
+                pass
+            text.setstate(state)
+        return kept
 
     def _draw(self, candidates: list[int], rng: random.Random) -> int:
         roll = rng.random()

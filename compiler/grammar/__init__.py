@@ -68,6 +68,8 @@ def structural_tag(
     speller = Speller.for_tokenizer(tokenizer, stop_tokens)
     ir = _ir_of(module, frontend)
     state = prompt_state(module, ir, prefix, tokenizer)
+    if tokenizer is not None:
+        _check_first_token_decoding(ir, tokenizer)
     key = (module.TEMPLATE_SHA256, request.key(), state, tuple(sorted(speller.control.items())), speller.stops)
     cached = _CACHE.get(key)
     if cached is not None:
@@ -128,6 +130,22 @@ def _delimiter_in(ir: Any, current: str | None, text: str) -> bool:
         return True
     closes_sink = sink is not None and sink.close is not None and regex.search(sink.close.alternation, text, regex.DOTALL)
     return bool(text.strip()) and not closes_sink
+
+
+def _check_first_token_decoding(ir: Any, tokenizer: Any) -> None:
+    """The token-id parser decodes the output from its first token on, and a decoder of
+    sentencepiece's kind drops the space that the first token starts with: an opener that starts
+    with whitespace, written first, would not be read as one. Refused."""
+    for field in ir.fields:
+        for literal in (field.open.literals or ()) if field.open is not None else ():
+            if not literal[:1].isspace():
+                continue
+            ids = tokenizer.encode(literal, add_special_tokens=False)
+            if tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False) != literal:
+                raise GrammarError(
+                    f"fields.{field.name}.open", f"this tokenizer decodes an output that starts with {literal!r} without "
+                    "its leading whitespace, so the parser would not read it as the opener there"
+                )
 
 
 _IRS: dict[str, Any] = {}

@@ -146,3 +146,50 @@ def test_the_command_fails_with_one_line(tmp_path, args, message):
     assert done.returncode == 2 and done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rtcompile: error: ") and message in lines[0]
+
+
+def _sentencepiece(*added: str):
+    from token_strategies import Recipe, tokenizer_for
+    from tokenizer_pool import AddedSpec
+
+    return tokenizer_for(Recipe("sentencepiece", tuple(AddedSpec(a, "special") for a in added), False, False))
+
+
+def test_an_opener_whose_space_the_first_token_loses_is_refused():
+    """A sentencepiece decoder drops the space the first token of a text starts with, and the
+    token-id parser decodes the output from its first token, prompt or not: an output that opens
+    with ` >` is read as `>`, no call. The grammar refuses such an opener (text mode is not
+    affected: a server decodes the text after the prompt)."""
+    from transformers.utils.chat_parsing import parse_response as interpreter_parse
+
+    template = {
+        "start_anchor": "<|a|>",
+        "fields": {"tool_calls": {"open": " >", "close": "</call>", "content": "json", "repeats": True,
+                                  "transform": {"type": "function", "function": "{content}"}}},
+    }
+    tokenizer = _sentencepiece("</call>", "<|a|>")
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    prompt = tokenizer.encode("Hi.<|a|>", add_special_tokens=False)
+    call = tokenizer.encode(' >{"name": "a", "arguments": {}}</call>', add_special_tokens=False)
+    assert interpreter_parse(call, template, prefix=prompt, tokenizer=tokenizer) == {}  # (why)
+    assert interpreter_parse(tokenizer.decode(prompt + call), template, prefix="")["tool_calls"]
+    with pytest.raises(rtcompile.GrammarError, match=r"fields.tool_calls.open: .* without its leading whitespace"):
+        rtcompile.structural_tag(template, tools, tool_choice="required", prefix=prompt, tokenizer=tokenizer)
+    rtcompile.structural_tag(template, tools, tool_choice="required", prefix="Hi.<|a|>")
+
+
+def test_xgrammar_free_text_with_excludes_takes_bytes_that_form_no_character():
+    """Why the walks keep to UTF-8 (grammar_walk.Walker): xgrammar 0.2.8's `any_text` with
+    excludes takes a lone lead byte then `]`, which its `any_text` without excludes and its
+    regexes refuse. When this fails, xgrammar keeps free text UTF-8 and the walks need no filter."""
+    tokenizer = _sentencepiece("<a>", "<|end_of_output|>")
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer), stop_token_ids=[tokenizer.convert_tokens_to_ids("<|end_of_output|>")])
+    compiler = xgr.GrammarCompiler(info, cache_enabled=False)
+    lone, bracket = tokenizer.convert_tokens_to_ids(["<0xC5>", "<0x5D>"])
+
+    def takes(fmt: dict) -> bool:
+        matcher = xgr.GrammarMatcher(compiler.compile_structural_tag(json.dumps({"type": "structural_tag", "format": fmt})))
+        return matcher.accept_token(lone) and matcher.accept_token(bracket)
+
+    assert takes({"type": "any_text", "excludes": ["<a>"]})
+    assert not takes({"type": "any_text"}) and not takes({"type": "regex", "pattern": "[^<]*"})
