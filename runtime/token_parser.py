@@ -216,7 +216,12 @@ class TokenIds:
         ):
             # Machine.feed_text's commonest chunk, tested here as there (one call per chunk). A
             # halted parser never passes it: it has no region open, or no fast path (trigger "").
-            if self._opened and self._trigger not in text and not self._buf and text[-1] not in self._lead_chars:  # type: ignore[attr-defined]
+            if (
+                self._opened  # type: ignore[attr-defined]
+                and self._trigger not in text  # type: ignore[attr-defined]
+                and not self._buf  # type: ignore[has-type]
+                and text[-1] not in self._lead_chars  # type: ignore[attr-defined]
+            ):
                 self._parts.append(text)  # type: ignore[attr-defined]
                 return self._chunk_field, text  # type: ignore[attr-defined]
             if self._halted:  # type: ignore[attr-defined]

@@ -276,7 +276,8 @@ def _private_names_defined(tree: ast.AST) -> set[str]:
         elif isinstance(node, ast.alias):
             found.add(node.asname or node.name.split(".")[0])
         elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__slots__" for t in node.targets):
-            found.update(c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str))
+            strings = (c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant))
+            found.update(value for value in strings if isinstance(value, str))
     return {name for name in found if _is_private(name)}
 
 
@@ -344,10 +345,11 @@ def _runtime_reaches(tree: ast.AST) -> list[str]:
     for node in ast.walk(tree):
         bad = False
         if isinstance(node, ast.Attribute):
+            owner = classes.get(node.value.id) if isinstance(node.value, ast.Name) else None
             bad = (
                 (_is_private(node.attr) and not _is_own(node.value) and not _private_read_allowed(node.attr))
                 or node.attr in PROPERTY_PARTS
-                or (isinstance(node.value, ast.Name) and node.attr in RUNTIME_CLASS_MEMBERS.get(classes.get(node.value.id), ()))
+                or node.attr in RUNTIME_CLASS_MEMBERS.get(owner, ())
             )
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id == "super":

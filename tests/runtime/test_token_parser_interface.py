@@ -79,7 +79,8 @@ def _steps(module, tokenizer, run, ids: list, wrap, declined_at_once: list[bool]
     waiting = False
     for position, token_id in enumerate(ids):
         decoder = parser.token_decoder
-        if not waiting and decoder.idle and not decoder.marked and token_id in decoder.profile.clean and type(token_id) is int:
+        clean = type(token_id) is int and token_id in decoder.profile.clean
+        if clean and not waiting and decoder.idle and not decoder.marked:
             shortcuts += 1
         taken = _outcome(lambda: parser.feed_text(wrap([token_id])))
         steps.append(taken)
