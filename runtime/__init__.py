@@ -2,6 +2,9 @@
 
 `__all__` is the interface between the code generator and generated code (its ABI). A generated
 module checks `RUNTIME_ABI` at import and refuses to run against a runtime it was not built for.
+What the serving integrations may use of a parser object (its public methods and properties, its
+token decoder's, its tokenizer profile's) is listed in TOKEN_IDS.md, "The servers' interface";
+that is not part of the ABI (the integrations ship with the runtime).
 This package imports nothing from the compiler side (`rtcompile` proper), nor jinja2, black or
 transformers, so importing a generated parser stays cheap.
 """

@@ -208,6 +208,12 @@ class TokenizerProfile:
         self._anchor_heads: dict[str, int | None] = {}
         self._learning = threading.Lock()
 
+    def encode(self, text: str) -> list[int]:
+        """The ids the tokenizer encodes `text` to, as a model writes it: an added token's spelling
+        (a control token's) is matched as its id, and no special token is added around it
+        (`add_special_tokens=False`)."""
+        return self.backend.encode(text, add_special_tokens=False).ids
+
     def _spells_itself(self, token_id: int, spelling: str) -> bool:
         """Whether a control token decodes, on its own and after any pending bytes, to its spelling
         and nothing else, so that the byte-level decoder can hand out the spelling directly (as the
@@ -563,7 +569,8 @@ class TokenIdDecoder:
     `marked` turns true once a MARKER has been given out (a spelled-out control token was defused,
     or the model wrote U+FDD2 itself): from then on the parser strips markers. `defused` is true
     once a control token's spelling was defused: the model wrote a control token with ordinary
-    tokens, which therefore did not act as a delimiter."""
+    tokens, which therefore did not act as a delimiter. `idle`: nothing is held back (see there).
+    Read them; the decoder sets them."""
 
     __slots__ = (
         "_profile",
@@ -611,6 +618,14 @@ class TokenIdDecoder:
     @property
     def profile(self) -> TokenizerProfile:
         return self._profile
+
+    @property
+    def idle(self) -> bool:
+        """Whether nothing is held back anywhere (no bytes of an incomplete character, no possible
+        start of a control token's spelling) on a byte-level tokenizer: then a feed of one id of
+        `profile.clean` returns that id's text there and leaves the decoder as it was. (Never for
+        other decoders: DecodeStream keeps state of its own.)"""
+        return self._idle
 
     @property
     def held_text(self) -> str:

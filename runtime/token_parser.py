@@ -97,15 +97,23 @@ class TokenIds:
     * `feed_text(ids)` / `feed_declined(ids)`: the servers' fast path, as for text: `feed_text`
       decodes the ids and reads the text when all it can do is add to the open region, returning
       (field, text read); otherwise None, and the decoded text waits for `feed_declined` (or the
-      next `feed`), so the ids are decoded once.
+      next `feed`), so the ids are decoded once. A server's commonest chunk, one id whose text
+      needs nothing but itself, costs no decoding at all (see feed_text).
     * `defused`: whether the model has written a control token with ordinary tokens so far (its
       spelling was defused: it stayed text, as in the interpreter).
     * `unread_text`: text fed so far that no event has reported yet, including what the decoder
-      holds back (a possible control token's spelling), markers stripped.
+      holds back (a possible control token's spelling), markers stripped; `unread_decoded_text`:
+      the decoded part of it as the machine reads it, markers kept.
+    * `token_decoder`: the `TokenIdDecoder` turning the ids into text (its `profile` knows the
+      tokenizer: `control_ids`, `encode`).
     """
 
     _decoder: TokenIdDecoder
     _declined: str | None
+    _clean_texts: dict[int, str]  # the profile's table of ids whose text needs nothing but itself
+    # The generated class's own feed_text (set by token_parser_class): the text machine's, which
+    # this class's feed_text overrides.
+    _machine_feed_text: Callable[[Any, str], tuple[str, str] | None]
 
     def __init__(
         self,
@@ -132,6 +140,7 @@ class TokenIds:
         )
         self._declined = None
         self._decoder = decoder = TokenIdDecoder(profile_for(tokenizer), refuse_unknown_ids, recover_decode_errors)
+        self._clean_texts = decoder.profile.clean
         text = _decode_prefix(decoder, tokenizer, prefix)
         if decoder.marked:
             self._markers = True
@@ -152,8 +161,20 @@ class TokenIds:
 
     @property
     def unread_text(self) -> str:
-        text = Machine.unread_text.fget(self) + (self._declined or "") + self._decoder.held_text  # type: ignore[attr-defined]
+        """The text fed so far that no event has reported yet, markers stripped: the decoded text
+        not read yet (`unread_decoded_text`), then what the decoder holds back as the possible
+        start of a control token's spelling (`token_decoder.held_text`)."""
+        text = self.unread_decoded_text + self._decoder.held_text
         return text.replace(MARKER, "") if self._markers else text
+
+    @property
+    def unread_decoded_text(self) -> str:
+        """The decoded text fed so far that no event has reported yet, as the text machine reads
+        it: a control token the model spelled out with ordinary tokens keeps its markers (MARKER
+        between its characters), so a delimiter's spelling at its end is one the model generated
+        as ids. Without what the decoder still holds back (`token_decoder.held_text`), which is
+        not decoded text yet."""
+        return Machine.unread_text.fget(self) + (self._declined or "")  # type: ignore[attr-defined]
 
     def _decode(self, ids: Any) -> str:
         if isinstance(ids, str):
@@ -174,6 +195,41 @@ class TokenIds:
         return _strip_chunks(events) if self._markers else events
 
     def feed_text(self, ids: Any) -> tuple[str, str] | None:  # type: ignore[override]
+        """The text machine's feed_text (Machine.feed_text) for the text of `ids`: (field, text
+        read) when all that text can do is add to the open region; None otherwise, and the decoded
+        text waits for feed_declined.
+
+        A server's commonest chunk takes a shorter way, with the same result: one id (a list of one
+        int) while the decoder holds nothing back and has never given out a marker, and no declined
+        text waits, whose text needs nothing but itself (`TokenizerProfile.clean`: whole characters,
+        no control token, nothing a control token starts with). The decoder would return exactly
+        that text and stay as it is, so the text is read with no decoding at all."""
+        decoder = self._decoder
+        if (
+            type(ids) is list
+            and len(ids) == 1
+            and decoder._idle  # (`idle`'s slot: no property call per chunk)
+            and not decoder.marked
+            and self._declined is None
+            and type(token_id := ids[0]) is int
+            and (text := self._clean_texts.get(token_id)) is not None
+        ):
+            # Machine.feed_text's commonest chunk, tested here as there (one call per chunk). A
+            # halted parser never passes it: it has no region open, or no fast path (trigger "").
+            if (
+                self._opened  # type: ignore[attr-defined]
+                and self._trigger not in text  # type: ignore[attr-defined]
+                and not self._buf  # type: ignore[has-type]
+                and text[-1] not in self._lead_chars  # type: ignore[attr-defined]
+            ):
+                self._parts.append(text)  # type: ignore[attr-defined]
+                return self._chunk_field, text  # type: ignore[attr-defined]
+            if self._halted:  # type: ignore[attr-defined]
+                return None  # (feed_declined refuses)
+            taken = self._machine_feed_text(text)
+            if taken is None:
+                self._declined = text
+            return taken
         if self._halted:  # type: ignore[attr-defined]
             return None  # (feed_declined refuses)
         text = self._decode(ids)
@@ -183,7 +239,7 @@ class TokenIds:
         if self._markers and (MARKER in text or MARKER in self._buf):  # type: ignore[has-type]
             taken = None
         else:
-            taken = super().feed_text(text)  # type: ignore[misc]
+            taken = self._machine_feed_text(text)
         if taken is None:
             self._declined = text
             return None
@@ -230,7 +286,12 @@ def token_parser_class(cls: type) -> type:
         return cls
     made = _TOKEN_CLASSES.get(cls)
     if made is None:
-        made = type(cls.__name__, (TokenIds, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+        namespace = {
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+            "_machine_feed_text": cls.feed_text,  # (called as a plain function: no super() per chunk)
+        }
+        made = type(cls.__name__, (TokenIds, cls), namespace)
         made = _TOKEN_CLASSES.setdefault(cls, made)
     return made
 

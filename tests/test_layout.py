@@ -226,3 +226,190 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path, monkeypatch):
     path = PACKAGE_DIR / "frontend" / "validate.py"
     monkeypatch.setattr(Path, "read_text", lambda self, encoding=None: source)
     assert _imports("rtcompile.frontend.validate", path) == {"rtcompile.api", "rtcompile.frontend.ir"}
+
+
+# ---- integrations use the runtime's public interface only -------------------------------------------
+# The runtime documents what servers may use of a parser (runtime/TOKEN_IDS.md, "The servers'
+# interface"); a private name read from outside is a contract nobody declared, which a change inside
+# the runtime breaks silently. The rule, read from the AST of every integration module:
+#
+# 1. `obj._name` (one leading underscore; `obj` anything but the bare names `self` and `cls`, an
+#    integration's own object) only where the integrations define `_name` themselves (assigned as an
+#    attribute, a def or class, a module-level or class-level name, a slot) and no runtime or
+#    generated module does, or where it is a host's own name (HOST_PRIVATE_NAMES).
+#    `getattr(obj, "_name")` and its kin count as `obj._name`.
+# 2. No read of a property's parts (`.fget`, `.fset`, `.fdel`) and no `super()` with arguments:
+#    both reach past the method a parser's own class gives (the token-id subclass's, say).
+# 3. No instance method or property read off a runtime class (`Machine.feed_text(parser, text)`,
+#    `Machine.unread_text`): the same bypass, through the class.
+# 4. No private name imported from the runtime.
+
+RUNTIME_HOMES = ("runtime", "generated")
+# Private names of the hosts' own objects that an integration reads, and whose they are.
+HOST_PRIVATE_NAMES = {
+    "_reasoning_parser": "vLLM: vllm.parser.abstract_parser's parser keeps the reasoning parser it built",
+}
+PROPERTY_PARTS = frozenset({"fget", "fset", "fdel"})
+NAME_FUNCTIONS = frozenset({"getattr", "setattr", "hasattr", "delattr"})
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _trees(homes: tuple[str, ...]) -> dict[str, ast.Module]:
+    return {
+        name: ast.parse(path.read_text(encoding="utf-8")) for name, path in MODULES.items() if _home(name) in homes
+    }
+
+
+def _private_names_defined(tree: ast.AST) -> set[str]:
+    """The private names a module defines: attributes it assigns (on any object), defs and
+    classes, names it binds (at any level, imports included), the strings of a `__slots__`."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+            found.add(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            found.add(node.id)
+        elif isinstance(node, ast.alias):
+            found.add(node.asname or node.name.split(".")[0])
+        elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__slots__" for t in node.targets):
+            strings = (c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant))
+            found.update(value for value in strings if isinstance(value, str))
+    return {name for name in found if _is_private(name)}
+
+
+def _instance_members(trees: dict[str, ast.Module]) -> dict[str, set[str]]:
+    """Runtime class name -> its instance methods and properties (its runtime bases' included):
+    every def in the class body but static and class methods."""
+    own: dict[str, set[str]] = {}
+    bases: dict[str, list[str]] = {}
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = [base.id for base in node.bases if isinstance(base, ast.Name)]
+                own[node.name] = {
+                    item.name
+                    for item in node.body
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and not item.name.startswith("__")
+                    and not any(getattr(d, "id", None) in ("staticmethod", "classmethod") for d in item.decorator_list)
+                }
+
+    def members(name: str, seen: frozenset = frozenset()) -> set[str]:
+        found = set(own.get(name, ()))
+        for base in bases.get(name, ()):
+            if base in own and base not in seen:
+                found |= members(base, seen | {name})
+        return found
+
+    return {name: members(name) for name in own}
+
+
+RUNTIME_TREES = _trees(RUNTIME_HOMES)
+RUNTIME_PRIVATE = set().union(*map(_private_names_defined, RUNTIME_TREES.values()))
+RUNTIME_CLASS_MEMBERS = _instance_members(RUNTIME_TREES)
+INTEGRATION_TREES = _trees(("integrations",))
+INTEGRATION_PRIVATE = set().union(*map(_private_names_defined, INTEGRATION_TREES.values()))
+
+
+def _is_runtime_module(module: str) -> bool:
+    return module.startswith(("rtcompile.runtime", "rtcompile.generated"))
+
+
+def _runtime_class_names(tree: ast.AST) -> dict[str, str]:
+    """Local name -> runtime class, for the runtime classes a module imports."""
+    return {
+        alias.asname or alias.name: alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and _is_runtime_module(node.module or "")
+        for alias in node.names
+        if alias.name in RUNTIME_CLASS_MEMBERS
+    }
+
+
+def _private_read_allowed(name: str) -> bool:
+    return name in HOST_PRIVATE_NAMES or (name in INTEGRATION_PRIVATE and name not in RUNTIME_PRIVATE)
+
+
+def _is_own(node: ast.AST) -> bool:
+    return isinstance(node, ast.Name) and node.id in ("self", "cls")
+
+
+def _runtime_reaches(tree: ast.AST) -> list[str]:
+    """Every place in `tree` that breaks the rule above, as `line: code`."""
+    classes = _runtime_class_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        bad = False
+        if isinstance(node, ast.Attribute):
+            owner = classes.get(node.value.id) if isinstance(node.value, ast.Name) else None
+            bad = (
+                (_is_private(node.attr) and not _is_own(node.value) and not _private_read_allowed(node.attr))
+                or node.attr in PROPERTY_PARTS
+                or node.attr in RUNTIME_CLASS_MEMBERS.get(owner, ())
+            )
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id == "super":
+                bad = bool(node.args or node.keywords)
+            elif node.func.id in NAME_FUNCTIONS and len(node.args) >= 2 and not _is_own(node.args[0]):
+                name = node.args[1]
+                bad = isinstance(name, ast.Constant) and isinstance(name.value, str) and _is_private(name.value)
+                bad = bad and not _private_read_allowed(name.value)
+        elif isinstance(node, ast.ImportFrom) and _is_runtime_module(node.module or ""):
+            bad = any(_is_private(alias.name) for alias in node.names)
+        if bad:
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(INTEGRATION_TREES))
+def test_integrations_use_only_the_runtimes_public_interface(name):
+    reaches = _runtime_reaches(INTEGRATION_TREES[name])
+    assert reaches == [], f"{name} reaches past the runtime's public interface: {reaches}"
+
+
+def _reaches_in(source: str) -> list[str]:
+    return _runtime_reaches(ast.parse(source))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "if self._decoder._idle: pass",
+        "unread = Machine.unread_text.fget(parser)",
+        "from rtcompile.runtime.machine import Machine\nunread = Machine.unread_text",
+        "from rtcompile.runtime.machine import Machine as M\nM.feed_text(parser, text)",
+        "from rtcompile.runtime.token_parser import TokenIds\nTokenIds.feed(parser, ids)",
+        "read = super(TokenIds, parser).feed_text",
+        "held = parser._buf[parser._pos:]",
+        "self.parser._markers = True",
+        "tail = getattr(parser, '_declined', None)",
+        "from rtcompile.runtime.token_ids import _lookup",
+        "decoder = parser.token_decoder\ndecoder._profile.clean",
+        "ids = profile.backend._learn(1, 0)",
+    ],
+)
+def test_the_runtime_interface_check_sees_every_reach(source):
+    assert _reaches_in(source), source
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "self._feed_text = parser.feed_text",
+        "cls._plans = {}",
+        "unread = parser.unread_decoded_text",
+        "ids = parser.token_decoder.profile.encode(rest)",
+        "super().__init__(key, renderer)",
+        "from rtcompile.runtime.token_parser import TokenIds\nok = isinstance(parser, TokenIds)",
+        "from rtcompile.runtime.token_ids import TokenIdDecoder\nd = TokenIdDecoder(profile)",
+        "plan = parser._plan",  # (the vLLM integration's own parser)
+        "if parser._reasoning_parser is None: pass",  # (vLLM's, HOST_PRIVATE_NAMES)
+    ],
+)
+def test_the_runtime_interface_check_passes_the_public_interface(source):
+    assert _reaches_in(source) == [], source

@@ -57,7 +57,6 @@ import logging
 import weakref
 from typing import Any, Callable
 
-from rtcompile.runtime.machine import Machine
 from rtcompile.runtime.token_ids import MARKER, TokenIdDecoder
 from rtcompile.runtime.token_parser import TokenIds
 
@@ -555,10 +554,6 @@ class Generation:
         feed_text = getattr(parser, "feed_text", None)
         self._feed_text = feed_text
         self._omits_stop_token = text_omits_stop_token
-        if self.reads_ids:  # (the fast path's reading of one id: see feed)
-            self._decoder = parser.token_decoder
-            self._clean = self._decoder.profile.clean
-            self._read_text = super(TokenIds, parser).feed_text  # (the generated class's)
         self._feed_declined = getattr(parser, "feed_declined", parser.feed)
         self._closers = plan.closers if complete_closers else {}
         # Prompt text the parser holds back at the prompt's end, while it is not resolved (see
@@ -608,25 +603,10 @@ class Generation:
         where they have them.
 
         The fast path: the common chunk read by the parser's `feed_text` and made into the host's
-        result by its text maker. Ids: one id whose text needs nothing but itself
-        (`TokenizerProfile.clean`: no control token, no marker, whole characters), from a decoder
-        that holds nothing back and has never defused a spelling, is read as that text by the text
-        machine's `feed_text` (exactly what the parser's decoding would give it, leaving the
-        decoder as it is); other ids go to the parser's own `feed_text`, which decodes them."""
+        result by its text maker. A token parser's `feed_text` reads the commonest chunk of ids,
+        one id whose text needs nothing but itself, with no decoding at all (TokenIds.feed_text)."""
         if self._fast and not finished:
-            if not self.reads_ids:
-                taken = self._feed_text(delta_text)
-            elif (
-                type(delta_token_ids) is list
-                and len(delta_token_ids) == 1
-                and type(delta_token_ids[0]) is int
-                and self._decoder._idle
-                and not self._decoder.marked
-                and (text := self._clean.get(delta_token_ids[0])) is not None
-            ):
-                taken = self._read_text(text)
-            else:
-                taken = self._feed_text(delta_token_ids)
+            taken = self._feed_text(delta_token_ids if self.reads_ids else delta_text)
             if taken is not None:
                 field, read = taken
                 if read:
@@ -668,7 +648,7 @@ class Generation:
             return self._nothing()
         chunk = token_ids if self.reads_ids else text
         if chunk is not None and self.reads_ids and self._omits_stop_token:
-            chunk = written_ids(text, as_id_list(chunk), self._decoder.profile.control_ids)
+            chunk = written_ids(text, as_id_list(chunk), self.parser.token_decoder.profile.control_ids)
         if chunk is not None and len(chunk):
             events = self._feed_slow(chunk)
             if events or self._prompt_held:
@@ -714,7 +694,7 @@ class Generation:
         if self.reads_ids:
             if parser.token_decoder.held_text:
                 return None
-            unread = Machine.unread_text.fget(parser)  # (with the markers of spelled-out tokens)
+            unread = parser.unread_decoded_text  # (with the markers of spelled-out tokens)
         else:
             unread = parser.unread_text
         for closer, anchor in closers:
@@ -722,7 +702,7 @@ class Generation:
                 if unread.endswith(closer[:cut]):
                     rest = closer[cut:]
                     if self.reads_ids:  # (the anchor's control tokens as their ids)
-                        return parser.token_decoder.profile.backend.encode(rest, add_special_tokens=False).ids
+                        return parser.token_decoder.profile.encode(rest)
                     return rest
         return None
 
