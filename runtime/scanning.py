@@ -108,6 +108,9 @@ class LazyRegex:
     def finditer(self, *args: Any, **kwargs: Any) -> Any:
         return self.compiled().finditer(*args, **kwargs)
 
+    def fullmatch(self, *args: Any, **kwargs: Any) -> Any:
+        return self.compiled().fullmatch(*args, **kwargs)
+
     def sub(self, *args: Any, **kwargs: Any) -> Any:
         return self.compiled().sub(*args, **kwargs)
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-import regex
+from .scanning import LazyRegex
 
 # A whole-string transform placeholder: `{name}` or `{name.key.key}`, with the interpreter's syntax
-# (and its engine: `\w` is the regex module's).
-PLACEHOLDER = regex.compile(r"\{(\w+(?:\.\w+)*)\}")
+# (and its engine: `\w` is the regex module's; compiled when first used, not at import).
+PLACEHOLDER = LazyRegex(r"\{(\w+(?:\.\w+)*)\}")
 
 
 def resolve(scope: dict, path: str, root: str, keys: tuple[str, ...] = ()) -> Any:

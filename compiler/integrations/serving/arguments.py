@@ -35,7 +35,7 @@ from typing import Any, Callable
 import regex
 
 from rtcompile.runtime import regex_syntax
-from rtcompile.runtime.content_parsers import CallListReader, parse_content
+from rtcompile.runtime.content_parsers import CallListReader, put_value, sub_parse
 from rtcompile.runtime.twin import stdlib_twin
 
 _WORD = regex.compile(r"\w+")
@@ -530,28 +530,14 @@ class TagArguments:
         try:
             if key is None:
                 raise ValueError("no key")
-            value = _sub_parse(groups.get("value", ""), self.value_parser)
+            value = sub_parse(groups.get("value", ""), self.value_parser)
         except Exception:  # the final parse fails the same way: leave it to the region's close
             self.dead = True
             return False
         values = self.values
-        if key in values and self.merge:
-            if key not in self.merged:  # (the first repeat makes the list, as in the final parse)
-                values[key] = [values[key]]
-                self.merged.add(key)
-            values[key].append(value)
-        else:
-            values[key] = value
+        put_value(values, self.merged, key, value, self.merge)  # (as the final parse merges)
         self.region.pair(0, key, values[key])
         return True
-
-
-def _sub_parse(raw: Any, value_parser: Any) -> Any:
-    # as content_parsers._sub_parse: the value parser of xml-inline and kv-lines
-    if value_parser is None:
-        return raw
-    return parse_content(raw, value_parser.get("name", "text"), value_parser.get("args", {}))
-
 
 
 # ---- kv-lines ---------------------------------------------------------------------------------------
@@ -601,7 +587,7 @@ class LineArguments:
         if strip:
             key, value = key.strip(), value.strip()
         try:
-            value = _sub_parse(value, self.value_parser)
+            value = sub_parse(value, self.value_parser)
         except Exception:
             self.dead = True
             return False

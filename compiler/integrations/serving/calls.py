@@ -30,12 +30,12 @@ Arguments of an unknown transform shape go out whole at the region's close.
 
 from __future__ import annotations
 
-import re
 import weakref
 from typing import Any
 
 from rtcompile.runtime.coerce import TYPED, cast_mode, coerce_argument, schema_types
 from rtcompile.runtime.content_parsers import CallListReader, make_parser
+from rtcompile.runtime.transforms import PLACEHOLDER
 
 from .arguments import (
     CallListArguments,
@@ -46,7 +46,6 @@ from .arguments import (
     to_json,
 )
 
-_PLACEHOLDER = re.compile(r"\{(\w+(?:\.\w+)*)\}")
 MISSING = object()  # a call value without `arguments`
 
 
@@ -102,7 +101,7 @@ def _source(node: Any, each: bool) -> _Source:
         return _Source("unknown")
     if not isinstance(node, str):
         return _Source("literal", node)
-    whole = _PLACEHOLDER.fullmatch(node)
+    whole = PLACEHOLDER.fullmatch(node)
     if whole is None:
         return _Source("literal", node)
     root, *keys = whole.group(1).split(".")
