@@ -435,6 +435,28 @@ def _nothing_maker(renderer: Renderer) -> Callable[[str], Any]:
 # ---- the generation ---------------------------------------------------------------------------------
 
 
+def _new_parser(plan: ServingPlan, prefix: str, tools: list | None, verbatim_keys: dict, prompt_token_ids: Any, tokenizer: Any) -> Any:
+    """The compiled parser of a generation, built with the prompt: it reads token ids with a
+    tokenizer (the prompt's ids when given), text otherwise."""
+    options: dict[str, Any] = {}
+    prompt: Any = prefix
+    if tokenizer is not None:
+        options["tokenizer"] = tokenizer
+        # tokenizers' DecodeStream failing on byte-fallback ids ends no stream here
+        options["recover_decode_errors"] = True
+        if prompt_token_ids is not None:
+            prompt = prompt_token_ids
+    return plan.parser_class(
+        prompt,
+        tools=tools or None,
+        errors="keep",
+        # what a closer pattern matched, for a verbatim region closed by one
+        report_closers=any(field in plan.pattern_closed for field in verbatim_keys),
+        eager=True,
+        **options,
+    )
+
+
 class Generation:
     """One generation through the compiled parser of `plan`, as operations of `renderer` (module
     docstring). Give `parser` (a fresh one, for a host that builds its own: OpenAIStream), or the
@@ -481,74 +503,13 @@ class Generation:
         self.unread_at_end = ""
         verbatim_keys = verbatim_keys or {}
         if parser is None:
-            options: dict[str, Any] = {}
-            prompt: Any = prefix
-            if tokenizer is not None:
-                options["tokenizer"] = tokenizer
-                # tokenizers' DecodeStream failing on byte-fallback ids ends no stream here
-                options["recover_decode_errors"] = True
-                if prompt_token_ids is not None:
-                    prompt = prompt_token_ids
-            parser = plan.parser_class(
-                prompt,
-                tools=tools or None,
-                errors="keep",
-                # what a closer pattern matched, for a verbatim region closed by one
-                report_closers=any(field in plan.pattern_closed for field in verbatim_keys),
-                eager=True,
-                **options,
-            )
+            parser = _new_parser(plan, prefix, tools, verbatim_keys, prompt_token_ids, tokenizer)
         self.parser = parser
         self.reads_ids = isinstance(parser, TokenIds)
         if tool_parameters is None:  # (the parser's, from the tools it was built with)
             tool_parameters = getattr(parser, "tool_parameters", None) or {}
-
-        handlers: dict[str, Any] = {}
-        for field, key in (text_keys or {}).items():
-            spec = plan.fields.get(field)
-            if spec is None:
-                continue
-            if key is None:
-                handlers[field] = _Dropped("", renderer)
-            elif isinstance(spec.get("join"), str) and spec.get("repeats"):
-                handlers[field] = _JoinedText(key, renderer, spec["join"])
-            else:
-                handlers[field] = _RawText(key, renderer)
-        defaults = plan.template.get("defaults") or {}
-        self._message_text: dict[str, _MessageText] = {}
-        for field, key in (message_keys or {}).items():
-            if field in plan.fields or field in defaults:  # (a default alone is sent at the end)
-                keep_mode = getattr(parser, "errors", "strict") == "keep"
-                handler = _MessageText(self, field, key, plan.fields.get(field, {}), defaults.get(field), keep_mode)
-                handlers[field] = self._message_text[field] = handler
-        for field, key in verbatim_keys.items():
-            if field in plan.fields:
-                handlers[field] = _Verbatim(self, key, plan.fields[field], field in plan.pattern_closed)
-        self._tool_calls: ToolCalls | None = None
-        if tool_field is not None and tool_field in plan.fields:
-            handlers[tool_field] = self._tool_calls = ToolCalls(
-                self, renderer, tool_field, plan.tool_call_plan(tool_field), tool_parameters
-            )
-        self._handlers = handlers
-
-        # The fast path: per field, what makes the result of a common chunk read in it.
-        self._nothing = renderer.nothing
-        self._makers: dict[str, Callable[[str], Any]] = {}
-        nothing_for = _nothing_maker(renderer)
-        for field in plan.fields:
-            handler = handlers.get(field)
-            if handler is None or type(handler) is _Dropped:
-                self._makers[field] = nothing_for
-            elif type(handler) is _RawText:
-                self._makers[field] = self._text_maker(handler.key)
-            elif type(handler) is _JoinedText:
-                handler.maker = self._text_maker(handler.key)
-                self._makers[field] = handler.fast
-            elif type(handler) is _Verbatim:
-                handler.maker, handler.nothing = self._text_maker(handler.key), renderer.nothing
-                self._makers[field] = handler.fast
-            else:  # message text and tool calls: the chunk through its handler
-                self._makers[field] = self._through(handler)
+        self._handlers = self._new_handlers(text_keys or {}, message_keys or {}, verbatim_keys, tool_field, tool_parameters)
+        self._makers = self._new_makers()
 
         self._feed = parser.feed
         feed_text = getattr(parser, "feed_text", None)
@@ -566,14 +527,73 @@ class Generation:
         self._delimiter_cut = ""
         self._cut_at = -1
         self._implicit_field = plan.implicit_field
+        self._read_prompt(send_prompt_text)
+        self._fast = feed_text is not None and not self._prompt_held
 
-        # The prompt: what the parser reported of it.
+    def _new_handlers(
+        self, text_keys: dict, message_keys: dict, verbatim_keys: dict, tool_field: str | None, tool_parameters: dict
+    ) -> dict[str, Any]:
+        """Per field, what renders its events: raw text, message text, verbatim text, tool calls."""
+        plan, renderer = self.plan, self.renderer
+        handlers: dict[str, Any] = {}
+        for field, key in text_keys.items():
+            spec = plan.fields.get(field)
+            if spec is None:
+                continue
+            if key is None:
+                handlers[field] = _Dropped("", renderer)
+            elif isinstance(spec.get("join"), str) and spec.get("repeats"):
+                handlers[field] = _JoinedText(key, renderer, spec["join"])
+            else:
+                handlers[field] = _RawText(key, renderer)
+        defaults = plan.template.get("defaults") or {}
+        self._message_text: dict[str, _MessageText] = {}
+        for field, key in message_keys.items():
+            if field in plan.fields or field in defaults:  # (a default alone is sent at the end)
+                keep_mode = getattr(self.parser, "errors", "strict") == "keep"
+                handler = _MessageText(self, field, key, plan.fields.get(field, {}), defaults.get(field), keep_mode)
+                handlers[field] = self._message_text[field] = handler
+        for field, key in verbatim_keys.items():
+            if field in plan.fields:
+                handlers[field] = _Verbatim(self, key, plan.fields[field], field in plan.pattern_closed)
+        self._tool_calls: ToolCalls | None = None
+        if tool_field is not None and tool_field in plan.fields:
+            handlers[tool_field] = self._tool_calls = ToolCalls(
+                self, renderer, tool_field, plan.tool_call_plan(tool_field), tool_parameters
+            )
+        return handlers
+
+    def _new_makers(self) -> dict[str, Callable[[str], Any]]:
+        """The fast path: per field, what makes the result of a common chunk read in it."""
+        renderer = self.renderer
+        self._nothing = renderer.nothing
+        makers: dict[str, Callable[[str], Any]] = {}
+        nothing_for = _nothing_maker(renderer)
+        for field in self.plan.fields:
+            handler = self._handlers.get(field)
+            if handler is None or type(handler) is _Dropped:
+                makers[field] = nothing_for
+            elif type(handler) is _RawText:
+                makers[field] = self._text_maker(handler.key)
+            elif type(handler) is _JoinedText:
+                handler.maker = self._text_maker(handler.key)
+                makers[field] = handler.fast
+            elif type(handler) is _Verbatim:
+                handler.maker, handler.nothing = self._text_maker(handler.key), renderer.nothing
+                makers[field] = handler.fast
+            else:  # message text and tool calls: the chunk through its handler
+                makers[field] = self._through(handler)
+        return makers
+
+    def _read_prompt(self, send_prompt_text: bool) -> None:
+        """What the parser reported of the prompt (`initial`), and what it holds back of it."""
+        parser, handlers = self.parser, self._handlers
         prompt_handlers = handlers if send_prompt_text else {
             field: handler for field, handler in handlers.items() if handler is self._tool_calls
         }
         initial_events = parser.initial_events
         self._route(initial_events, live=True, handlers=prompt_handlers)
-        self.initial = renderer.take()
+        self.initial = self.renderer.take()
         self._prompt_held = getattr(parser, "unread_text", "")
         if self._prompt_held and self.reads_ids:
             # The parser decodes the output with a decoder of its own; one like it, in the same
@@ -583,7 +603,6 @@ class Generation:
         # text without reporting it (a close of a region that never opened reports nothing).
         boundary = last_boundary(initial_events) if initial_events else -1
         self._prompt_region_open = boundary >= 0 and initial_events[boundary]["type"] == "region_open"
-        self._fast = feed_text is not None and not self._prompt_held
 
     # ---- the server's side
     def feed(
