@@ -253,6 +253,32 @@ def _namespace_of(parser: Any) -> dict | None:
     return None
 
 
+def _template_and_plan(parser: Any, template: dict | None) -> tuple[dict, ServingPlan]:
+    """The stream's template (the parser's own unless given) and its serving plan: the parser's
+    module keeps the plan; a template of its own gets one for this stream."""
+    namespace = _namespace_of(parser)
+    own = namespace["TEMPLATE"] if namespace is not None else None
+    if template is None:
+        template = own
+        if template is None:
+            raise TypeError("cannot find the parser's template: pass template=")
+    if own is not None and (template is own or template == own):
+        return template, ServingPlan.of(namespace)
+    return template, ServingPlan(template, None)
+
+
+def _call_ids(seed: int | None) -> Callable[[int], str]:
+    """Call ids: random, or reproducible from `seed`."""
+    if seed is None:
+        return _random_call_id
+    rng = random.Random(seed)
+
+    def call_id(index: int) -> str:
+        return "call_" + "".join(rng.choices(_ID_CHARS, k=24))
+
+    return call_id
+
+
 class OpenAIStream:
     """OpenAI chat-completion deltas from a response parser (see the module docstring).
 
@@ -283,17 +309,7 @@ class OpenAIStream:
         seed: int | None = None,
         call_id: Callable[[int], str] | None = None,
     ):
-        namespace = _namespace_of(parser)
-        own = namespace["TEMPLATE"] if namespace is not None else None
-        if template is None:
-            template = own
-            if template is None:
-                raise TypeError("cannot find the parser's template: pass template=")
-        # The parser's module keeps the plan; a template of its own gets one for this stream.
-        if own is not None and (template is own or template == own):
-            plan = ServingPlan.of(namespace)
-        else:
-            plan = ServingPlan(template, None)
+        template, plan = _template_and_plan(parser, template)
         self.parser = parser
         self.template = template
         fields = template.get("fields", {})
@@ -306,16 +322,7 @@ class OpenAIStream:
             for field, key in ((content_field, "content"), (reasoning_field, reasoning_key))
             if field is not None and field != tool_calls_field
         }
-        if call_id is None:
-            if seed is not None:
-                rng = random.Random(seed)
-
-                def call_id(index: int) -> str:
-                    return "call_" + "".join(rng.choices(_ID_CHARS, k=24))
-
-            else:
-                call_id = _random_call_id
-        self._deltas = _Deltas(call_id, tool_calls_field)
+        self._deltas = _Deltas(call_id or _call_ids(seed), tool_calls_field)
         self._generation = Generation(
             plan,
             self._deltas,
