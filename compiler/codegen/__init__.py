@@ -21,6 +21,7 @@ import jinja2
 
 from rtcompile.frontend import canonical, ir
 from rtcompile.frontend.patterns import WHITESPACE
+from rtcompile.runtime import regex_syntax
 from rtcompile.runtime.carry import carried_match
 from rtcompile.runtime.coerce import TYPED, cast_mode
 from rtcompile.version import INTERPRETER_RELEASE, __version__
@@ -159,9 +160,15 @@ class Watch:
     @property
     def carried(self) -> bool:
         """Whether the state's fast path carries its partial match from chunk to chunk
-        (runtime/carry.py) instead of asking `partial_from_start` again each chunk."""
+        (runtime/carry.py) instead of asking `partial_from_start` again each chunk. Only where
+        every match ends with literal text (`<function=NAME>`): one that may end in a repeat
+        (`call:NAME`) is complete, not partial, while it is being written, and then the regex
+        decides after the automaton anyway."""
         pattern = self.delimiter.pattern
-        return pattern is not None and carried_match(pattern) is not None
+        if pattern is None or carried_match(pattern) is None:
+            return False
+        syntax = regex_syntax.parse(pattern, re.DOTALL)
+        return syntax is not None and bool(regex_syntax.literal_suffix(syntax.root))
 
     @property
     def automaton(self) -> Code:
