@@ -17,10 +17,11 @@ match wherever one ends). A state is `held` while some way from 0 is alive and n
 the end of the pattern; `dead` once none from 0 is alive (no extension of the text changes that:
 the scan decides); `unknown` once a complete match exists somewhere (the regex decides, as
 before). Only patterns whose meaning is plain sets of strings are taken (`carried_match` says
-None otherwise): characters, sets of literals, ranges and `\\s`, `.`, groups, alternation, greedy repeats; no
-anchors, lookarounds, back references, atomic groups, lazy or possessive repeats (`regex` reports
-partial matches of `a[bc]*?d` where the text has left the pattern) or flags, and no pattern that matches the empty string. tests/codegen/test_fast_paths.py compares
-it with the `regex` module on generated patterns and texts.
+None otherwise): characters, sets of literals, ranges and `\\s`, `.`, groups, alternation,
+greedy repeats; no anchors, lookarounds, back references, atomic groups, lazy or possessive
+repeats (`regex` reports partial matches of `a[bc]*?d` where the text has left the pattern) or
+flags, and no pattern that matches the empty string. tests/codegen/test_carried_match.py compares
+it with the `regex` module on generated patterns, texts and chunkings.
 """
 
 from __future__ import annotations
