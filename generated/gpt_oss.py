@@ -33,7 +33,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(12)
+check_abi(13)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -148,6 +148,8 @@ class ResponseParser(Machine):
         ("_common_in_2_content", "<", "", False),
     )
     SINK_COMMON = ("_common_sink", "", WHITESPACE, True)
+    # (the held text, the automaton and its state after that text: see the fast paths, carry.py)
+    _carried = None
     FINISH = (
         _finish_0_reasoning_content,
         _finish_1_tool_calls,
@@ -271,6 +273,14 @@ class ResponseParser(Machine):
             joined = buf + "".join(self._held) + text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
+            carried = self._carried
+            if carried is not None and carried[0] is buf and (carried[1] is OPEN_1.carry_or_none):
+                # (a pattern still matched from the start of the held text: read on from where
+                # its automaton stood after that text, carry.py; held whole while it is)
+                state = carried[1].advance(carried[2], text)
+                self._carried = (joined, carried[1], state)
+                if state.held:
+                    return self._read_before(joined, 0)
         if "<" not in joined and "t" not in joined:
             hold = len(joined)
         else:
@@ -278,11 +288,21 @@ class ResponseParser(Machine):
             if hold < 0:
                 # (a delimiter may match here: the scan decides, unless one is still being matched
                 # from the start of what is unread, which the scan would hold back with all after it)
-                m = (OPEN_1.compiled_or_none or OPEN_1.compiled()).search(
-                    joined, partial=True, timeout=self._timeout
-                )
-                if m is not None and m.start() == 0 and (m.partial or m.end() == len(joined)):
+                automaton = OPEN_1.carry_or_none or OPEN_1.carried()
+                carried = self._carried
+                if carried is not None and carried[0] is joined and carried[1] is automaton:
+                    state = carried[2]  # (read above)
+                else:
+                    state = automaton.advance(automaton.start, joined)
+                if state.held:
+                    self._carried = (joined, automaton, state)
                     return self._read_before(joined, 0)
+                if state.unknown:  # (a complete match somewhere: the regex's partial search says)
+                    m = (OPEN_1.compiled_or_none or OPEN_1.compiled()).search(
+                        joined, partial=True, timeout=self._timeout
+                    )
+                    if m is not None and m.start() == 0 and (m.partial or m.end() == len(joined)):
+                        return self._read_before(joined, 0)
                 if not LITERALS_SCAN_SINK.occurs(joined) and LITERALS_SCAN_SINK.hold(joined) == 0:
                     return self._read_before(joined, 0)
                 return None  # (the scan decides)

@@ -33,7 +33,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(12)
+check_abi(13)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.

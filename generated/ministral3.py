@@ -33,7 +33,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(12)
+check_abi(13)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -138,6 +138,8 @@ class ResponseParser(Machine):
         None,
     )
     SINK_COMMON = ("_common_sink", "", "", False)
+    # (the held text, the automaton and its state after that text: see the fast paths, carry.py)
+    _carried = None
     FINISH = (
         _finish_0_reasoning_content,
         _finish_1_tool_calls,
@@ -258,6 +260,14 @@ class ResponseParser(Machine):
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
+            carried = self._carried
+            if carried is not None and carried[0] is buf and (carried[1] is OPEN_1.carry_or_none):
+                # (a pattern still matched from the start of the held text: read on from where
+                # its automaton stood after that text, carry.py; held whole while it is)
+                state = carried[1].advance(carried[2], text)
+                self._carried = (joined, carried[1], state)
+                if state.held:
+                    return self._read_before(joined, 0)
         if "<" not in joined and "[" not in joined:
             hold = len(joined)
         else:
@@ -266,21 +276,31 @@ class ResponseParser(Machine):
             if hold < 0:
                 # (a delimiter may match here: the scan decides, unless one is still being matched
                 # from the start of what is unread, which the scan would hold back with all after it)
-                m = (
-                    (OPEN_1.compiled_or_none or OPEN_1.compiled()).match(
-                        joined, partial=True, timeout=self._timeout
-                    )
-                    if joined.count("[TOOL_CALLS]") < 2
-                    else (OPEN_1.compiled_or_none or OPEN_1.compiled()).search(
-                        joined, partial=True, timeout=self._timeout
-                    )
-                )
-                if (
-                    m is not None
-                    and m.start() == 0
-                    and (m.partial or m.end() == len(joined) and not self._eager)
-                ):
+                automaton = OPEN_1.carry_or_none or OPEN_1.carried()
+                carried = self._carried
+                if carried is not None and carried[0] is joined and carried[1] is automaton:
+                    state = carried[2]  # (read above)
+                else:
+                    state = automaton.advance(automaton.start, joined)
+                if state.held:
+                    self._carried = (joined, automaton, state)
                     return self._read_before(joined, 0)
+                if state.unknown:  # (a complete match somewhere: the regex's partial search says)
+                    m = (
+                        (OPEN_1.compiled_or_none or OPEN_1.compiled()).match(
+                            joined, partial=True, timeout=self._timeout
+                        )
+                        if joined.count("[TOOL_CALLS]") < 2
+                        else (OPEN_1.compiled_or_none or OPEN_1.compiled()).search(
+                            joined, partial=True, timeout=self._timeout
+                        )
+                    )
+                    if (
+                        m is not None
+                        and m.start() == 0
+                        and (m.partial or m.end() == len(joined) and not self._eager)
+                    ):
+                        return self._read_before(joined, 0)
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)

@@ -66,13 +66,15 @@ class LazyRegex:
     parser loads in well under a millisecond, and only patterns actually needed are compiled (each
     once per process). The methods are the compiled pattern's."""
 
-    __slots__ = ("source", "compiled_or_none", "_plain")
+    __slots__ = ("source", "compiled_or_none", "carry_or_none", "_plain")
 
     def __init__(self, source: str):
         self.source = source
         # The compiled pattern once compile() has run (a generated fast path reads it directly:
         # `P.compiled_or_none or P.compiled()` costs no call once compiled).
         self.compiled_or_none: Any = None
+        # Its carry.CarriedMatch once carried() has run (read the same way).
+        self.carry_or_none: Any = None
         self._plain: Any = None
 
     def compiled(self) -> Any:
@@ -82,6 +84,18 @@ class LazyRegex:
 
             compiled = self.compiled_or_none = regex.compile(self.source, regex.DOTALL)
         return compiled
+
+    def carried(self) -> Any:
+        """The pattern's automaton for a fast path that carries its partial match from chunk to
+        chunk (carry.py). Only called for patterns the code generator saw it exists for."""
+        carry = self.carry_or_none
+        if carry is None:
+            from .carry import carried_match
+
+            carry = self.carry_or_none = carried_match(self.source)
+            if carry is None:
+                raise ValueError(f"no carried match for {self.source!r}: regenerate the parser")
+        return carry
 
     def plain(self) -> Any:
         """The pattern for complete matches without a time bound: its stdlib twin where one exists

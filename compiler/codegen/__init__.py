@@ -21,12 +21,14 @@ import jinja2
 
 from rtcompile.frontend import canonical, ir
 from rtcompile.frontend.patterns import WHITESPACE
+from rtcompile.runtime import regex_syntax
+from rtcompile.runtime.carry import carried_match
 from rtcompile.runtime.coerce import TYPED, cast_mode
 from rtcompile.version import INTERPRETER_RELEASE, __version__
 
 from . import one_shot
 
-RUNTIME_ABI = 12  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
+RUNTIME_ABI = 13  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
 # Sets of first characters up to this size are checked with chained str.find; larger ones with
 # one character-class search.
 MAX_FIND_CHAIN = 2
@@ -156,6 +158,24 @@ class Watch:
         return Code(f"({match} if joined.count({py_literal(charsets.prefix)}) < 2 else {search})")
 
     @property
+    def carried(self) -> bool:
+        """Whether the state's fast path carries its partial match from chunk to chunk
+        (runtime/carry.py) instead of asking `partial_from_start` again each chunk. Only where
+        every match ends with literal text (`<function=NAME>`): one that may end in a repeat
+        (`call:NAME`) is complete, not partial, while it is being written, and then the regex
+        decides after the automaton anyway."""
+        pattern = self.delimiter.pattern
+        if pattern is None or carried_match(pattern) is None:
+            return False
+        syntax = regex_syntax.parse(pattern, re.DOTALL)
+        return syntax is not None and bool(regex_syntax.literal_suffix(syntax.root))
+
+    @property
+    def automaton(self) -> Code:
+        """The expression of its automaton (carry.CarriedMatch), built on first use."""
+        return Code(f"({self.const}.carry_or_none or {self.const}.carried())")
+
+    @property
     def holds_from_start(self) -> Code:
         """True when its match `m`, found by `scan` in `joined` (the unread text and a chunk),
         starts at the start and is held there, as the state's scan would hold it: then the scan
@@ -276,6 +296,11 @@ class QuickCheck:
     # The watched delimiters that are patterns (not literal runs): a chunk that leaves one of them
     # matching from the start of the unread text, partly or up to its end, is held whole.
     patterns: tuple[Watch, ...] = ()
+
+    @property
+    def carried(self) -> tuple[Watch, ...]:
+        """Those of `patterns` whose partial match the fast path carries from chunk to chunk."""
+        return tuple(w for w in self.patterns if w.carried)
 
     def absent(self, target: str, start: str = "") -> Code:
         """True when no first character occurs in `target` (from `start`, as the scans read)."""
