@@ -65,6 +65,7 @@ class Walker:
         self.stop_ids = list(stop_ids)
         self.info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer), stop_token_ids=self.stop_ids)
         self.compiler = xgr.GrammarCompiler(self.info, cache_enabled=False)
+        self.token_bytes = list(self.info.decoded_vocab)  # (xgrammar builds the list on each read)
         self.control_ids = {
             token_id: added.content for token_id, added in tokenizer.added_tokens_decoder.items()
         }
@@ -102,35 +103,35 @@ class Walker:
             candidates = [i for i in allowed if i not in self.stop_ids]
             if not candidates:
                 return ids, True
-            candidates = self._utf8(candidates, text)
-            if not candidates:  # (only bytes that form no character could follow)
+            choice = self._draw_utf8(candidates, text, rng)
+            if choice is None:  # (only bytes that form no character could follow)
                 return ids, False
-            choice = self._draw(candidates, rng)
             if choice in self.control_ids and rng.random() < spell and self._spell(matcher, choice, ids):
                 text.decode(self.control_ids[choice].encode())  # (spelled out: the same text)
                 continue
             assert matcher.accept_token(choice)
-            text.decode(self.info.decoded_vocab[choice])
+            text.decode(self.token_bytes[choice])
             ids.append(choice)
         return ids, False
 
-    def _utf8(self, candidates: list[int], text: Any) -> list[int]:
-        """The candidates after which the output is still UTF-8. Free text in xgrammar 0.2.8
-        (`any_text` with excludes) also takes byte tokens that form no character (a lone lead
-        byte, then `]`); a sentencepiece decoder turns that whole run of byte tokens into U+FFFD,
-        delimiter characters among them, so the parser reads another text than the grammar
+    def _draw_utf8(self, candidates: list[int], text: Any, rng: random.Random) -> int | None:
+        """A draw after which the output is still UTF-8 (None: there is none). Free text in
+        xgrammar 0.2.8 (`any_text` with excludes) also takes byte tokens that form no character (a
+        lone lead byte, then `]`); a sentencepiece decoder turns that whole run of byte tokens into
+        U+FFFD, delimiter characters among them, so the parser reads another text than the grammar
         matched. The grammar's free text means text: walks write UTF-8 (the measured behaviour is
         pinned in test_grammar_api.py)."""
         state = text.getstate()
-        kept = []
-        for token_id in candidates:
+        while candidates:
+            choice = self._draw(candidates, rng)
             try:
-                text.decode(self.info.decoded_vocab[token_id])
-                kept.append(token_id)
+                text.decode(self.token_bytes[choice])
+                return choice
             except UnicodeDecodeError:
-                pass
-            text.setstate(state)
-        return kept
+                candidates = [i for i in candidates if i != choice]
+            finally:
+                text.setstate(state)
+        return None
 
     def _draw(self, candidates: list[int], rng: random.Random) -> int:
         roll = rng.random()

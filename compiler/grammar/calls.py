@@ -130,6 +130,10 @@ class CallWriter:
         if self.shape.name.kind not in (facts.PATH, facts.CAPTURE, facts.LITERAL):
             raise GrammarError(self.where, "the transform takes the call's name from no single place")
         read = {s.value for s in (self.shape.name, self.shape.arguments, self.shape.id) if s is not None and s.kind == facts.CAPTURE}
+        missing = sorted(read - set(field.open.group_names))
+        if missing:
+            # (the parser raises KeyError for the placeholder: no call it reads would parse)
+            raise GrammarError(f"{self.where}.transform", f"the transform reads {{{missing[0]}}}, which the opener does not capture")
         if field.close is not None and read & set(field.close.group_names):
             # (the closer's captures take the place of the opener's: the name would be what it matched)
             raise GrammarError(f"{self.where}.close", f"the closer captures {sorted(read & set(field.close.group_names))[0]!r}, which the call reads")

@@ -49,6 +49,16 @@ def test_a_template_that_cannot_be_expressed_is_refused_naming_the_field():
     assert error.value.where.startswith("fields.tool_calls.open") and "lookbehind" in error.value.reason
 
 
+def test_a_name_no_delimiter_captures_is_refused():
+    """A transform that names a capture the opener does not define: the parser raises KeyError for
+    every call, so no grammar can give a call."""
+    template = rtcompile.template_for("qwen3_5")
+    template["fields"]["tool_calls"]["transform"]["function"]["name"] = "{tool}"
+    with pytest.raises(rtcompile.GrammarError) as error:
+        rtcompile.structural_tag(template, [WEATHER], tool_choice="required")
+    assert error.value.where == "fields.tool_calls.transform" and "{tool}" in error.value.reason
+
+
 def test_a_forced_request_without_a_tool_call_field_is_refused():
     template = {"start_anchor": "<a>", "fields": {"content": {"content": "text"}}}
     with pytest.raises(rtcompile.GrammarError, match="no 'tool_calls' field"):
