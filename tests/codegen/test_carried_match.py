@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import rtcompile
 from examples import scaled
+from rtcompile.runtime import regex_syntax as rs
 from rtcompile.runtime.carry import carried_match
 
 from test_fast_paths import _compare_run
@@ -88,9 +89,31 @@ def texts_for(draw, source: str) -> str:
         if kind == 0:
             pieces.append(draw(st.text(_ALPHABET, max_size=4)))
         else:
-            sample = draw(st.from_regex(regex.sub(r"\(\?P<name>", "(", source), fullmatch=True, alphabet=_ALPHABET))
+            sample = _sample(draw, rs.parse(source, regex.DOTALL).root)
             pieces.append(sample if kind == 1 else sample[: draw(st.integers(0, len(sample)))])
     return "".join(pieces)
+
+
+def _sample(draw, seq) -> str:
+    """A match of the sequence (a tree of `regex_syntax`), its characters from _ALPHABET where a
+    class allows them. Drawn here rather than with `st.from_regex`, whose fullmatch filter can
+    reject a pattern's samples for minutes."""
+    out = []
+    for node in seq.items:
+        if isinstance(node, rs.Char):
+            out.append(node.char)
+        elif isinstance(node, rs.Group):
+            out.append(_sample(draw, node.body))
+        elif isinstance(node, rs.Alternation):
+            out.append(_sample(draw, draw(st.sampled_from(node.branches))))
+        elif isinstance(node, rs.Repeat):
+            count = draw(st.integers(node.min, node.min + 2 if node.max is None else node.max))
+            out.extend(_sample(draw, node.body) for _ in range(count))
+        else:  # (one character of a class)
+            source = rs.to_source(node)
+            allowed = [c for c in _ALPHABET + "xyz\t" if regex.fullmatch(source, c, regex.DOTALL)]
+            out.append(draw(st.sampled_from(allowed)) if allowed else "")
+    return "".join(out)
 
 
 def _chunks(draw, text: str) -> list[str]:
@@ -139,13 +162,15 @@ def test_patterns_that_match_nothing_but_empty_text_get_no_automaton():
 
 
 @given(st.data())
-@settings(max_examples=scaled(300), deadline=None)
+@settings(max_examples=scaled(30), deadline=None)  # (each example generates and compiles a module: seconds)
 def test_fast_paths_that_carry_a_match_read_what_the_scan_reads(data):
     """Templates whose open and close delimiters are generated patterns of the shapes carried (with
     a literal start, as a tool call's opener has, or without), fed texts made of their matches cut
     anywhere: the fast paths give the scan's events feed by feed."""
     # (no named groups: a template must then say where they go; an end that every match needs)
-    unnamed = PLAIN_PATTERNS.map(lambda source: source.replace("(?P<name>", "("))
+    # (and no repeat inside a repeat: nested quantifiers make the scan's regex backtrack for
+    # minutes on some texts, which says nothing about the fast paths)
+    unnamed = _sequence(_ATOMS)
     ends = st.sampled_from([">", "=", "(?:>|</f>)"])
     opener = data.draw(st.sampled_from(["", "\\s*", "<c>"])) + data.draw(unnamed) + data.draw(ends)
     closer = data.draw(st.sampled_from(["", "\\s*"])) + data.draw(unnamed) + data.draw(ends)
@@ -155,7 +180,7 @@ def test_fast_paths_that_carry_a_match_read_what_the_scan_reads(data):
     loaded = None
     try:
         loaded = rtcompile.load(template)
-    except Exception:
+    except rtcompile.TemplateError:  # (the rare pair the front end refuses)
         assume(False)
     pieces = [data.draw(texts_for(source)) for source in data.draw(st.lists(st.sampled_from([opener, closer]), max_size=4))]
     text = "".join(piece + data.draw(st.text(_ALPHABET, max_size=3)) for piece in pieces)
