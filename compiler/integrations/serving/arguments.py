@@ -194,6 +194,16 @@ class JsonScanner:
                 undecided = True
         return False if undecided else None
 
+    def _open_delimited(self, text: str, j: int) -> int | bool | None:
+        """At a first character of a string_delims opener: where the string's text starts (its
+        closer now awaited), False while the opener is undecided at the chunk's end, None if none
+        starts here."""
+        pair = self._opener_at(text, j)
+        if pair is False or pair is None:
+            return pair
+        self.delim_close = pair[1]
+        return j + len(pair[0])
+
     def feed(self, chunk: str) -> None:
         text = self.carry + chunk if self.carry else chunk
         n = len(text)
@@ -224,13 +234,12 @@ class JsonScanner:
                 j = m.start()
                 c = text[j]
                 if firsts and c in firsts:
-                    pair = self._opener_at(text, j)
-                    if pair is False:
+                    opened = self._open_delimited(text, j)
+                    if opened is False:
                         end = j
                         break
-                    if pair is not None:
-                        self.delim_close = pair[1]
-                        i = j + len(pair[0])
+                    if opened is not None:
+                        i = opened
                         continue
                 if c == "\\":
                     if j + 1 >= n:
@@ -252,13 +261,12 @@ class JsonScanner:
             c = text[j]
             i = j + 1
             if firsts and c in firsts:
-                pair = self._opener_at(text, j)
-                if pair is False:
+                opened = self._open_delimited(text, j)
+                if opened is False:
                     end = j
                     break
-                if pair is not None:
-                    self.delim_close = pair[1]
-                    i = j + len(pair[0])
+                if opened is not None:
+                    i = opened
                     self._value_starts(_V_DELIMITED)
                     continue
             if c == '"':
