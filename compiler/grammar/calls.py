@@ -238,11 +238,13 @@ class CallWriter:
         excludes = self.excluded
         dialect = bool(self.args.get("string_delims") or self.args.get("unquoted_keys"))
         try:
-            return self.json_writer(excludes, where).value_in_key_orders(schema, where)
+            value = self.json_writer(excludes, where).value_in_key_orders(schema, where)
         except GrammarError:
             if dialect or _json_may_write(excludes):
                 raise
-        return F.json_schema(schema, excludes)
+            value = F.json_schema(schema, excludes)
+        self._check_seams(value, where)
+        return value
 
     def json_writer(self, excludes: tuple[str, ...], where: str) -> JsonWriter:
         """rtcompile's own JSON writer for the region (dialects, or closers JSON's syntax could
@@ -250,6 +252,14 @@ class CallWriter:
         written = [text for text in excludes if text and set(text) <= WRITER_SYNTAX]
         if written:
             raise GrammarError(where, f"JSON arguments would write the closer {written[0]!r} themselves")
+        return JsonWriter(self._dialect(excludes, where), self.speller.write)
+
+    def _check_seams(self, value: F.Format, where: str) -> None:
+        """JSON `value` (rtcompile's or xgrammar's, which has the same seams) must not spell the
+        closer across its pieces (JsonWriter.check_seams)."""
+        JsonWriter(self._dialect(self.excluded, where), self.speller.write).check_seams(value, where)
+
+    def _dialect(self, excludes: tuple[str, ...], where: str) -> Dialect:
         delims = self.args.get("string_delims") or []
         pair = None
         if delims:
@@ -257,8 +267,7 @@ class CallWriter:
             if not (isinstance(first, (list, tuple)) and len(first) == 2 and all(isinstance(s, str) and s for s in first)):
                 raise GrammarError(where, "string_delims must hold [open, close] pairs of non-empty strings")
             pair = (first[0], first[1])
-        dialect = Dialect(pair, bool(self.args.get("unquoted_keys")), excludes)
-        return JsonWriter(dialect, self.speller.write)
+        return Dialect(pair, bool(self.args.get("unquoted_keys")), excludes)
 
     def listed(self, tools: tuple[Tool, ...], low: int, high: int | None, tail: C.CharClass | None) -> F.Format:
         """transform_each: a list of `low` to `high` calls."""
@@ -281,6 +290,7 @@ class CallWriter:
             if self.args.get("string_delims") or self.args.get("unquoted_keys") or _json_may_write(self.excluded):
                 raise
             listed = F.json_schema(schema, self.excluded)
+        self._check_seams(listed, where)
         return F.sequence(self.layout(tail), listed, self.layout())
 
     def call_list(self, tools: tuple[Tool, ...], low: int, high: int | None, where: str) -> F.Format:
@@ -299,7 +309,9 @@ class CallWriter:
                     raise GrammarError(tool_where, f"the argument {key!r} cannot be written as a keyword")
                 members.append((F.sequence(F.const(key + "="), writer.value_in_key_orders(sub, f"{tool_where}.{key}")), key in required))
             calls.append(F.sequence(F.const(tool.name + "("), ordered_members(members, COMMA), F.const(")")))
-        return F.sequence(F.const("["), _counted(F.choice(*calls), COMMA, low, high), F.const("]"))
+        listed = F.sequence(F.const("["), _counted(F.choice(*calls), COMMA, low, high), F.const("]"))
+        writer.check_seams(listed, where)
+        return listed
 
     def xml_content(self, tool: Tool, tail: C.CharClass | None, where: str) -> F.Format:
         pattern = self.args.get("tag_pattern")

@@ -240,12 +240,16 @@ class MessageWriter:
         return F.optional(F.choice(*(self.speller.write(a) for a in anchors)))
 
     def _opens_something(self, text: str) -> bool:
-        """Whether an opener matches within `text` (text the grammar writes outside regions)."""
+        """Whether an opener could match within `text` (text the grammar writes outside regions),
+        alone or with the opener written after it: `text` holds what free text must not (an
+        opener's fixed text, whole or begun and completed by the opener's start). An anchor `a`
+        before the opener `a(?P<name>\\w+)>` written `aa>` would show the name `aa`."""
         import regex
 
-        return any(
-            f.open is not None and regex.search(f.open.alternation, text, regex.DOTALL) for f in self.template.fields
-        )
+        if any(f.open is not None and regex.search(f.open.alternation, text, regex.DOTALL) for f in self.template.fields):
+            return True
+        starts = ["", *(s for f in self.template.fields if f.open is not None for s in _starting_texts(f.open))]
+        return any(0 <= (text + start).find(blocked) < len(text) for blocked in self.opener_texts() for start in starts)
 
     # ---- regions
 

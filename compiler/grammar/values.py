@@ -34,6 +34,14 @@ _TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
 INTEGER = r"-?(0|[1-9][0-9]{0,14})"  # (below 2**53 in magnitude: 15 digits at most)
 NUMBER = r"-?(0|[1-9][0-9]{0,14})(\.[0-9]{1,15})?"
 BOOLEAN_WORDS = ("true", "false")
+# The characters a value's regexes and grammars may start or end with outside strings:
+# punctuation, numbers, and the edges of true/false/null (and Python's True/False/None).
+# Punctuation (and whitespace) stands between any two other pieces: a word, a number, a key or
+# a string is never written right beside another.
+SEAM_PUNCTUATION = "{}[](),:= \t\n\r"
+SEAM_STARTS = SEAM_PUNCTUATION + "-0123456789tfn"
+SEAM_ENDS = SEAM_PUNCTUATION + "0123456789el"
+BARE_KEY = "[A-Za-z_] [A-Za-z0-9_]*"  # (the EBNF of a bare key in free-form objects)
 
 
 def standard_schema(schema: Any) -> Any:
@@ -153,6 +161,37 @@ class JsonWriter:
             return F.choice(*(F.const(w) for w in (("true", "false", "True", "False") if self.dialect.python else ("true", "false"))))
         return F.choice(F.const("null"), F.const("None")) if self.dialect.python else F.const("null")
 
+    def check_seams(self, fmt: F.Format, where: str) -> None:
+        """Refuse a value `fmt` (written by this writer, whitespace and the region's closer
+        around it) whose pieces could spell an excluded text across their seams. The string
+        automaton keeps it out of a string's text and the fixed-text checks out of each constant,
+        but `{` then the bare key `x_1` spell the closer `{x`, and a quote then a string's text
+        spell `"a`: a seam is a character one piece may end with beside one the next may start
+        with, or a quote beside anything."""
+        starts, ends = set(SEAM_STARTS) | (set("TFN") if self.dialect.python else set()), set(SEAM_ENDS)
+        constants, grammars = _pieces(fmt)
+        if any(BARE_KEY in grammar for grammar in grammars):  # (bare keys of free-form objects)
+            word_chars = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+            starts |= word_chars
+            ends |= word_chars
+        for text in constants:
+            starts.add(text[0])
+            ends.add(text[-1])
+        starts |= {text[0] for text in self.dialect.excludes if text}  # (the closer after the value)
+        if self.dialect.string_delims is not None:
+            opening, closing = self.dialect.string_delims
+            before_text, after_text = {opening[-1]}, {closing[0]}
+            starts |= {opening[0], closing[0]}
+            ends |= {opening[-1], closing[-1]}
+        else:
+            before_text = after_text = {'"', "'"} if self.dialect.python else {'"'}
+        for word in self.dialect.excludes:
+            if len(word) == 1 and word in before_text | after_text:
+                raise GrammarError(where, f"the value's quotes would write {word!r}, which ends it")
+            for a, b in zip(word, word[1:]):
+                if (a in ends and b in starts and (a in SEAM_PUNCTUATION or b in SEAM_PUNCTUATION)) or a in before_text or b in after_text:
+                    raise GrammarError(where, f"the value's pieces could spell {word!r} across {a + b!r}, which ends it")
+
     def _check_syntax(self, where: str) -> None:
         """Refuse a value whose own syntax (punctuation, whitespace, digits, words) could write an
         excluded text (a kv-lines separator ",", a closer "}")."""
@@ -200,7 +239,7 @@ class JsonWriter:
         grammar, since values nest without bound."""
         strings = self.string_rules()
         words = ["true", "false", "null"] + (["True", "False", "None"] if self.dialect.python else [])
-        key = "string | [A-Za-z_] [A-Za-z0-9_]*" if self.dialect.unquoted_keys else "string"
+        key = f"string | {BARE_KEY}" if self.dialect.unquoted_keys else "string"
         rules = [
             f"root ::= {kind}",
             "value ::= object | array | string | number | " + " | ".join(f'"{w}"' for w in words),
@@ -243,6 +282,22 @@ class JsonWriter:
         if self.dialect.unquoted_keys and key.isidentifier() and key.isascii():
             return F.const(key)
         return F.const(json.dumps(key))
+
+
+def _pieces(fmt: F.Format) -> tuple[list[str], list[str]]:
+    """The non-empty constant texts of a format, and its EBNF grammars."""
+    if fmt.get("type") == "const_string":
+        return ([fmt["value"]] if fmt["value"] else []), []
+    if fmt.get("type") == "grammar":
+        return [], [fmt["grammar"]]
+    constants: list[str] = []
+    grammars: list[str] = []
+    children = [*fmt.get("elements", []), *([fmt["content"]] if isinstance(fmt.get("content"), dict) else [])]
+    for child in children:
+        more, other = _pieces(child)
+        constants += more
+        grammars += other
+    return constants, grammars
 
 
 def _heads(rules: list[str]) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -203,3 +204,64 @@ def test_xgrammar_free_text_with_excludes_takes_bytes_that_form_no_character():
 
     assert takes({"type": "any_text", "excludes": ["<a>"]})
     assert not takes({"type": "any_text"}) and not takes({"type": "regex", "pattern": "[^<]*"})
+
+
+@pytest.mark.parametrize(
+    "args, close, keys, seam",
+    [
+        ({"unquoted_keys": True}, ["{x}", "{x"], ("a", "x_1"), "{x"),  # (`{` then the bare key x_1)
+        ({}, '"<', ("a",), '"<'),  # (a quote, then a string's text)
+        ({}, "x}", ("a",), None),  # (no seam spells it: `}` never follows a bare `x`)
+    ],
+)
+def test_json_that_could_spell_its_closer_across_its_pieces_is_refused(args, close, keys, seam):
+    """The string automaton keeps a closer out of a string's text and each constant is checked
+    alone, but the closer can also be spelled across two pieces: the parser would close the
+    region inside the arguments."""
+    template = {
+        "start_anchor": "<|a|>",
+        "fields": {"tool_calls": {"open": "<a>", "close": close, "content": "json", "content_args": args, "repeats": True,
+                                  "transform": {"type": "function", "function": "{content}"}}},
+    }
+    parameters = {"type": "object", "properties": {k: {"type": "string"} for k in keys}, "required": list(keys)}
+    tools = [{"type": "function", "function": {"name": "a", "parameters": parameters}}]
+    if seam is None:
+        rtcompile.structural_tag(template, tools, tool_choice="required")
+        return
+    with pytest.raises(rtcompile.GrammarError, match=f"could spell .* across {re.escape(repr(seam))}"):
+        rtcompile.structural_tag(template, tools, tool_choice="required")
+    # Without the key that makes the seam, or with the closer apart from the syntax, it is written.
+    if args.get("unquoted_keys"):
+        tools[0]["function"]["parameters"] = {"type": "object", "properties": {"a": {"type": "string"}}}
+        rtcompile.structural_tag(template, tools, tool_choice="required")
+
+
+def test_an_anchor_written_before_an_opener_does_not_become_part_of_it():
+    """Where text outside regions is dropped, the grammar may write the start anchor before each
+    region. An anchor `a` before the opener `a(?P<name>\\w+)>`, written `aa>` for the tool `a`,
+    would make the parser read `aaa>`: a call of `aa`. Such an anchor is not written there."""
+    from grammar_walk import END_OF_OUTPUT, check_calls, ordinary_spelling, text_of
+    from transformers.utils.chat_parsing import parse_response as interpreter_parse
+
+    template = {
+        "start_anchor": "a",
+        "fields": {"tool_calls": {"open_pattern": "a(?P<name>\\w+)>", "close": "<a>", "content": "xml-inline", "repeats": True,
+                                  "content_args": {"tag_pattern": '<arg (?P<key>\\w+)="(?P<value>[^"]*)"/>'},
+                                  "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}}}},
+    }
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    assert interpreter_parse("a" + "aa><a>", template, prefix="a")["tool_calls"][0]["function"]["name"] == "aa"  # (why)
+    tokenizer, stops = family_tokenizer(template, (END_OF_OUTPUT,))
+    walker = Walker(tokenizer, stops)
+    tag = rtcompile.structural_tag(template, tools, tool_choice="auto", parallel_tool_calls=True, prefix="a", stop_tokens=[END_OF_OUTPUT])
+    grammar = walker.compile(tag)
+    rng = __import__("random").Random(0)
+    checked = 0
+    for _ in range(30):
+        ids, ended = walker.walk(grammar, rng, max_tokens=60)
+        if ended:
+            message = interpreter_parse(text_of(tokenizer, ids), template, prefix="a", tools=tools)
+            assert not check_calls(message, tools, "auto", True), message
+            checked += 1
+    assert checked >= 10
+    assert not walker.accepts(grammar, ordinary_spelling(tokenizer, "aaa><a>"))[0]
