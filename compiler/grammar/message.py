@@ -240,16 +240,40 @@ class MessageWriter:
         return F.optional(F.choice(*(self.speller.write(a) for a in anchors)))
 
     def _opens_something(self, text: str) -> bool:
-        """Whether an opener could match within `text` (text the grammar writes outside regions),
-        alone or with the opener written after it: `text` holds what free text must not (an
-        opener's fixed text, whole or begun and completed by the opener's start). An anchor `a`
-        before the opener `a(?P<name>\\w+)>` written `aa>` would show the name `aa`."""
+        """Whether an opener could match from within `text` (text the grammar writes outside
+        regions), alone or with an opener written after it: an anchor `a` before the opener
+        `a(?P<name>\\w+)>`, written `aa>`, would show the name `aa`. Asked of `text` and each
+        opener as the grammar writes it (as far as its text is fixed: a partial match counts)."""
         import regex
 
-        if any(f.open is not None and regex.search(f.open.alternation, text, regex.DOTALL) for f in self.template.fields):
+        patterns = [f.open.alternation for f in self.template.fields if f.open is not None]
+        if any(regex.search(pattern, text, regex.DOTALL) for pattern in patterns):
             return True
-        starts = ["", *(s for f in self.template.fields if f.open is not None for s in _starting_texts(f.open))]
-        return any(0 <= (text + start).find(blocked) < len(text) for blocked in self.opener_texts() for start in starts)
+        for after in self._written_openers():
+            for pattern in patterns:
+                found = regex.search(pattern, text + after, regex.DOTALL, partial=True)
+                if found is None or found.start() >= len(text):
+                    continue
+                # (gpt-oss's call opener may start with its anchor: read with it or without it,
+                # the same opener with the same name is no other reading)
+                alone = regex.match(pattern, after, regex.DOTALL, partial=True)
+                if alone is None or alone.end() + len(text) != found.end() or alone.groupdict() != found.groupdict():
+                    return True
+        return False
+
+    def _written_openers(self) -> list[str]:
+        """The fixed text each opener starts with as the grammar writes it (a call's with each
+        tool's name)."""
+        formats = []
+        for field in self.template.fields:
+            if field.open is None:
+                continue
+            if self.calls is not None and field is self.call_field:
+                formats.extend(self.calls.opener(tool).format for tool in self.tools)
+            else:
+                formats.append(write_delimiter(field.open, self.speller, f"fields.{field.name}.open", checked=False).format)
+        by_id = {token_id: spelling for spelling, token_id in self.speller.control.items()}
+        return [text for fmt in formats for text in _fixed_starts(fmt, by_id) if text]
 
     # ---- regions
 
@@ -306,6 +330,46 @@ class MessageWriter:
         if after_token and ids is not None and self.speller.control:
             return F.any_tokens([*ids, *(self.opening_token_ids() if outside else ())])
         return F.any_text(blocking)
+
+
+def _fixed_starts(fmt: F.Format, by_id: dict[int, str], limit: int = 16) -> list[str]:
+    """The texts `fmt` may start with, each as far as it is fixed (up to a piece whose text is
+    free: a regex that needs a character, free text); at most `limit` of them."""
+    texts, _ = _starts(fmt, by_id, limit)
+    return texts
+
+
+def _starts(fmt: F.Format, by_id: dict[int, str], limit: int) -> tuple[list[str], bool]:
+    """(texts, whether each is the whole of what `fmt` writes)."""
+    kind = fmt.get("type")
+    if kind == "const_string":
+        return [fmt["value"]], True
+    if kind == "token":
+        return [by_id.get(fmt["token"], "")], True
+    if kind == "regex":
+        import regex
+
+        return [""], regex.fullmatch(fmt["pattern"], "") is not None and fmt["pattern"].endswith("*")
+    if kind == "optional":
+        texts, whole = _starts(fmt["content"], by_id, limit)
+        return (["", *texts][:limit], whole) if whole else (texts, False)
+    if kind == "or":
+        out: list[str] = []
+        whole = True
+        for element in fmt["elements"]:
+            texts, complete = _starts(element, by_id, limit)
+            out.extend(texts)
+            whole = whole and complete
+        return list(dict.fromkeys(out))[:limit], whole
+    if kind == "sequence":
+        out, whole = [""], True
+        for element in fmt["elements"]:
+            texts, complete = _starts(element, by_id, limit)
+            out = list(dict.fromkeys(a + b for a in out for b in texts))[:limit]
+            if not complete:
+                return out, False
+        return out, whole
+    return [""], False
 
 
 def _check_openers_apart(template: ir.Template, speller: Speller) -> None:
