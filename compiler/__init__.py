@@ -20,6 +20,7 @@ _EXPORTS = {
     "compile_template": "api",
     "load": "api",
     "parse_response": "api",
+    "ParseOptions": "runtime.options",
     "TemplateError": "frontend.canonical",
     "structural_tag": "grammar",
     "GrammarError": "grammar",

@@ -14,6 +14,7 @@ import types
 from typing import Any
 
 from .frontend import canonical
+from .runtime.options import ParseOptions
 from .library import named_template, read_template  # noqa: F401 (read_template is part of this API)
 
 
@@ -86,32 +87,23 @@ def parse_response(
     *,
     prefix: Any = None,
     tools: list | None = None,
-    errors: str = "strict",
-    timeout: float | None = None,
     tokenizer: Any = None,
-    refuse_unknown_ids: bool = False,
-    recover_decode_errors: bool = False,
+    options: ParseOptions | None = None,
+    **option_keywords: Any,
 ) -> dict:
     """Drop-in for transformers.utils.chat_parsing.parse_response, through the compiled parser.
 
-    `errors="keep"` records regions that fail to parse instead of raising; `timeout` bounds each
-    delimiter regex search (seconds). Both default to the interpreter's behaviour. With a fast
-    transformers `tokenizer`, `text` and `prefix` are token ids (lists, numpy arrays, torch
-    tensors; a str prefix is encoded first): control tokens act as delimiters only where the model
-    generated them as ids, as in transformers 5.25.0. `refuse_unknown_ids=True`: an id that names
-    no token raises TokenIdError (the interpreter decodes it to nothing).
-    `recover_decode_errors=True`: where tokenizers' DecodeStream fails on byte-fallback ids (the
-    interpreter raises its Exception), decoding goes on (runtime/TOKEN_IDS.md)."""
-    return _MEMO.get(template).parse_response(
-        text,
-        prefix=prefix,
-        tools=tools,
-        errors=errors,
-        timeout=timeout,
-        tokenizer=tokenizer,
-        refuse_unknown_ids=refuse_unknown_ids,
-        recover_decode_errors=recover_decode_errors,
-    )
+    With a fast transformers `tokenizer`, `text` and `prefix` are token ids (lists, numpy arrays,
+    torch tensors; a str prefix is encoded first): control tokens act as delimiters only where the
+    model generated them as ids, as in transformers 5.25.0. `options`: a ParseOptions, or the same
+    options as keywords laid over it: `errors="keep"` records regions that fail to parse instead
+    of raising; `timeout` bounds each delimiter regex search (seconds); by token ids,
+    `refuse_unknown_ids=True` makes an id that names no token a TokenIdError (the interpreter
+    decodes it to nothing) and `recover_decode_errors=True` goes on where tokenizers'
+    DecodeStream fails on byte-fallback ids (runtime/TOKEN_IDS.md). The defaults are the
+    interpreter's behaviour."""
+    options = ParseOptions.of(options, option_keywords)
+    return _MEMO.get(template).parse_response(text, prefix=prefix, tools=tools, tokenizer=tokenizer, options=options)
 
 
 def ResponseParser(  # noqa: N802 (a drop-in for the interpreter's class)
@@ -119,44 +111,17 @@ def ResponseParser(  # noqa: N802 (a drop-in for the interpreter's class)
     prefix: Any = None,
     *,
     tools: list | None = None,
-    errors: str = "strict",
-    timeout: float | None = None,
-    report_closers: bool = False,
-    eager: bool = False,
     tokenizer: Any = None,
-    refuse_unknown_ids: bool = False,
-    recover_decode_errors: bool = False,
+    options: ParseOptions | None = None,
+    **option_keywords: Any,
 ):
     """Drop-in for transformers.utils.chat_parsing.ResponseParser: a compiled streaming parser
-    (`.initial_events`, `.feed(text)`, `.finalize()`) for `template`. `report_closers=True`: each
-    region_close event also carries `closer`, the text its close delimiter matched. `eager=True`:
-    a delimiter match that ends where the text so far ends, and that no more text could change,
-    is committed in that feed (the interpreter waits for the next). With a fast transformers
-    `tokenizer`, `prefix` and `feed` take token ids, and the parser's `defused` tells whether the
-    model has spelled out a control token with ordinary tokens (which then stayed text);
-    `refuse_unknown_ids=True` makes an id that names no token a TokenIdError (the interpreter
-    decodes it to nothing); `recover_decode_errors=True` goes on where tokenizers' DecodeStream
-    fails on byte-fallback ids (the interpreter raises its Exception)."""
-    module = _MEMO.get(template)
-    if tokenizer is None:
-        return module.ResponseParser(
-            prefix,
-            tools=tools,
-            errors=errors,
-            timeout=timeout,
-            report_closers=report_closers,
-            eager=eager,
-            refuse_unknown_ids=refuse_unknown_ids,
-            recover_decode_errors=recover_decode_errors,
-        )
-    return module.ResponseParser(
-        prefix,
-        tools=tools,
-        errors=errors,
-        timeout=timeout,
-        report_closers=report_closers,
-        eager=eager,
-        tokenizer=tokenizer,
-        refuse_unknown_ids=refuse_unknown_ids,
-        recover_decode_errors=recover_decode_errors,
-    )
+    (`.initial_events`, `.feed(text)`, `.finalize()`) for `template`. `options` (or its options
+    as keywords), beside parse_response's: `report_closers=True`, each region_close event also
+    carries `closer`, the text its close delimiter matched; `eager=True`, a delimiter match that
+    ends where the text so far ends, and that no more text could change, is committed in that
+    feed (the interpreter waits for the next). With a fast transformers `tokenizer`, `prefix` and
+    `feed` take token ids, and the parser's `defused` tells whether the model has spelled out a
+    control token with ordinary tokens (which then stayed text)."""
+    options = ParseOptions.of(options, option_keywords)
+    return _MEMO.get(template).ResponseParser(prefix, tools=tools, tokenizer=tokenizer, options=options)

@@ -14,6 +14,7 @@ from rtcompile.runtime import (
     LazyRegex,
     LiteralSearch,
     Machine,
+    ParseOptions,
     PatternWindow,
     PlainRegex,
     ReadAgain,
@@ -25,7 +26,7 @@ from rtcompile.runtime import (
     join_error,
     make_parser,
     moved_by_more,
-    parse_token_ids,
+    parse_message,
     parse_whole,
     resolve,
     start_whole,
@@ -33,7 +34,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(13)
+check_abi(14)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -422,15 +423,7 @@ def _read_message(run, buf, pos, current, head, captures):
 
 
 def parse_response(
-    text,
-    *,
-    prefix=None,
-    tools=None,
-    errors="strict",
-    timeout=None,
-    tokenizer=None,
-    refuse_unknown_ids=False,
-    recover_decode_errors=False,
+    text, *, prefix=None, tools=None, tokenizer=None, options=None, **option_keywords
 ):
     """Parse a complete generation and return the message: what one feed, then finalize, give.
 
@@ -438,29 +431,15 @@ def parse_response(
     regex searches (the engine that takes a time bound) are the ones bounded. With a fast
     transformers `tokenizer`, `text` and `prefix` are token ids (see rtcompile.runtime.token_parser),
     decoded, then read by the one-shot reader wherever the decoded text holds no defused control token.
-    """
-    if tokenizer is not None or refuse_unknown_ids or recover_decode_errors:
-        return parse_token_ids(
-            ResponseParser,
-            text,
-            prefix,
-            tools,
-            tokenizer,
-            errors=errors,
-            timeout=timeout,
-            read_text=_read_text,
-            refuse_unknown_ids=refuse_unknown_ids,
-            recover_decode_errors=recover_decode_errors,
-        )
-    if timeout is not None:
-        return parse_whole(ResponseParser, text, prefix, tools, errors=errors, timeout=timeout)
-    return _read_text(text, prefix, tools, errors)
+    `options`: a ParseOptions, or its options as keywords (errors="keep", timeout=...)."""
+    options = ParseOptions.of(options, option_keywords)
+    return parse_message(ResponseParser, text, prefix, tools, tokenizer, options, _read_text)
 
 
-def _read_text(text, prefix, tools, errors):
+def _read_text(text, prefix, tools, options):
     """parse_response of a finished text by the one-shot reader (no time bound)."""
     run, buf, pos, current, head, captures = start_whole(
-        ResponseParser, text, prefix, tools, errors, ResponseParser.PREFIX_IN_ONE_PASS
+        ResponseParser, text, prefix, tools, options, ResponseParser.PREFIX_IN_ONE_PASS
     )
     _read_message(run, buf, pos, current, head, captures)
     return finished_message(run.output, ResponseParser.REQUIRED, ResponseParser.DEFAULT_KEYS)

@@ -28,13 +28,14 @@ from .scanning import (
 )
 from .machine import ERRORS_KEY, Machine, parse_whole
 from .token_ids import MARKER, TokenIdError
-from .token_parser import parse_token_ids
+from .options import ParseOptions
+from .token_parser import parse_message
 from .coerce import coerce_tool_calls
 from .transforms import each_scope, resolve
 from .whole import PlainRegex, ReadAgain, WholeMessage, finished_message, join_error, start_whole
 
 # Bump when anything in __all__ changes meaning or signature; generated modules pin it.
-RUNTIME_ABI = 13
+RUNTIME_ABI = 14
 
 
 class RuntimeMismatchError(ImportError):
@@ -61,6 +62,7 @@ __all__ = [
     "MatchTimeoutError",
     "ParserFailedError",
     "ParserLoopError",
+    "ParseOptions",
     "PatternWindow",
     "PlainRegex",
     "ReadAgain",
@@ -77,7 +79,7 @@ __all__ = [
     "join_error",
     "make_parser",
     "moved_by_more",
-    "parse_token_ids",
+    "parse_message",
     "parse_whole",
     "regex",
     "resolve",

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from .coerce import TYPED, coerce_tool_calls, tool_parameters
 from .content_parsers import MATCH_TIMEOUT
 from .errors import MatchTimeoutError, ParserFailedError, ParserLoopError, region_error
+from .options import DEFAULT_OPTIONS, ParseOptions
 from .token_ids import strip_markers
 
 # Where errors="keep" records what it could not put in its field: a list of
@@ -124,43 +125,26 @@ class Machine:
         prefix: str | None = None,
         *,
         tools: list | None = None,
-        errors: str = "strict",
-        timeout: float | None = None,
-        report_closers: bool = False,
-        eager: bool = False,
         tokenizer: Any = None,
-        refuse_unknown_ids: bool = False,
-        recover_decode_errors: bool = False,
+        options: ParseOptions | None = None,
+        **option_keywords: Any,
     ):
-        """`errors="keep"`: a region whose text fails to parse does not raise; its raw text and the
-        error are recorded under ERRORS_KEY in the message and the stream goes on (see README).
-        `timeout`: seconds allowed to each delimiter regex search before MatchTimeoutError.
-        `report_closers`: each region_close event also carries `closer`, the text its close
-        delimiter matched ("" for a region closed otherwise: by another region's open, or by the
-        end), for a server that passes a region on verbatim. Off, events are the interpreter's.
-        `eager`: a delimiter pattern's complete match that ends where the text so far ends is
-        committed at once where no text appended could change it (patterns.match_is_final_at_edge:
-        `<function=(?P<name>[^>]+)>`, `\\s*</tool_call>`); the interpreter holds it until the
-        next feed. The events are the interpreter's, some of them one feed earlier; the message
-        is the same.
-        `tokenizer`: a fast transformers tokenizer; `prefix` and `feed` then take token ids (see
-        token_parser.TokenIds, whose __init__ runs for such parsers). With a tokenizer,
-        `refuse_unknown_ids`: an id that names no token raises TokenIdError (the interpreter, and
-        rtcompile by default, decode it to nothing); `recover_decode_errors`: where tokenizers'
-        DecodeStream fails on byte-fallback ids (the interpreter raises its Exception, and
-        rtcompile by default), decoding goes on (see runtime/TOKEN_IDS.md)."""
-        if refuse_unknown_ids or recover_decode_errors:
-            check_token_options(refuse_unknown_ids, recover_decode_errors)
-        if errors not in ("strict", "keep"):
-            raise ValueError(f"errors must be 'strict' or 'keep', got {errors!r}")
+        """`prefix`: the prompt (required, as in the interpreter); `tools`: the request's tools,
+        whose schemas cast arguments. `options`: a ParseOptions (errors, timeout, report_closers,
+        eager; by token ids refuse_unknown_ids and recover_decode_errors), or the same options as
+        keywords, laid over it. `tokenizer`: a fast transformers tokenizer; `prefix` and `feed`
+        then take token ids (see token_parser.TokenIds, whose __init__ runs for such parsers)."""
+        options = ParseOptions.of(options, option_keywords)
+        if options.by_token_ids:  # (a token-id parser hands its machine the options of text)
+            check_token_options(options.refuse_unknown_ids, options.recover_decode_errors)
         if prefix is None:
             raise ValueError(PREFIX_REQUIRED)
-        self._keep_errors = errors == "keep"
+        self._keep_errors = options.errors == "keep"
         # Fields closed so far (errors="keep" merges repeats; strict mode never needs it).
         self._closed: set[str] | None = set() if self._keep_errors else None
-        self._timeout = timeout
-        self._report_closers = report_closers
-        self._eager = eager
+        self._timeout = options.timeout
+        self._report_closers = options.report_closers
+        self._eager = options.eager
         self._closer = ""  # what the close being committed matched (see report_closers)
         self._tool_params = tool_parameters(tools) if tools else {}
         self._buf = ""
@@ -681,7 +665,7 @@ def failed_region_record(name: str, body: str, captures: dict, error: Exception)
     return record
 
 
-def parse_whole(machine_class: type, text: str, prefix: str | None, tools: list | None, **options: Any) -> dict:
+def parse_whole(machine_class: type, text: str, prefix: str | None, tools: list | None, options: ParseOptions = DEFAULT_OPTIONS) -> dict:
     """One-shot parse, exactly as the interpreter's parse_response: one feed, then finalize.
 
     It runs as one pass at the end of the stream instead, which commits the same delimiters in
@@ -700,13 +684,13 @@ def parse_whole(machine_class: type, text: str, prefix: str | None, tools: list 
     message = None
     if machine_class.ONE_PASS and prefix is not None:
         if machine_class.PREFIX_IN_ONE_PASS or not prefix:
-            machine = machine_class("", tools=tools, **options)
+            machine = machine_class("", tools=tools, options=options)
             message = machine._parse_to_end(text, machine_class._truncate_prefix(prefix) if prefix else "")
         else:
-            machine = machine_class(prefix, tools=tools, **options)
+            machine = machine_class(prefix, tools=tools, options=options)
             message = machine._parse_to_end(text)
     if message is None:
-        machine = machine_class(prefix, tools=tools, **options)
+        machine = machine_class(prefix, tools=tools, options=options)
         machine.feed(text)
         message = machine.finalize()[0]
     return message

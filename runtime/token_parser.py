@@ -24,6 +24,7 @@ import weakref
 from typing import Any, Callable
 
 from .machine import Machine, check_token_options, parse_whole, register_token_parsers
+from .options import DEFAULT_OPTIONS, ParseOptions
 from .token_ids import MARKER, TEXT_FED_TO_TOKEN_PARSER, TokenIdDecoder, profile_for
 
 __all__ = ["TokenIds", "parse_token_ids", "token_parser_class"]
@@ -120,26 +121,16 @@ class TokenIds:
         prefix: Any = None,
         *,
         tools: list | None = None,
-        errors: str = "strict",
-        timeout: float | None = None,
-        report_closers: bool = False,
-        eager: bool = False,
         tokenizer: Any = None,
-        refuse_unknown_ids: bool = False,
-        recover_decode_errors: bool = False,
+        options: ParseOptions | None = None,
+        **option_keywords: Any,
     ):
+        options = ParseOptions.of(options, option_keywords)
         # The machine's own checks first (errors=, then the missing prompt, then the tools), in the
         # interpreter's order; the prompt is read once it is decoded.
-        super().__init__(  # type: ignore[call-arg]
-            None if prefix is None else "",
-            tools=tools,
-            errors=errors,
-            timeout=timeout,
-            report_closers=report_closers,
-            eager=eager,
-        )
+        super().__init__(None if prefix is None else "", tools=tools, options=options.of_text())  # type: ignore[call-arg]
         self._declined = None
-        self._decoder = decoder = TokenIdDecoder(profile_for(tokenizer), refuse_unknown_ids, recover_decode_errors)
+        self._decoder = decoder = TokenIdDecoder(profile_for(tokenizer), options.refuse_unknown_ids, options.recover_decode_errors)
         self._clean_texts = decoder.profile.clean
         text = _decode_prefix(decoder, tokenizer, prefix)
         if decoder.marked:
@@ -309,16 +300,35 @@ def _marked_class(cls: type) -> type:
     return made
 
 
+def parse_message(
+    machine_class: type,
+    text: Any,
+    prefix: Any,
+    tools: list | None,
+    tokenizer: Any,
+    options: ParseOptions,
+    read_text: Callable[..., dict] | None,
+) -> dict:
+    """A generated module's parse_response: one feed, then finalize. Token ids (with a
+    tokenizer, or with an option of token ids, which then asks for one) by parse_token_ids; text
+    with a time bound by the machine's one pass (its regex searches are the ones bounded); other
+    text by the module's one-shot reader `read_text(text, prefix, tools, options)` where it has
+    one, else by the one pass."""
+    if tokenizer is not None or options.by_token_ids:
+        return parse_token_ids(machine_class, text, prefix, tools, tokenizer, options, read_text)
+    if read_text is None or options.timeout is not None:
+        return parse_whole(machine_class, text, prefix, tools, options)
+    return read_text(text, prefix, tools, options)
+
+
 def parse_token_ids(
     machine_class: type,
     ids: Any,
     prefix: Any,
     tools: list | None,
     tokenizer: Any,
+    options: ParseOptions = DEFAULT_OPTIONS,
     read_text: Callable[..., dict] | None = None,
-    refuse_unknown_ids: bool = False,
-    recover_decode_errors: bool = False,
-    **options: Any,
 ) -> dict:
     """One-shot parse of generated token ids, exactly as the interpreter's
     `parse_response(ids, template, prefix=..., tools=..., tokenizer=...)`: its parser decodes the
@@ -326,32 +336,33 @@ def parse_token_ids(
 
     When the flush adds nothing (the output ends with a control token, or with text that cannot
     start one), that is text-mode parse_response on the decoded text, so parse_whole reads it in
-    one pass, or by `read_text(text, prompt, tools, errors)` (the module's one-shot reader) where
+    one pass, or by `read_text(text, prompt, tools, options)` (the module's one-shot reader) where
     no control token was defused (then no marker needs stripping) and no time bound is set;
     otherwise the decoded text is fed and the flushed tail read at the end of the stream,
     as the interpreter does. Errors come in the interpreter's order: a missing prompt, the tools,
     the tokenizer, the prompt's ids, a region of the prompt, then the output's ids."""
     # The options, the missing prompt and the tools are checked as a parser's constructor checks them
     if tokenizer is None:  # (the generated parse_response comes here without one only to refuse)
-        check_token_options(refuse_unknown_ids, recover_decode_errors)
+        check_token_options(options.refuse_unknown_ids, options.recover_decode_errors)
         raise TypeError("token ids need a tokenizer: give tokenizer=")
-    machine_class(None if prefix is None else "", tools=tools, **options)
-    decoder = TokenIdDecoder(profile_for(tokenizer), refuse_unknown_ids, recover_decode_errors)
+    text_options = options.of_text()
+    machine_class(None if prefix is None else "", tools=tools, options=text_options)
+    decoder = TokenIdDecoder(profile_for(tokenizer), options.refuse_unknown_ids, options.recover_decode_errors)
     prompt = _decode_prefix(decoder, tokenizer, prefix, machine_class.START_LITERAL)
     try:
         if isinstance(ids, str):
             raise TypeError(TEXT_FED_TO_TOKEN_PARSER)
         text = decoder.feed(ids)
     except Exception:
-        machine_class(prompt, tools=tools, **options)  # the prompt's own errors come first
+        machine_class(prompt, tools=tools, options=text_options)  # the prompt's own errors come first
         raise
     tail = decoder.flush()
     parser_class = _marked_class(machine_class) if decoder.marked else machine_class
     if not tail:
-        if read_text is not None and not decoder.marked and options.get("timeout") is None:
-            return read_text(text, prompt, tools, options.get("errors", "strict"))
-        return parse_whole(parser_class, text, prompt, tools, **options)
-    parser = parser_class(prompt, tools=tools, **options)
+        if read_text is not None and not decoder.marked and options.timeout is None:
+            return read_text(text, prompt, tools, text_options)
+        return parse_whole(parser_class, text, prompt, tools, text_options)
+    parser = parser_class(prompt, tools=tools, options=text_options)
     parser.feed(text)
     if parser._held:
         parser._take_held()

@@ -16,6 +16,7 @@ from typing import Any
 
 from .coerce import tool_parameters
 from .errors import region_error
+from .options import ParseOptions
 from .machine import ERRORS_KEY, PREFIX_REQUIRED, failed_region_record, finished_message, kept_both
 
 __all__ = ["PlainRegex", "ReadAgain", "WholeMessage", "finished_message", "join_error", "start_whole"]
@@ -75,7 +76,7 @@ def join_error(name: str, value: Any) -> ValueError:
     return ValueError(f"Field '{name}': 'join' requires each match to parse to a string, got {type(value).__name__}.")
 
 
-def start_whole(machine_class: type, text: str, prefix: str | None, tools: Any, errors: str, prefix_in_one_pass: bool) -> tuple:
+def start_whole(machine_class: type, text: str, prefix: str | None, tools: Any, options: ParseOptions, prefix_in_one_pass: bool) -> tuple:
     """Where a one-shot read of `text` starts: (message, buffer, position, current field, head,
     captures). The field is the machine's state index (None: outside explicit regions), `head`
     the text its region already holds, `captures` what its open delimiter captured.
@@ -84,16 +85,14 @@ def start_whole(machine_class: type, text: str, prefix: str | None, tools: Any, 
     anchor is read in the same pass (the buffer starts with it) where the template allows
     (Machine.PREFIX_IN_ONE_PASS); otherwise the machine reads it as its constructor does, and
     the one-shot reader goes on from the machine's state, as parse_whole does."""
-    if errors not in ("strict", "keep"):
-        raise ValueError(f"errors must be 'strict' or 'keep', got {errors!r}")
     if prefix is None:
         raise ValueError(PREFIX_REQUIRED)
-    keep = errors == "keep"
+    keep = options.errors == "keep"
     truncated = machine_class._truncate_prefix(prefix) if prefix else ""
     if prefix_in_one_pass or not truncated:
         run = WholeMessage(machine_class._new_output(), tool_parameters(tools) if tools else {}, keep, set() if keep else None)
         return run, truncated + text, 0, machine_class.IMPLICIT, "", {}
-    machine = machine_class(prefix, tools=tools, errors=errors)  # (as parse_whole builds it)
+    machine = machine_class(prefix, tools=tools, options=options)  # (as parse_whole builds it)
     run = WholeMessage(machine._output, machine._tool_params, keep, machine._closed)
     return run, machine._buf + text, machine._pos, machine._current, "".join(machine._parts), machine._captures
 

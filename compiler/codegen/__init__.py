@@ -28,7 +28,7 @@ from rtcompile.version import INTERPRETER_RELEASE, __version__
 
 from . import one_shot
 
-RUNTIME_ABI = 13  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
+RUNTIME_ABI = 14  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
 # Sets of first characters up to this size are checked with chained str.find; larger ones with
 # one character-class search.
 MAX_FIND_CHAIN = 2

@@ -616,7 +616,7 @@ def test_one_shot_reader_gives_the_machines_message_with_every_option(case: Case
     if SELF_MODE:
         return
     import rtcompile
-    from rtcompile.runtime import parse_whole
+    from rtcompile.runtime import ParseOptions, parse_whole
 
     try:
         module = rtcompile.load(case.template)
@@ -627,7 +627,7 @@ def test_one_shot_reader_gives_the_machines_message_with_every_option(case: Case
             expected = guarded_run(
                 "rtcompile's machine",
                 lambda: _whole_outcome(
-                    lambda: parse_whole(module.ResponseParser, run.text, run.prefix, run.tools, **options)
+                    lambda: parse_whole(module.ResponseParser, run.text, run.prefix, run.tools, ParseOptions(**options))
                 ),
             )
             actual, path = guarded_run(
