@@ -113,11 +113,21 @@ def _negated_run(item: Node) -> frozenset | None:
     return frozenset(char.char for char in member.items)
 
 
+def _key_runs_to_middle(text: str, key_start: int, key_end: int, middle: str, other: str | None, others: tuple) -> bool:
+    """Whether [^S]+ runs from `key_start` to MIDDLE at `key_end`: a non-empty key, MIDDLE there,
+    and no other character of S (`others`; `other` where it is the only one) before it."""
+    if key_end == key_start or not text.startswith(middle, key_end):
+        return False
+    if other is not None:  # (the common case, tested without a loop)
+        return text.find(other, key_start, key_end) < 0
+    return not any(text.find(char, key_start, key_end) >= 0 for char in others)
+
+
 def _make_reader(opening: str, stops: frozenset | None, middle: str, before: str, after: str, closing: str):
     # [^S]+ ends at the first character of S, where MIDDLE must start: at MIDDLE's first character
     # (which is in S), and only if no other character of S comes before it.
     others = tuple(sorted(stops - {middle[0]})) if stops is not None else ()
-    other = others[0] if len(others) == 1 else None  # (the common case, tested without a loop)
+    other = others[0] if len(others) == 1 else None
     lazy_key = stops is None
     first = middle if lazy_key else middle[0]
     open_len, middle_len, close_len = len(opening), len(middle), len(closing)
@@ -140,17 +150,9 @@ def _make_reader(opening: str, stops: frozenset | None, middle: str, before: str
                 if next_middle < 0:
                     return pairs  # no MIDDLE after this tag's start: none after a later one either
             key_end = next_middle
-            if not lazy_key:
-                if key_end == key_start or not startswith(middle, key_end):
-                    pos = start + 1  # (an empty key, or not MIDDLE where the key's run stops)
-                    continue
-                if other is not None:
-                    if find(other, key_start, key_end) >= 0:
-                        pos = start + 1  # (the key's run stops before MIDDLE)
-                        continue
-                elif others and any(find(char, key_start, key_end) >= 0 for char in others):
-                    pos = start + 1
-                    continue
+            if not lazy_key and not _key_runs_to_middle(text, key_start, key_end, middle, other, others):
+                pos = start + 1
+                continue
             value_start = key_end + middle_len
             # ([A] is taken first; given back only if CLOSE follows at once and nowhere after)
             taken = before and value_start < n and text[value_start] == before

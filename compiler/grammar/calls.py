@@ -363,7 +363,9 @@ class CallWriter:
             space = "".join(c for c in LAYOUT if not any(c in t for t in excludes if not t.strip()))
             writer = JsonWriter(Dialect(excludes=tuple(excludes), space=space), self.speller.write)
             if name == "json":
-                return writer.value_in_key_orders(standard_schema(schema), where)
+                value = writer.value_in_key_orders(standard_schema(schema), where)
+                writer.check_seams(value, where)
+                return value
             # (free text, stripped or not by the parser: any text is a string; it is followed by
             # fixed text only, as xgrammar's any_text must be)
             strips = stripped and self.args.get("strip", True) or (name == "text" and (parser.get("args") or {}).get("strip", True))
