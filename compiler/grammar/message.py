@@ -35,7 +35,6 @@ from .spelling import Speller
 REASONING = "reasoning_content"
 TOOL_CALLS = "tool_calls"
 TEXT_PARSERS = ("text",)
-LAYOUT = F.regex("[ \\t\\n\\r]*")
 
 
 @dataclass(frozen=True)
@@ -68,6 +67,7 @@ class MessageWriter:
         # Text no region content may hold (set while a loop is triggered by spelled-out control
         # tokens: see loops.py).
         self.also_excluded: tuple[str, ...] = ()
+        self._opener_texts: tuple[str, ...] | None = None
         if self.call_field is not None and request.callable:
             if not fits_defaults(self.call_field, template.defaults):
                 raise GrammarError(f"fields.{self.call_field.name}", "the template's default for it cannot take a region's value")
@@ -151,14 +151,14 @@ class MessageWriter:
 
     def forced(self, reasoning_done: bool) -> F.Format:
         """Reasoning (free), content that opens no region, the calls, content after them."""
-        lead = LAYOUT if self.implicit is not None else F.EMPTY
+        openers = self.opener_texts() if self.implicit is not None else ()
+        lead = self.layout_before_text(openers) if self.implicit is not None else F.EMPTY
         if self.reasoning is not None and not reasoning_done:
             region = self.text_region(self.reasoning)
             if region is not None and region.closed is not None:
                 lead = F.sequence(lead, F.optional(F.sequence(self.glue(), region.closed)))
         before = after = F.EMPTY
         if self.implicit is not None:
-            openers = self.opener_texts()
             before = F.optional(self.free_text(openers, after_token=not _ends_in_text(lead), outside=True))
             after = F.optional(F.sequence(self.markers(), self.free_text(openers, after_token=False, outside=True)))
         closed, open_end = self.call_blocks()
@@ -169,6 +169,11 @@ class MessageWriter:
         """Text free content must not hold so that it opens no region: every opener's necessary
         literal, and the text it starts with (free text that could also be the start of a region
         keeps xgrammar's matcher from following the region)."""
+        if self._opener_texts is None:
+            self._opener_texts = self._find_opener_texts()
+        return self._opener_texts
+
+    def _find_opener_texts(self) -> tuple[str, ...]:
         from .loops import opener_starts
 
         out: list[str] = []
@@ -222,12 +227,23 @@ class MessageWriter:
         whitespace first (after free text, see `free_text`)."""
         if self.implicit is None:
             return F.EMPTY
-        lead = LAYOUT if leading else F.EMPTY
+        layout = self.layout_before_text(self.opener_texts())
+        lead = layout if leading else F.EMPTY
         close = closing(self.implicit.close, self.speller, f"fields.{self.implicit.name}.close")
         if close.written is None:
             return lead
         # (a marker's own leading whitespace left out: see CallWriter.opener)
-        return F.sequence(lead, F.star(F.sequence(without_leading_layout(close.written), LAYOUT)))
+        return F.sequence(lead, F.star(F.sequence(without_leading_layout(close.written), layout)))
+
+    def layout_before_text(self, blocking: tuple[str, ...]) -> F.Format:
+        """Whitespace the grammar writes outside regions (before free text, an opener, a
+        marker): none that starts a word free text must not hold. The parser reads it with what
+        follows as one text: layout " " then free text ">" would spell the opener " >" across
+        them, and layout " \\n" before the opener " \\n>" would open the region one " \\n" early."""
+        words = (*blocking, *self.also_excluded)
+        starts = {word[0] for word in words if word}
+        chars = "".join(c for c in " \t\n\r" if c not in starts)
+        return F.regex("[" + chars.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r") + "]*") if chars else F.EMPTY
 
     def glue(self) -> F.Format:
         """What may come between regions where text outside regions is dropped: the start anchor,

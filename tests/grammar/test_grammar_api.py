@@ -265,3 +265,39 @@ def test_an_anchor_written_before_an_opener_does_not_become_part_of_it():
             checked += 1
     assert checked >= 10
     assert not walker.accepts(grammar, ordinary_spelling(tokenizer, "aaa><a>"))[0]
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_whitespace_written_outside_regions_spells_no_opener_with_what_follows(parallel):
+    """Outside regions the parser reads the grammar's own whitespace and the text after it as one
+    text: a space, then free text `>!|`, spell the opener ` >` (the region would open there and
+    hold `!|`); whitespace ` ` before the opener ` >>` opens it one space early. Such whitespace
+    is not written."""
+    from grammar_walk import END_OF_OUTPUT, check_calls, ordinary_spelling, text_of
+    from transformers.utils.chat_parsing import parse_response as interpreter_parse
+
+    template = {
+        "start_anchor": "<|a|>",
+        "fields": {
+            "content": {"content": "text"},
+            "tool_calls": {"open": [" >", " >>"], "close": "<a>", "content": "json", "repeats": True,
+                           "transform": {"type": "function", "function": "{content}"}},
+        },
+    }
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    tokenizer, stops = family_tokenizer(template, (END_OF_OUTPUT,))
+    walker = Walker(tokenizer, stops)
+    tag = rtcompile.structural_tag(template, tools, tool_choice="required", parallel_tool_calls=parallel, prefix="<|a|>", stop_tokens=[END_OF_OUTPUT])
+    grammar = walker.compile(tag)
+    call = '{"name": "a", "arguments": {}}<a>'
+    assert walker.accepts(grammar, ordinary_spelling(tokenizer, "x >" + call))[0]  # (a call after content)
+    assert not walker.accepts(grammar, ordinary_spelling(tokenizer, " >!| >" + call))[0]
+    rng = __import__("random").Random(1)
+    checked = 0
+    for _ in range(40):
+        ids, ended = walker.walk(grammar, rng, max_tokens=300)
+        if ended:
+            message = interpreter_parse(text_of(tokenizer, ids), template, prefix="<|a|>", tools=tools)
+            assert not check_calls(message, tools, "required", parallel), (text_of(tokenizer, ids), message)
+            checked += 1
+    assert checked >= 10
