@@ -56,7 +56,7 @@ from vllm.sampling_params import StructuredOutputsParams
 from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
 
 import rtcompile
-from rtcompile.integrations.serving_common import literals
+from rtcompile.integrations.serving import literals
 
 logger = init_logger(__name__)
 
