@@ -20,7 +20,6 @@ import pydantic
 import pytest
 from hypothesis import assume, event, given, note
 from hypothesis import strategies as st
-from transformers.utils.chat_parsing import ResponseParser as InterpreterParser
 
 import rtcompile
 from rtcompile.integrations.openai_stream import accumulate_deltas
@@ -91,20 +90,6 @@ def generations(draw, name: str) -> tuple[str, str]:
     if draw(st.booleans()):
         output += ENDS[name]
     return prompt, output
-
-
-def interpreter_run(template: dict, prompt: Any, chunks: list, tools: Optional[list], tokenizer: Any = None) -> Any:
-    """(message, events) of transformers' interpreter, or the exception it raised."""
-    options = {"tokenizer": tokenizer} if tokenizer is not None else {}
-    try:
-        parser = InterpreterParser(template, prompt, tools=tools, **options)
-        events = list(parser.initial_events)
-        for chunk in chunks:
-            events += parser.feed(chunk)
-        message, last = parser.finalize()
-    except Exception as error:
-        return error
-    return message, events + last
 
 
 def core_run(
@@ -182,7 +167,7 @@ def test_text_whole_and_streamed_give_the_interpreters_message(name, data):
     prompt, output = data.draw(generations(name), label="turn")
     chunks = data.draw(chunkings(output), label="chunks")
     tools = TOOLS if data.draw(st.booleans(), label="with tools") else None
-    expected = interpreter_run(template, prompt, chunks, tools)
+    expected = token_serving.interpreter_run(template, prompt, chunks, tools)
     streamed, streamed_whole = core_run(template, chunks, tools=tools, prefix=prompt)
     at_once, at_once_whole = core_run(template, [output], tools=tools, prefix=prompt)
     assert not streamed.reads_ids
@@ -204,7 +189,7 @@ def test_token_ids_whole_and_streamed_give_the_interpreters_message(name, data):
     tokenizer = token_serving.tokenizer_for(name)
     prompt_ids = token_serving.encode(name, prompt)
     note(f"prompt={prompt!r} output={output!r} chunks={chunks!r}")
-    expected = interpreter_run(template, prompt_ids, chunks, tools, tokenizer)
+    expected = token_serving.interpreter_run(template, prompt_ids, chunks, tools, tokenizer)
     options = {"tokenizer": tokenizer, "prompt_token_ids": prompt_ids}
     streamed, streamed_whole = core_run(template, chunks, tools=tools, **options)
     at_once, at_once_whole = core_run(template, [ids], tools=tools, **options)
@@ -262,7 +247,7 @@ def test_has_tool_call_is_whether_the_interpreter_opens_a_tool_call_region(name,
     prompt_pieces = data.draw(st.lists(_pieces(name), max_size=3), label="prompt")
     pieces = data.draw(st.lists(_pieces(name), max_size=6), label="output")
     prompt, output = ANCHORS[name] + "".join(prompt_pieces), "".join(pieces)
-    expected = interpreter_run(template, prompt, [output], None)
+    expected = token_serving.interpreter_run(template, prompt, [output], None)
     assume(not isinstance(expected, Exception))
     _, events = expected
     opened = any(e["type"] == "region_open" and e["field"] == "tool_calls" for e in events)
@@ -324,7 +309,7 @@ def test_reasoning_ended_after_a_prompt_is_where_the_interpreter_sends_the_outpu
         return
     openers = [spec["open"]] if isinstance(spec.get("open"), str) else list(spec.get("open") or [])
     assume(sum(prompt.count(opener) for opener in openers) <= 1)
-    expected = interpreter_run(template, prompt, [_MARKER], None)
+    expected = token_serving.interpreter_run(template, prompt, [_MARKER], None)
     assume(not isinstance(expected, Exception))
     message, _ = expected
     marker_in_reasoning = _MARKER in text_of(message.get("reasoning_content"))
