@@ -474,6 +474,12 @@ def test_unvalidated_builder_builds_what_validation_builds(text):
     assert build(text).calls == []
     every = unvalidated_builder(_Result, tuple(_Result.model_fields), [("a", [1], None)])
     assert same_as_validated(every(text, [text], text), _Result(text=text, calls=[text], note=text))
+    two = unvalidated_builder(_Result, ("note", "text"), [("n", "a")])  # (defaults kept, given in any order)
+    assert two.__name__ == "build"
+    made = two(text, "t")
+    assert same_as_validated(made, _Result(text="t", note=text))
+    made.calls.append(1)
+    assert two(text, "t").calls == []
 
 
 def test_unvalidated_builder_falls_back_to_validation_where_it_cannot_match_it():
