@@ -116,7 +116,7 @@ def test_the_layout_is_what_the_rules_describe():
     homes = {_home(name) for name in MODULES}
     assert homes == set(ALLOWED) | {"facade", "cli"}
     # every integration has a home of its own inside integrations/
-    for host in ("vllm", "sglang", "transformers", "openai_stream", "serving_common"):
+    for host in ("vllm", "sglang", "transformers", "openai_stream", "serving"):
         assert any(name.startswith(f"rtcompile.integrations.{host}") for name in MODULES), host
 
 

@@ -3,10 +3,9 @@ host, each importing its host lazily and depending only on rtcompile's public AP
 
     serving/           the serving core: a generation through a compiled parser as operations
                        (text, call started, argument fragment, call done, region failed) that
-                       each host renders
+                       each host renders; the whole output, tools as dicts, reasoning questions;
+                       what the inference-server plugins share before a generation (`host`)
     openai_stream.py   OpenAI `chat.completion.chunk` deltas, a renderer of the core
-    serving_common.py  what the inference-server plugins share before a generation (template
-                       resolution, served templates, serving plans)
     vllm/              the vLLM parser plugin (`--reasoning-parser rtcompile --tool-call-parser rtcompile`)
     sglang.py          the SGLang detector plugin (same flags)
     transformers/      tokenizers that parse with compiled parsers, and `transformers serve`

@@ -74,7 +74,7 @@ from typing import Any, Callable
 
 from rtcompile.runtime.coerce import tool_parameters
 
-from .serving import Generation, Renderer, ServingPlan, call_parts, message_tool_calls, text_of
+from .serving import Generation, Renderer, ServingPlan, WholeOutput, call_parts, message_tool_calls, text_of
 from .serving.arguments import to_json
 from .serving.calls import MISSING
 
@@ -122,36 +122,45 @@ def completion_chunk(
 
 def accumulate_deltas(deltas: list[dict]) -> dict:
     """The assistant message a client builds from `deltas` (text concatenated, tool calls merged by
-    index), in the OpenAI response shape: what a server returns for `stream=False`."""
+    index), in the OpenAI response shape: what a server returns for `stream=False`. The deltas are
+    replayed onto the serving core's whole-output accumulator (`serving.WholeOutput`). Raises
+    `ValueError` for a tool-call entry whose index skips one (calls are announced in order)."""
     message: dict = {"role": "assistant"}
-    calls: list[dict] = []
+    whole = WholeOutput()
     for delta in deltas:
         for key, value in delta.items():
             if key == "tool_calls":
                 for entry in value:
-                    index = entry["index"]
-                    if index == len(calls):
-                        calls.append(
-                            {
-                                "id": "",
-                                "type": "function",
-                                "function": {"name": "", "arguments": ""},
-                            }
-                        )
-                    call = calls[index]
-                    if "id" in entry:
-                        call["id"] += entry["id"]
-                    function = entry.get("function", {})
-                    call["function"]["name"] += function.get("name") or ""
-                    call["function"]["arguments"] += function.get("arguments") or ""
+                    _replay_call_entry(whole, entry)
             elif key == "role":
                 message["role"] = value
             else:
-                message[key] = message.get(key, "") + value
-    if calls:
-        message["tool_calls"] = calls
+                message.setdefault(key, "")  # (keys in the order they first came)
+                whole.text(key, value)
+    for key in whole.keys():
+        message[key] = whole.joined(key)
+    if whole.calls:
+        message["tool_calls"] = [
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            for call in whole.calls
+        ]
     return message
 
+
+def _replay_call_entry(whole: WholeOutput, entry: dict) -> None:
+    """One `tool_calls` entry of a delta onto the accumulator: a new index announces its call, an
+    entry of a known one adds to it (name and id pieces, as a client concatenates them)."""
+    index = entry["index"]
+    function = entry.get("function", {})
+    call = whole.call(index)
+    if call is None:
+        if index != len(whole.calls):
+            raise ValueError(f"tool call index {index} skips an index: {len(whole.calls)} calls came before it")
+        whole.call_started(index, function.get("name") or "", entry.get("id", ""))
+    else:
+        call.name += function.get("name") or ""
+        call.id += entry.get("id", "")
+    whole.arguments(index, function.get("arguments") or "")
 
 
 # ---- the renderer: the core's operations as deltas, adjacent pieces of one kind merged -------------

@@ -87,18 +87,15 @@ from sglang.srt.runtime_context import get_context
 
 import rtcompile
 
-from .serving import Generation, Renderer, ServingPlan
-from .serving_common import (
+from .serving import Generation, Renderer, ServingPlan, WholeOutput, literals, tool_dicts, unvalidated_builder
+from .serving.host import (
     CONTENT_FIELD,
     REASONING_FIELDS,
     TOOL_FIELD,
     has_opener,
-    literals,
     plan_for,
-    pydantic_slot_setters,
     reasoning_field_of,
     resolve_template,
-    same_as_validated,
     served_plan,
     thinking_named,
     verbatim_tool_field,
@@ -229,25 +226,6 @@ class _Plans:
         return self.base.derived("sglang.view", lambda plan: _sglang_view(plan.template))
 
 
-def _tool_dicts(tools: Sequence[Any] | None) -> list[dict]:
-    """What the parser reads of the request's tools (it casts arguments by their schemas): each
-    function's name and parameters. Read off SGLang's `Tool` objects, whose `model_dump` copies
-    the whole tool (25 us for four tools, once per request); dicts are taken as they are."""
-    result = []
-    for tool in tools or ():
-        function = getattr(tool, "function", None)
-        if not isinstance(tool, dict) and isinstance(getattr(function, "name", None), str):
-            tool = {
-                "type": "function",
-                "function": {"name": function.name, "parameters": getattr(function, "parameters", None)},
-            }
-        elif hasattr(tool, "model_dump"):
-            tool = tool.model_dump(exclude_none=True)
-        if isinstance(tool, dict):
-            result.append(tool)
-    return result
-
-
 class _KeptSignature:
     """SGLang's `ReasoningParser` and `FunctionCallParser` read their detector class's signature
     on every request (`inspect.signature`, up to three times: 30-40 us each for these classes);
@@ -322,28 +300,6 @@ class _ReasoningResults(Renderer):
         return _normal_result("")
 
 
-class _Texts(Renderer):
-    """Text by key, for a one-shot parse (calls, if any, are the tool detector's)."""
-
-    def __init__(self) -> None:
-        self.texts: dict[str, list[str]] = {}
-
-    def text(self, key: str, text: str) -> None:
-        self.texts.setdefault(key, []).append(text)
-
-    def call_started(self, index: int, name: str, template_id: str | None) -> None:
-        pass
-
-    def arguments(self, index: int, text: str) -> None:
-        pass
-
-    def take(self) -> None:
-        return None
-
-    def joined(self, key: str) -> str:
-        return "".join(self.texts.get(key, ()))
-
-
 class RtcompileReasoningDetector(_KeptSignature, ResponseTemplateReasoningDetector):
     """`--reasoning-parser rtcompile`: reasoning apart from the normal text (content, and tool calls
     with their delimiters, for the tool detector), parsed by rtcompile."""
@@ -398,7 +354,7 @@ class RtcompileReasoningDetector(_KeptSignature, ResponseTemplateReasoningDetect
         )
 
     def detect_and_parse(self, text: str) -> ReasoningStreamingParseResult:
-        texts = _Texts()
+        texts = WholeOutput()
         generation = self._new_generation(texts)
         generation.feed(text)
         generation.finish()
@@ -463,81 +419,19 @@ def _reasoning_pair(normal: str, reasoning: str) -> ReasoningStreamingParseResul
 # ---- tool calls ---------------------------------------------------------------------------------
 
 
-def _validated_text_result(text: str) -> ToolStreamingParseResult:
-    return ToolStreamingParseResult(normal_text=text)
-
-
-def _text_result_factory() -> Any:
-    """`ToolStreamingParseResult(normal_text=text)`, the tool detector's answer to most chunks,
-    made without pydantic's validation (about 2 us a chunk, more than the parse): the instance
-    state pydantic itself builds. Used only if, built both ways, the two are the same (checked
-    here, once, against the pydantic installed); otherwise the validated constructor."""
-    new_instance = object.__new__
-    setters = pydantic_slot_setters(ToolStreamingParseResult)
-    if setters is None:
-        return _validated_text_result
-    set_state, set_fields_set, set_extra, set_private = setters
-
-    def text_result(text: str) -> ToolStreamingParseResult:
-        result = new_instance(ToolStreamingParseResult)
-        set_state(result, {"normal_text": text, "calls": []})
-        set_fields_set(result, {"normal_text"})
-        set_extra(result, None)
-        set_private(result, None)
-        return result
-
-    try:
-        for text in ("", "x<y"):
-            if not same_as_validated(text_result(text), ToolStreamingParseResult(normal_text=text)):
-                return _validated_text_result
-    except Exception:  # a pydantic whose instances are laid out otherwise
-        return _validated_text_result
-    return text_result
-
-
-_text_result = _text_result_factory()
-
-
-def _unvalidated_builder(model: type, samples: Sequence[tuple]) -> Any:
-    """`model(*values)` for every field of `model` given, in its declared order (as the tool
-    detector builds its call items and results), without pydantic's validation: the instance
-    state pydantic itself builds for them. Used only if, for each of `samples`, the two are the
-    same (checked here, once, against the pydantic installed); otherwise the validated
-    constructor. The values must be what validation would keep as they are (ours are)."""
-    names = tuple(model.model_fields)
-
-    def validated(*values: Any) -> Any:
-        return model(**dict(zip(names, values)))
-
-    setters = pydantic_slot_setters(model)
-    if setters is None:
-        return validated
-    set_state, set_fields_set, set_extra, set_private = setters
-    new_instance = object.__new__
-    every_field = frozenset(names)
-
-    def build(*values: Any) -> Any:
-        result = new_instance(model)
-        set_state(result, dict(zip(names, values)))
-        set_fields_set(result, set(every_field))
-        set_extra(result, None)
-        set_private(result, None)
-        return result
-
-    try:
-        for values in samples:
-            if len(values) != len(names) or not same_as_validated(build(*values), validated(*values)):
-                return validated
-    except Exception:  # a pydantic whose instances are laid out otherwise
-        return validated
-    return build
-
-
-# ToolCallItem(tool_index, name, parameters) and ToolStreamingParseResult(normal_text, calls), as
-# _emit builds them for every chunk that announces a call or sends some of its arguments.
-_call_item = _unvalidated_builder(ToolCallItem, [(0, "get_weather", '{"a": 1}'), (3, None, "")])
-_calls_result = _unvalidated_builder(
-    ToolStreamingParseResult, [("x<y", [_call_item(0, "f", "{}")]), ("", [])]
+# ToolStreamingParseResult(normal_text=text), the tool detector's answer to most chunks (about 2 us a
+# chunk through pydantic's validation, more than the parse), and ToolCallItem(tool_index, name,
+# parameters) and ToolStreamingParseResult(normal_text, calls), as _emit builds them for every chunk
+# that announces a call or sends some of its arguments: built without validation where the pydantic
+# installed builds the same instances both ways (checked once, here).
+_text_result = unvalidated_builder(ToolStreamingParseResult, ("normal_text",), [("",), ("x<y",)])
+_call_item = unvalidated_builder(
+    ToolCallItem, tuple(ToolCallItem.model_fields), [(0, "get_weather", '{"a": 1}'), (3, None, "")]
+)
+_calls_result = unvalidated_builder(
+    ToolStreamingParseResult,
+    tuple(ToolStreamingParseResult.model_fields),
+    [("x<y", [_call_item(0, "f", "{}")]), ("", [])],
 )
 
 
@@ -622,33 +516,6 @@ class _ToolResults(Renderer):
 
     def nothing(self) -> ToolStreamingParseResult:
         return _text_result("")
-
-
-class _CallsOnce(Renderer):
-    """Normal text and whole calls of a one-shot parse (the detector's bookkeeping untouched)."""
-
-    def __init__(self, accepted: Any) -> None:
-        self.accepted = accepted
-        self.normal: list[str] = []
-        self.calls: list[ToolCallItem] = []
-        self.slots: dict[int, int | None] = {}
-
-    def text(self, key: str, text: str) -> None:
-        self.normal.append(text)
-
-    def call_started(self, index: int, name: str, template_id: str | None) -> None:
-        keep = self.accepted(name)
-        self.slots[index] = len(self.calls) if keep else None
-        if keep:
-            self.calls.append(ToolCallItem(tool_index=len(self.calls), name=name, parameters=""))
-
-    def arguments(self, index: int, text: str) -> None:
-        slot = self.slots.get(index)
-        if slot is not None:
-            self.calls[slot].parameters += text
-
-    def take(self) -> None:
-        return None
 
 
 def _reasoning_parser_in_front() -> bool:
@@ -738,7 +605,7 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
             self.plans.tools,
             renderer,
             prefix=self._rtc_prefix,
-            tools=_tool_dicts(tools),
+            tools=tool_dicts(tools, parsing_only=True),
             text_keys={_NORMAL: _NORMAL},
             verbatim_keys=dict.fromkeys(self.plans.passed_through, _NORMAL),
             tool_field=TOOL_FIELD,
@@ -746,16 +613,26 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
         )
 
     def has_tool_call(self, text: str) -> bool:
-        parser = self.plans.tools.parser_class(self._rtc_prefix, errors="keep")
-        events = parser.initial_events + parser.feed(text) + parser.finalize()[1]
-        return any(e["type"] == "region_open" and e["field"] == TOOL_FIELD for e in events)
-
-    def detect_and_parse(self, text: str, tools: list) -> ToolStreamingParseResult:
-        calls = _CallsOnce(self._accepted_names(tools))
-        generation = self._new_generation(tools, calls)
+        """Whether the prompt and `text` open a tool-call region (the serving core's
+        `Generation.has_tool_call`)."""
+        generation = self._new_generation(None, WholeOutput())
         generation.feed(text)
         generation.finish()
-        return ToolStreamingParseResult(normal_text="".join(calls.normal), calls=calls.calls)
+        return generation.has_tool_call
+
+    def detect_and_parse(self, text: str, tools: list) -> ToolStreamingParseResult:
+        """The normal text and the whole calls of `text` (the detector's bookkeeping untouched): a
+        call to a function not in `tools` is dropped, as SGLang drops it."""
+        whole = WholeOutput()
+        generation = self._new_generation(tools, whole)
+        generation.feed(text)
+        generation.finish()
+        accepted = self._accepted_names(tools)
+        calls: list[ToolCallItem] = []
+        for call in whole.calls:
+            if accepted(call.name):
+                calls.append(ToolCallItem(tool_index=len(calls), name=call.name, parameters=call.arguments))
+        return ToolStreamingParseResult(normal_text=whole.joined(_NORMAL), calls=calls)
 
     def _start(self, tools: list) -> Generation:
         """The generation, made on the first chunk (or at the end, if none came), with the tools
@@ -826,7 +703,7 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
         try:
             tag = rtcompile.structural_tag(
                 self.response_template,
-                _tool_dicts(tools),
+                tool_dicts(tools, parsing_only=True),
                 tool_choice=choice,
                 parallel_tool_calls=parallel_tool_calls,
                 prefix=self._grammar_start(message_start),

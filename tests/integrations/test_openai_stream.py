@@ -676,17 +676,7 @@ def run_token_stream(name: str, prompt: list[int], chunks: list[list[int]], tool
 
 def interpreter_token_run(name: str, prompt: list[int], chunks: list[list[int]], tools: Optional[list]) -> Any:
     """(message, events) of transformers' interpreter fed the same ids, or the exception it raised."""
-    from transformers.utils.chat_parsing import ResponseParser
-
-    try:
-        parser = ResponseParser(template_for(name), prompt, tools=tools, tokenizer=token_serving.tokenizer_for(name))
-        events = list(parser.initial_events)
-        for chunk in chunks:
-            events += parser.feed(chunk)
-        message, last = parser.finalize()
-    except Exception as error:
-        return error
-    return message, events + last
+    return token_serving.interpreter_run(template_for(name), prompt, chunks, tools, token_serving.tokenizer_for(name))
 
 
 @pytest.mark.parametrize("name", sorted(FORMATS))

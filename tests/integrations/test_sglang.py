@@ -249,7 +249,7 @@ def test_a_fresh_process_gets_the_names_from_the_entry_point_alone():
 def test_rtcompiles_runtime_and_generated_parsers_never_import_sglang():
     code = (
         "import sys, rtcompile, rtcompile.runtime, rtcompile.integrations.openai_stream\n"
-        "import rtcompile.integrations.serving_common\n"
+        "import rtcompile.integrations.serving.host\n"
         "from rtcompile.generated import qwen3\n"
         "rtcompile.parse_response('<think>a</think>b', rtcompile.template_for('qwen3'), prefix='')\n"
         "assert not [m for m in sys.modules if m == 'sglang' or m.startswith('sglang.')]\n"
@@ -753,9 +753,9 @@ def test_text_results_are_built_without_validation_and_equal_validated_ones():
     from sglang.srt.function_call.core_types import StreamingParseResult
 
     from rtcompile.integrations import sglang
-    from rtcompile.integrations.serving_common import same_as_validated
+    from rtcompile.integrations.serving import same_as_validated
 
-    assert sglang._text_result is not sglang._validated_text_result
+    assert sglang._text_result.__name__ == "build"  # (the unvalidated builder was chosen)
     for text in ("", "plain", "<tool_call>", "é\n"):
         fast = sglang._text_result(text)
         assert same_as_validated(fast, StreamingParseResult(normal_text=text))
@@ -770,7 +770,7 @@ def test_call_items_and_call_results_are_built_without_validation_and_equal_vali
     from sglang.srt.function_call.core_types import StreamingParseResult, ToolCallItem
 
     from rtcompile.integrations import sglang
-    from rtcompile.integrations.serving_common import same_as_validated
+    from rtcompile.integrations.serving import same_as_validated
 
     for values in ((0, "get_weather", ""), (2, None, '{"city": "Lisbon"'), (1, "é", "}")):
         fast = sglang._call_item(*values)
@@ -815,14 +815,14 @@ def test_reasoning_results_are_built_without_the_constructor_and_equal_its_resul
 def test_the_parser_reads_each_tools_name_and_parameters_as_model_dump_gives_them():
     """The tool detector reads a request's `Tool` objects by their attributes (no model_dump, a
     copy of each whole tool, per request); the parser's casting tables come out the same."""
-    from rtcompile.integrations import sglang
+    from rtcompile.integrations.serving import tool_dicts
     from rtcompile.runtime.coerce import tool_parameters
 
     tools = sglang_tools(WEATHER)
     dumped = [tool.model_dump(exclude_none=True) for tool in tools]
-    assert tool_parameters(sglang._tool_dicts(tools)) == tool_parameters(dumped)
-    assert sglang._tool_dicts(dumped) == dumped  # dicts as they are
-    assert [t["function"]["name"] for t in sglang._tool_dicts(tools)] == ["get_weather", "never_called"]
+    assert tool_parameters(tool_dicts(tools, parsing_only=True)) == tool_parameters(dumped)
+    assert tool_dicts(dumped, parsing_only=True) == dumped  # dicts as they are
+    assert [t["function"]["name"] for t in tool_dicts(tools, parsing_only=True)] == ["get_weather", "never_called"]
 
 
 def test_detectors_of_one_template_share_its_plans_and_see_it_changed_in_place():

@@ -187,3 +187,20 @@ def detokenized(name: str, chunks: list[list[int]]) -> list[str]:
     for chunk in chunks:
         texts.append("".join(stream.step(backend, token_id) or "" for token_id in chunk))
     return texts
+
+
+def interpreter_run(template: dict, prompt: Any, chunks: list, tools: Any = None, tokenizer: Any = None) -> Any:
+    """(message, events) of transformers' interpreter fed `chunks` after `prompt` (text, or with
+    `tokenizer` token ids), or the exception it raised."""
+    from transformers.utils.chat_parsing import ResponseParser
+
+    options = {"tokenizer": tokenizer} if tokenizer is not None else {}
+    try:
+        parser = ResponseParser(template, prompt, tools=tools, **options)
+        events = list(parser.initial_events)
+        for chunk in chunks:
+            events += parser.feed(chunk)
+        message, last = parser.finalize()
+    except Exception as error:
+        return error
+    return message, events + last

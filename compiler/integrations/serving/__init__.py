@@ -13,27 +13,44 @@ vLLM's `DeltaMessage`s (`rtcompile.integrations.vllm`) and SGLang's detector res
     calls.py       a tool-call field's regions as call operations (announce, fragments, done,
                    failed), reconciled with each region's parsed value at its close
     arguments.py   the incremental argument readers per content parser, and the JSON writer
+    results.py     what every host builds alike: the whole output of a one-shot parse
+                   (WholeOutput), the request's tools as dicts, its result types built without
+                   validation on the hot path
+    reasoning.py   what a host asks of the reasoning outside a generation: whether it ended in a
+                   prompt, how many of an output's tokens are reasoning
+    host.py        what the inference-server hosts do before a generation: find the template,
+                   check its fields reach a client, the template a server parses with, its plans
 
 Standard library, `regex` and rtcompile's runtime only: servers import it at run time, and nothing of
-the compiler loads with it.
+the compiler loads with it (except `host`, which compiles a template on first use, and is imported
+by its own name, not from here).
 """
 
 from .calls import ToolCallPlan, call_parts, message_tool_calls
 from .generation import OPENER_GROUP, Generation, Renderer, as_id_list, last_boundary, text_of, written_ids
 from .plan import ServingPlan, closers_ending_in_anchor, literals
+from .reasoning import Reasoning, ReasoningTokenCounter
+from .results import WholeCall, WholeOutput, same_as_validated, tool_dicts, unvalidated_builder
 
 __all__ = [
     "OPENER_GROUP",
     "Generation",
+    "Reasoning",
+    "ReasoningTokenCounter",
     "Renderer",
     "ServingPlan",
     "ToolCallPlan",
+    "WholeCall",
+    "WholeOutput",
     "as_id_list",
     "call_parts",
     "closers_ending_in_anchor",
     "last_boundary",
     "literals",
     "message_tool_calls",
+    "same_as_validated",
     "text_of",
+    "tool_dicts",
+    "unvalidated_builder",
     "written_ids",
 ]

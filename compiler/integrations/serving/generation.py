@@ -23,7 +23,7 @@ then `take()` gives the chunk's result. How each field is routed is the host's c
 - `message_keys` {field: key}: the text as the parser's final message has it (stripped at the
   region's edges, `join` separators, blank lines between texts of a field written twice, a default
   nothing replaced, other content parsers' values as text at the close) (OpenAIStream);
-- `verbatim_keys` {field: key}: a field built with `serving_common.verbatim_tool_field`, passed on
+- `verbatim_keys` {field: key}: a field built with `host.verbatim_tool_field`, passed on
   with its delimiters as the model wrote them (tool calls as text: tool parsing off, or for a
   server's tool parser to read);
 - `tool_field`: the field whose regions are tool calls (`calls.ToolCalls`); the text of one that
@@ -69,7 +69,7 @@ __all__ = ["OPENER_GROUP", "Generation", "Renderer", "as_id_list", "last_boundar
 logger = logging.getLogger(__name__)
 
 # The named group around a tool-call opener pattern whose matched text is passed on verbatim
-# (serving_common.verbatim_tool_field writes it).
+# (host.verbatim_tool_field writes it).
 OPENER_GROUP = "rtcompile_opener"
 
 
@@ -472,7 +472,7 @@ class Generation:
     `initial`: the result for the prompt (taken once built); `feed(text, token_ids)` and
     `finish(text, token_ids)` give each chunk's; `message` is the parser's final message once
     finished; `divergences` notes where the operations could not follow it; `reads_ids` whether the
-    parser reads token ids."""
+    parser reads token ids; `has_tool_call` whether a tool-call region opened."""
 
     def __init__(
         self,
@@ -501,6 +501,7 @@ class Generation:
         self.message: dict | None = None
         self.finished = False
         self.unread_at_end = ""
+        self._tool_call_opened = False
         verbatim_keys = verbatim_keys or {}
         if parser is None:
             parser = _new_parser(plan, prefix, tools, verbatim_keys, prompt_token_ids, tokenizer)
@@ -736,6 +737,7 @@ class Generation:
         last = last_boundary(events) if live else -1
         current = getattr(self.parser, "current_field", None) if live else None
         closed = self.renderer.region_closed
+        tool_calls = self._tool_calls
         for position, event in enumerate(events):
             field = event["field"]
             handler = handlers.get(field)
@@ -745,11 +747,19 @@ class Generation:
                     handler.chunk(event["text"])
                 elif kind == "region_open":
                     handler.open(position == last and current == field)
+                    if handler is tool_calls:
+                        self._tool_call_opened = True
                 else:
                     handler.close(event, finalizing)
                     closed(field)
             if position == cut_at:
                 self._delimiter_cut = ""
+
+    @property
+    def has_tool_call(self) -> bool:
+        """Whether a region of the tool-call field opened so far, in the prompt or the output
+        (whatever it held, and whether it parsed); False for a generation without `tool_field`."""
+        return self._tool_call_opened
 
     def send_failed_text(self, raw: str) -> None:
         """The text of a tool-call region that failed to parse, under the failed-call key."""

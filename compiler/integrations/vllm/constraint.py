@@ -56,7 +56,7 @@ from vllm.sampling_params import StructuredOutputsParams
 from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
 
 import rtcompile
-from rtcompile.integrations.serving_common import literals
+from rtcompile.integrations.serving import literals, tool_dicts
 
 logger = init_logger(__name__)
 
@@ -297,10 +297,10 @@ def _named_function(choice: Any) -> str | None:
 
 
 def _is_strict(tool: Any) -> bool:
-    if hasattr(tool, "model_dump"):
-        tool = tool.model_dump(exclude_none=True)
-    if not isinstance(tool, dict):
+    dumped = tool_dicts([tool])  # (the serving core's normalizer: a dict, or a model's dump)
+    if not dumped:
         return False
+    tool = dumped[0]
     function = tool.get("function")
     return tool.get("strict") is True or (
         isinstance(function, dict) and function.get("strict") is True

@@ -54,6 +54,7 @@ Where this differs from vLLM's class by design (README, "vLLM"):
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -77,20 +78,28 @@ from vllm.reasoning.abs_reasoning_parsers import ReasoningParser
 from vllm.renderers.chat_utils import make_tool_call_id
 from vllm.tool_parsers.utils import iter_response_function_tool_dicts
 
-from rtcompile.integrations.serving import Generation, Renderer, ServingPlan, as_id_list, written_ids
-from rtcompile.integrations.vllm import constraint
-from rtcompile.integrations.serving_common import (
+from rtcompile.integrations.serving import (
+    Generation,
+    Reasoning,
+    ReasoningTokenCounter,
+    Renderer,
+    ServingPlan,
+    WholeOutput,
+    as_id_list,
+    literals,
+    tool_dicts,
+    unvalidated_builder,
+    written_ids,
+)
+from rtcompile.integrations.serving.host import (
     CONTENT_FIELD,
     TOOL_FIELD,
-    has_opener,
-    literals,
     plan_for,
-    pydantic_slot_setters,
     reasoning_field_of,
-    same_as_validated,
     served_plan,
 )
-from rtcompile.integrations.serving_common import resolve_template as shared_resolve_template
+from rtcompile.integrations.serving.host import resolve_template as shared_resolve_template
+from rtcompile.integrations.vllm import constraint
 from rtcompile.runtime.token_ids import TokenizerProfile, profile_for
 
 # vLLM's logger: `warning_once` is what vLLM's own response-template parser warns with.
@@ -117,7 +126,7 @@ def resolve_template(
     tokenizer: Any, template: Any = None, model_config: Any = None
 ) -> tuple[dict, str]:
     """(the response template, where it came from), in the order the module docstring gives
-    (serving_common.resolve_template, with the model type vLLM's model config names, if any).
+    (serving.host.resolve_template, with the model type vLLM's model config names, if any).
     Raises `ValueError` naming every place looked at when there is none."""
     model_type = getattr(getattr(model_config, "hf_config", None), "model_type", None)
     return shared_resolve_template(
@@ -136,35 +145,19 @@ def _plan_for(template: dict, parse_tools: bool) -> ServingPlan:
     return served_plan(base, tool_calls="parse" if parse_tools else "verbatim")
 
 
-class _Reasoning:
-    """What vLLM's reasoning hooks read of a served plan: the reasoning field, its spec, and the
-    fields with openers (made once per plan)."""
-
-    def __init__(self, plan: ServingPlan):
-        self.plan = plan
-        self.field = reasoning_field_of(plan)
-        self.spec = plan.fields.get(self.field) if self.field else None
-        self.open_fields = {name for name, spec in plan.fields.items() if has_opener(spec)}
-
-    @classmethod
-    def of(cls, plan: ServingPlan) -> "_Reasoning":
-        return plan.derived("vllm.reasoning", cls)
+def _reasoning_of(plan: ServingPlan) -> Reasoning:
+    """The core's reasoning operations for a served plan (its reasoning field checked once)."""
+    return Reasoning.of(plan, reasoning_field_of(plan))
 
 
 # ---- requests -------------------------------------------------------------------------------------
-
-
-def _tool_dict(tool: Any) -> dict:
-    if hasattr(tool, "model_dump"):
-        tool = tool.model_dump(exclude_none=True)
-    return tool if isinstance(tool, dict) else {}
 
 
 def _as_tool_dicts(tools: Sequence[Any] | None) -> list[dict]:
     """Chat tools as dicts, plus Responses function tools (namespaces flattened by vLLM)."""
     tools = list(tools or ())
     result = iter_response_function_tool_dicts(tools)
-    result.extend(d for d in map(_tool_dict, tools) if isinstance(d.get("function"), dict))
+    result.extend(tool for tool in tool_dicts(tools) if isinstance(tool.get("function"), dict))
     return result
 
 
@@ -230,11 +223,7 @@ class _DeltaMessages(Renderer):
         (self.content if key == "content" else self.reasoning).append(text)
 
     def call_started(self, index: int, name: str, template_id: str | None) -> None:
-        state = self.state
-        call_id = make_tool_call_id(
-            id_type=state.tool_call_id_type, func_name=name, idx=state.history_tool_call_cnt
-        )
-        state.history_tool_call_cnt += 1
+        call_id = _next_call_id(self.state, name)
         self.calls.append(
             {"index": index, "id": call_id, "type": "function", "name": name, "arguments": []}
         )
@@ -266,6 +255,16 @@ class _DeltaMessages(Renderer):
         return _TEXT_DELTAS[key]
 
 
+def _next_call_id(state: Any, name: str) -> str:
+    """The next call's id by vLLM's policy for the request (its stream state counts the calls of
+    the conversation so far)."""
+    call_id = make_tool_call_id(
+        id_type=state.tool_call_id_type, func_name=name, idx=state.history_tool_call_cnt
+    )
+    state.history_tool_call_cnt += 1
+    return call_id
+
+
 def _merged(first: DeltaMessage | None, second: DeltaMessage | None) -> DeltaMessage | None:
     """Two messages as one (what the prompt gave, a call it left open, with the first chunk's)."""
     if first is None or second is None:
@@ -295,139 +294,12 @@ def _delta_tool_call(call: dict) -> DeltaToolCall:
     )
 
 
-_VALIDATED_TEXT_DELTAS = {
-    "content": lambda text: DeltaMessage(content=text),
-    "reasoning": lambda text: DeltaMessage(reasoning=text),
+# Per text key, what makes the `DeltaMessage` of one text chunk for the common chunk: without
+# pydantic's validation (which costs several times the parse of the chunk) where the pydantic
+# installed builds the same message both ways (checked once, here); otherwise `DeltaMessage(key=text)`.
+_TEXT_DELTAS = {
+    key: unvalidated_builder(DeltaMessage, (key,), [("x<y",)]) for key in ("content", "reasoning")
 }
-
-
-def _text_delta_makers() -> dict[str, Any]:
-    """Per text key ("content", "reasoning"), what makes the `DeltaMessage` of one text chunk for
-    the common chunk: without pydantic's validation (which costs several times the parse of the
-    chunk), the instance state pydantic itself builds for `DeltaMessage(content=text)`. Used only
-    if, built both ways, the two are equal and serialize alike (checked here, once, against the
-    pydantic installed); otherwise the validated constructor."""
-    validated = _VALIDATED_TEXT_DELTAS
-    new_instance = object.__new__
-    setters = pydantic_slot_setters(DeltaMessage)
-    if setters is None:
-        return validated
-    set_state, set_fields_set, set_extra, set_private = setters
-
-    def content_delta(text: str) -> DeltaMessage:
-        message = new_instance(DeltaMessage)
-        set_state(message, {"role": None, "content": text, "reasoning": None, "tool_calls": []})
-        set_fields_set(message, {"content"})
-        set_extra(message, {})
-        set_private(message, None)
-        return message
-
-    def reasoning_delta(text: str) -> DeltaMessage:
-        message = new_instance(DeltaMessage)
-        set_state(message, {"role": None, "content": None, "reasoning": text, "tool_calls": []})
-        set_fields_set(message, {"reasoning"})
-        set_extra(message, {})
-        set_private(message, None)
-        return message
-
-    fast = {"content": content_delta, "reasoning": reasoning_delta}
-    try:
-        for key, make in fast.items():
-            if not same_as_validated(make("x<y"), validated[key]("x<y")):
-                return validated
-    except Exception:  # a pydantic whose instances are laid out otherwise
-        return validated
-    return fast
-
-
-_TEXT_DELTAS = _text_delta_makers()
-
-
-class _ReasoningTokenCounter:
-    """Counts the reasoning tokens of one growing generation, feeding each token's text once: a
-    token counts when text of it comes out as reasoning (or it holds a whole empty reasoning
-    region); text held back inside a reasoning region (it may start the closer) counts its token
-    until the closer arrives. That is vLLM's count wherever the reasoning delimiters are whole
-    tokens (special tokens, as in the models these templates serve).
-
-    Held text is the end of what was fed (`unread_text`), and comes out in order: `runs` follows it
-    token by token as [characters still held, counted already], so that the reasoning a later feed
-    writes is credited to the tokens whose text it is."""
-
-    def __init__(self, plan: ServingPlan, field: str, prefix: str, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.field = field
-        self.parser = plan.parser_class(prefix, errors="keep")
-        self.token_ids: list[int] = []
-        self.confirmed = 0
-        self.runs: list[list] = []  # the held text inside reasoning, by token: [chars, counted]
-        self.written = 0  # reasoning text the last feed wrote
-        self.open = False
-        self.body_started = False  # the open reasoning region has text (or held text) already
-        self._events(self.parser.initial_events)
-        prompt_held = len(self.parser.unread_text) if self.open else 0
-        if prompt_held:  # (the prompt's text is no token of the output)
-            self.runs.append([prompt_held, True])
-
-    def continues(self, token_ids: Sequence[int]) -> bool:
-        return list(token_ids[: len(self.token_ids)]) == self.token_ids
-
-    def count(self, token_ids: Sequence[int]) -> int:
-        new_ids = list(token_ids[len(self.token_ids) :])
-        self.token_ids.extend(new_ids)
-        for token_id in new_ids:
-            text = _decode(self.tokenizer, [token_id])
-            if not text:  # an empty token counts where it sits inside reasoning text
-                if self.open and self.body_started:
-                    self.runs.append([0, False])
-                continue
-            self._feed(text)
-        return self.confirmed + sum(not counted for _, counted in self.runs)
-
-    def _feed(self, text: str) -> None:
-        opened, _, closed = self._events(self.parser.feed(text))
-        # The reasoning written comes first from the held runs, in order, then from this token.
-        left = self.written
-        runs = self.runs
-        while runs and left:
-            run = runs[0]
-            if not run[1]:
-                self.confirmed += 1  # text of it (or text after an empty token) is reasoning
-                run[1] = True
-            taken = min(run[0], left)
-            run[0] -= taken
-            left -= taken
-            if not run[0]:
-                runs.pop(0)
-        own = left > 0 or (opened and closed)  # (an empty region inside the token counts it too)
-        if closed:
-            runs.clear()  # what was still held was the closer
-        held = len(self.parser.unread_text) if self.open else 0
-        mine = held - sum(chars for chars, _ in runs)  # this token's own held text
-        if mine > 0:
-            runs.append([mine, own])
-            self.body_started = True
-        if own:
-            self.confirmed += 1
-
-    def _events(self, events: list[dict]) -> tuple[bool, bool, bool]:
-        opened = wrote = closed = False
-        self.written = 0
-        for event in events:
-            if event["field"] != self.field:
-                continue
-            kind = event["type"]
-            if kind == "region_open":
-                self.open = opened = True
-                self.body_started = False
-            elif kind == "region_chunk":
-                if event["text"]:
-                    wrote = self.body_started = True
-                    self.written += len(event["text"])
-            else:
-                self.open = False
-                closed = True
-        return opened, wrote, closed
 
 
 class RtcompileReasoningParser(ResponseTemplateReasoningParser):
@@ -449,7 +321,7 @@ class RtcompileReasoningParser(ResponseTemplateReasoningParser):
         # Not ResponseTemplateReasoningParser.__init__: that one validates vLLM's field names.
         ReasoningParser.__init__(self, tokenizer, *args, model_config=model_config, **kwargs)
         template, _ = resolve_template(tokenizer, response_template, model_config)
-        self.reasoning = _Reasoning.of(_plan_for(template, parse_tools=True))
+        self.reasoning = _reasoning_of(_plan_for(template, parse_tools=True))
         chat_template_kwargs = kwargs.get("chat_template_kwargs") or {}
         self._thinking_disabled = not chat_template_kwargs.get("enable_thinking", True)
         self._reasoning_end_ids = self._closer_ids()
@@ -487,45 +359,11 @@ class RtcompileReasoningParser(ResponseTemplateReasoningParser):
 
     def is_reasoning_end(self, input_ids: Sequence[int]) -> bool:
         """Whether a generation after this prompt starts past the reasoning (vLLM's rule: the
-        prompt closed the reasoning region, or opened content or a tool call, or thinking is off)."""
-        reasoning = self.reasoning
-        field = reasoning.field
-        if field is None:
-            return True
-        if reasoning.spec.get("repeats"):
-            return False
-        try:
-            parser = reasoning.plan.parser_class(_decode(self.model_tokenizer, input_ids), errors="keep")
-        except Exception:
-            return False
-        active = None
-        closed = False
-        for event in parser.initial_events:
-            if event["type"] == "region_open":
-                active = event["field"]
-            elif event["type"] == "region_close":
-                closed |= event["field"] == field
-                active = None
-        if closed or active in (CONTENT_FIELD, TOOL_FIELD):
-            return True
-        # Resolve delimiters held back at the prompt's end: a NUL cannot occur in the model's
-        # output, so text containing it only probes what the prompt left open.
-        for event in parser.feed("\0"):
-            kind = event["type"]
-            if (
-                kind == "region_open"
-                and event["field"] in (CONTENT_FIELD, TOOL_FIELD)
-                and event["field"] in reasoning.open_fields
-            ):
-                return True
-            if event["field"] == field:
-                if kind == "region_open":
-                    return False
-                if kind == "region_close":
-                    return True
-        if active == field:
-            return False
-        return self._thinking_disabled
+        prompt closed the reasoning region, or opened content or a tool call, or thinking is off;
+        the serving core's `Reasoning.ended_after`)."""
+        return self.reasoning.ended_after(
+            lambda: _decode(self.model_tokenizer, input_ids), thinking_disabled=self._thinking_disabled
+        )
 
     def is_reasoning_end_streaming(self, input_ids: Sequence[int], delta_ids: Any) -> bool:
         if self._reasoning_end_ids is None:
@@ -590,7 +428,7 @@ class RtcompileParser(Parser):
         self._prompt_token_ids: list[int] | None = None
         self._prefix_text: str | None = ""
         self._generation: Generation | None = None
-        self._reasoning_counter: _ReasoningTokenCounter | None = None
+        self._reasoning_counter: ReasoningTokenCounter | None = None
 
     @property
     def reads_token_ids(self) -> bool:
@@ -652,8 +490,8 @@ class RtcompileParser(Parser):
             return 0
         counter = self._reasoning_counter
         if counter is None or not counter.continues(token_ids):
-            counter = self._reasoning_counter = _ReasoningTokenCounter(
-                self._plan, self._reasoning_field, self._prefix, self.model_tokenizer
+            counter = self._reasoning_counter = Reasoning.of(self._plan, self._reasoning_field).token_counter(
+                self._prefix, functools.partial(_decode, self.model_tokenizer)
             )
         return counter.count(token_ids)
 
@@ -674,21 +512,17 @@ class RtcompileParser(Parser):
             written = bool(model_output)
         if not written:
             return None, None, None  # (vLLM finalizes only an output that wrote something)
+        whole = WholeOutput()
         generation = self._new_generation(
-            request, enable_auto_tools=enable_auto_tools, include_reasoning=True, reads_ids=reads_ids
+            request, enable_auto_tools=enable_auto_tools, include_reasoning=True, reads_ids=reads_ids, renderer=whole
         )
-        delta = _merged(generation.initial, generation.finish(model_output, token_ids))
-        if delta is None:
-            return None, None, None
+        generation.finish(model_output, token_ids)
+        state = self._stream_state
         calls = [
-            FunctionCall(
-                id=call.id,
-                name=call.function.name or "",
-                arguments=call.function.arguments or "{}",
-            )
-            for call in _whole_calls(delta.tool_calls)
+            FunctionCall(id=_next_call_id(state, call.name), name=call.name, arguments=call.arguments or "{}")
+            for call in whole.calls
         ]
-        return delta.reasoning, delta.content, calls or None
+        return whole.joined("reasoning") or None, whole.joined("content") or None, calls or None
 
     def parse_delta(
         self,
@@ -726,13 +560,20 @@ class RtcompileParser(Parser):
         return _merged(generation.initial, generation.feed(delta_text, delta_token_ids, finished=finished))
 
     def _new_generation(
-        self, request: Any, *, enable_auto_tools: bool, include_reasoning: bool, reads_ids: bool
+        self,
+        request: Any,
+        *,
+        enable_auto_tools: bool,
+        include_reasoning: bool,
+        reads_ids: bool,
+        renderer: Renderer | None = None,
     ) -> Generation:
         """A generation rendered as DeltaMessages: reasoning and content as the model wrote them
         (without a reasoning parser vLLM sends reasoning as content); tool calls parsed, or with
         tool parsing off (tool_choice="none", or no tool parser) passed on as content, delimiters
         included, as they are written; a call region that fails to parse goes out as content. It
-        reads the token ids (`reads_ids`) or their text."""
+        reads the token ids (`reads_ids`) or their text. `renderer`: the host's (default: one
+        DeltaMessage a chunk)."""
         parse_tools = self._tool_parser is not None and _tool_parsing_enabled(
             request, enable_auto_tools=enable_auto_tools
         )
@@ -750,7 +591,7 @@ class RtcompileParser(Parser):
         }
         return Generation(
             plan,
-            _DeltaMessages(self._stream_state),
+            renderer or _DeltaMessages(self._stream_state),
             **prompt,
             tools=self._tools,
             text_keys=text_keys,
@@ -759,17 +600,3 @@ class RtcompileParser(Parser):
             failed_key="content",
             text_omits_stop_token=True,
         )
-
-
-def _whole_calls(entries: list[DeltaToolCall]) -> list[DeltaToolCall]:
-    """The calls of one whole-output delta, each call's entries merged into one."""
-    calls: dict[int, DeltaToolCall] = {}
-    for entry in entries:
-        call = calls.get(entry.index)
-        if call is None:
-            calls[entry.index] = entry
-        elif entry.function is not None:
-            call.function.arguments = (call.function.arguments or "") + (
-                entry.function.arguments or ""
-            )
-    return list(calls.values())

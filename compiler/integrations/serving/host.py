@@ -23,23 +23,20 @@ from __future__ import annotations
 import copy
 import json
 import os
-import types
 from typing import Any
 
 import regex
 
 import rtcompile
 
-from .serving import OPENER_GROUP, ServingPlan, closers_ending_in_anchor, literals
+from .generation import OPENER_GROUP
+from .plan import ServingPlan, literals
 
 __all__ = [
     "CONTENT_FIELD",
-    "OPENER_GROUP",
     "REASONING_FIELDS",
     "TOOL_FIELD",
-    "closers_ending_in_anchor",
     "has_opener",
-    "literals",
     "model_type_of",
     "plan_for",
     "reasoning_field_of",
@@ -254,51 +251,6 @@ def served_plan(plan: ServingPlan, *, tool_calls: str = "parse") -> ServingPlan:
     return plan.derived(
         f"server_view:{tool_calls}",
         lambda base: plan_for(server_view(base.template, tool_calls=tool_calls)),
-    )
-
-
-# ---- building a server's types without validation -------------------------------------------------
-
-
-def pydantic_slot_setters(model: type) -> tuple[Any, Any, Any, Any] | None:
-    """The setters of a pydantic model's instance state and slots (`__dict__`, fields set, extra,
-    private), to build an instance on a server's hot path without validation: through their
-    descriptors, a lookup less each than `object.__setattr__`. None when the installed pydantic
-    lays instances out otherwise."""
-    state = next(
-        (
-            vars(klass)["__dict__"]
-            for klass in model.__mro__
-            if isinstance(vars(klass).get("__dict__"), types.GetSetDescriptorType)
-        ),
-        None,
-    )
-    if state is None:
-        return None
-    try:
-        return (
-            state.__set__,
-            model.__pydantic_fields_set__.__set__,
-            model.__pydantic_extra__.__set__,
-            model.__pydantic_private__.__set__,
-        )
-    except AttributeError:
-        return None
-
-
-def same_as_validated(fast: Any, validated: Any) -> bool:
-    """Whether a pydantic model instance built without validation (its instance state set
-    directly, for a server's hot path) is one its validated constructor would have built: equal,
-    with the same state, fields set, extras and private state, serializing alike."""
-    return (
-        type(fast) is type(validated)
-        and fast == validated
-        and vars(fast) == vars(validated)
-        and fast.model_fields_set == validated.model_fields_set
-        and fast.__pydantic_extra__ == validated.__pydantic_extra__
-        and fast.__pydantic_private__ == validated.__pydantic_private__
-        and fast.model_dump_json(exclude_unset=True) == validated.model_dump_json(exclude_unset=True)
-        and fast.model_dump_json() == validated.model_dump_json()
     )
 
 
