@@ -62,6 +62,36 @@ TEMPLATE = {
         "content": {"open": "<|START_RESPONSE|>", "close": "<|END_RESPONSE|>", "content": "text"},
     },
 }
+# What servers read of the template (rtcompile.frontend.facts), per field: its literal open and
+# close delimiters (none for a pattern), whether a pattern closes it, and where a call's parts
+# come from under its transform ((kind, value): literal, capture, path or unknown).
+FIELD_FACTS = {
+    "reasoning_content": {
+        "open": ("<|START_THINKING|>",),
+        "close": ("<|END_THINKING|>",),
+        "pattern_closed": False,
+        "call": None,
+    },
+    "tool_calls": {
+        "open": ("<|START_ACTION|>",),
+        "close": ("<|END_ACTION|>",),
+        "pattern_closed": False,
+        "call": {
+            "each": True,
+            "name": ("path", ("tool_name",)),
+            "arguments": ("path", ("parameters",)),
+            "id": None,
+        },
+    },
+    "content": {
+        "open": ("<|START_RESPONSE|>",),
+        "close": ("<|END_RESPONSE|>",),
+        "pattern_closed": False,
+        "call": None,
+    },
+}
+# Per field, literal closers that end with the next message's start anchor (closer, anchor).
+CLOSERS_ENDING_IN_ANCHOR = {}
 
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"

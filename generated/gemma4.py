@@ -63,6 +63,31 @@ TEMPLATE = {
         "content": {"close": ["<turn|>", "<|tool_response>", "<eos>"], "content": "text"},
     },
 }
+# What servers read of the template (rtcompile.frontend.facts), per field: its literal open and
+# close delimiters (none for a pattern), whether a pattern closes it, and where a call's parts
+# come from under its transform ((kind, value): literal, capture, path or unknown).
+FIELD_FACTS = {
+    "reasoning_content": {
+        "open": ("<|channel>thought\n",),
+        "close": ("<channel|>",),
+        "pattern_closed": False,
+        "call": None,
+    },
+    "tool_calls": {
+        "open": (),
+        "close": ("<tool_call|>",),
+        "pattern_closed": False,
+        "call": {"each": False, "name": ("capture", "name"), "arguments": ("path", ()), "id": None},
+    },
+    "content": {
+        "open": (),
+        "close": ("<turn|>", "<|tool_response>", "<eos>"),
+        "pattern_closed": False,
+        "call": None,
+    },
+}
+# Per field, literal closers that end with the next message's start anchor (closer, anchor).
+CLOSERS_ENDING_IN_ANCHOR = {}
 
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = re.compile("<tool_response\\|>|<\\|turn>model\\\n")

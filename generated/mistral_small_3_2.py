@@ -58,6 +58,25 @@ TEMPLATE = {
         "content": {"close": "</s>", "content": "text"},
     },
 }
+# What servers read of the template (rtcompile.frontend.facts), per field: its literal open and
+# close delimiters (none for a pattern), whether a pattern closes it, and where a call's parts
+# come from under its transform ((kind, value): literal, capture, path or unknown).
+FIELD_FACTS = {
+    "tool_calls": {
+        "open": (),
+        "close": (),
+        "pattern_closed": True,
+        "call": {
+            "each": False,
+            "name": ("capture", "name"),
+            "arguments": ("path", ()),
+            "id": ("capture", "id"),
+        },
+    },
+    "content": {"open": (), "close": ("</s>",), "pattern_closed": False, "call": None},
+}
+# Per field, literal closers that end with the next message's start anchor (closer, anchor).
+CLOSERS_ENDING_IN_ANCHOR = {}
 
 # ---- delimiters ------------------------------------------------------------------------------
 START_ANCHOR = re.compile("\\[/TOOL_RESULTS\\]|\\[/INST\\]")

@@ -60,6 +60,20 @@ TEMPLATE = {
         "content": {"close_pattern": "\\s*(?:<\\|im_end\\|>|<\\|endoftext\\|>)", "content": "text"},
     },
 }
+# What servers read of the template (rtcompile.frontend.facts), per field: its literal open and
+# close delimiters (none for a pattern), whether a pattern closes it, and where a call's parts
+# come from under its transform ((kind, value): literal, capture, path or unknown).
+FIELD_FACTS = {
+    "tool_calls": {
+        "open": (),
+        "close": (),
+        "pattern_closed": True,
+        "call": {"each": False, "name": ("capture", "name"), "arguments": ("path", ()), "id": None},
+    },
+    "content": {"open": (), "close": (), "pattern_closed": True, "call": None},
+}
+# Per field, literal closers that end with the next message's start anchor (closer, anchor).
+CLOSERS_ENDING_IN_ANCHOR = {}
 
 # ---- delimiters ------------------------------------------------------------------------------
 WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # characters a match may start with before the rest (e.g. \s*)

@@ -273,7 +273,7 @@ def _template_and_plan(parser: Any, template: dict | None) -> tuple[dict, Servin
             raise TypeError("cannot find the parser's template: pass template=")
     if own is not None and (template is own or template == own):
         return template, ServingPlan.of(namespace)
-    return template, ServingPlan(template, None)
+    return template, ServingPlan.for_template(template)
 
 
 def _call_ids(seed: int | None) -> Callable[[int], str]:

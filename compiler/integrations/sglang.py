@@ -87,7 +87,7 @@ from sglang.srt.runtime_context import get_context
 
 import rtcompile
 
-from .serving import Generation, Renderer, ServingPlan, WholeOutput, literals, tool_dicts, unvalidated_builder
+from .serving import Generation, Renderer, ServingPlan, WholeOutput, tool_dicts, unvalidated_builder
 from .serving.host import (
     CONTENT_FIELD,
     REASONING_FIELDS,
@@ -541,11 +541,11 @@ def _prefix_past_reasoning(plans: _Plans, prefix: str) -> str:
     if parser_class(prefix, errors="keep").current_field != field:
         return prefix
     spec = plans.base.fields[field]
-    closers = literals(spec.get("close"))
+    closers = plans.base.literals(field, "close")
     if closers:
         return prefix + closers[0]
     opener = regex.compile(
-        spec.get("open_pattern") or "|".join(regex.escape(o) for o in literals(spec.get("open"))),
+        spec.get("open_pattern") or "|".join(regex.escape(o) for o in plans.base.literals(field, "open")),
         regex.DOTALL,
     )
     for match in reversed(list(opener.finditer(prefix))):
@@ -741,8 +741,7 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
                 "--reasoning-parser rtcompile: without it, SGLang builds the grammar before the "
                 "prompt is known, and a prompt that opens the reasoning changes what the output means"
             )
-        spec = template["fields"][field]
-        openers, closers = literals(spec.get("open")), literals(spec.get("close"))
+        openers, closers = self.plans.base.literals(field, "open"), self.plans.base.literals(field, "close")
         if not openers or not closers:
             raise ValueError(
                 "rtcompile cannot start the tool-call grammar past this template's reasoning: its "

@@ -28,7 +28,7 @@ by its own name, not from here).
 
 from .calls import ToolCallPlan, call_parts, message_tool_calls
 from .generation import OPENER_GROUP, Generation, Renderer, as_id_list, last_boundary, text_of, written_ids
-from .plan import ServingPlan, closers_ending_in_anchor, literals
+from .plan import ServingPlan, literals
 from .reasoning import Reasoning, ReasoningTokenCounter
 from .results import WholeCall, WholeOutput, same_as_validated, tool_dicts, unvalidated_builder
 
@@ -44,7 +44,6 @@ __all__ = [
     "WholeOutput",
     "as_id_list",
     "call_parts",
-    "closers_ending_in_anchor",
     "last_boundary",
     "literals",
     "message_tool_calls",

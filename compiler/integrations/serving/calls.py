@@ -35,7 +35,6 @@ from typing import Any
 
 from rtcompile.runtime.coerce import TYPED, cast_mode, coerce_argument, schema_types
 from rtcompile.runtime.content_parsers import CallListReader, make_parser
-from rtcompile.runtime.transforms import PLACEHOLDER
 
 from .arguments import (
     CallListArguments,
@@ -96,22 +95,9 @@ class _Source:
         self.value = value
 
 
-def _source(node: Any, each: bool) -> _Source:
-    if isinstance(node, (dict, list)):  # built from placeholders: known only once parsed
-        return _Source("unknown")
-    if not isinstance(node, str):
-        return _Source("literal", node)
-    whole = PLACEHOLDER.fullmatch(node)
-    if whole is None:
-        return _Source("literal", node)
-    root, *keys = whole.group(1).split(".")
-    if each:  # the scope is the captures overlaid by the item's keys: assume the item has it
-        return _Source("path", (root, *keys))
-    if root == "content":
-        return _Source("path", tuple(keys))
-    if keys:  # captures are strings: a dotted path into one always fails
-        return _Source("unknown")
-    return _Source("capture", root)
+def _source(fact: tuple | None) -> _Source:
+    """A part's source as the module's facts give it ((kind, value), None when absent)."""
+    return _Source("unknown") if fact is None else _Source(*fact)
 
 
 class ToolCallPlan:
@@ -119,26 +105,15 @@ class ToolCallPlan:
     name, id and arguments come from, the field's JSON parser (for the values the JSON reader
     reports), and which incremental reader its regions get (`new_reader`)."""
 
-    def __init__(self, spec: dict):
-        self.each = spec.get("transform_each") is True
-        transform = spec.get("transform")
-        self.name = self.arguments = self.id = _Source("unknown")
-        self.has_id = False
-        if isinstance(transform, dict):
-            function = transform.get("function")
-            if isinstance(function, str):
-                base = _source(function, self.each)
-                if base.kind == "path":
-                    self.name = _Source("path", base.value + ("name",))
-                    self.arguments = _Source("path", base.value + ("arguments",))
-            elif isinstance(function, dict):
-                if "name" in function:
-                    self.name = _source(function["name"], self.each)
-                if "arguments" in function:
-                    self.arguments = _source(function["arguments"], self.each)
-            if "id" in transform:
-                self.has_id = True
-                self.id = _source(transform["id"], self.each)
+    def __init__(self, spec: dict, call: dict | None):
+        """`spec`: the field's template entry (its content parser and arguments); `call`: where
+        its transform takes a call's parts from, as the module's FIELD_FACTS give it (None: the
+        field has no transform)."""
+        self.each = bool(call and call["each"])
+        self.name = _source(call and call["name"])
+        self.arguments = _source(call and call["arguments"])
+        self.has_id = bool(call) and call["id"] is not None
+        self.id = _source(call and call["id"])
         self.content = spec.get("content", "text")
         args = spec.get("content_args", {})
         self.content_args = args

@@ -56,7 +56,7 @@ from vllm.sampling_params import StructuredOutputsParams
 from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
 
 import rtcompile
-from rtcompile.integrations.serving import literals, tool_dicts
+from rtcompile.integrations.serving import tool_dicts
 
 logger = init_logger(__name__)
 
@@ -230,13 +230,12 @@ def _past_reasoning(parser: Any, request: Any, prefix: Any) -> Any:
     does not leave one open): where the parser is when vLLM's grammar starts. None when the
     reasoning field's delimiters are not literal."""
     field = parser._reasoning_field
-    spec = parser._plan.fields.get(field) if field else None
-    closers = literals(spec.get("close")) if spec else []
+    closers = parser._plan.literals(field, "close")
     if not closers:
         return None
     text = closers[0]
     if parser._plan.parser_class(parser._prefix, errors="keep").current_field != field:
-        openers = literals(spec.get("open"))
+        openers = parser._plan.literals(field, "open")
         if not openers:
             return None
         text = openers[0] + text

@@ -86,7 +86,6 @@ from rtcompile.integrations.serving import (
     ServingPlan,
     WholeOutput,
     as_id_list,
-    literals,
     tool_dicts,
     unvalidated_builder,
     written_ids,
@@ -327,8 +326,7 @@ class RtcompileReasoningParser(ResponseTemplateReasoningParser):
         self._reasoning_end_ids = self._closer_ids()
 
     def _field_literals(self, key: str) -> list[str]:
-        spec = self.reasoning.spec
-        return literals(spec.get(key)) if spec else []
+        return list(self.reasoning.plan.literals(self.reasoning.field, key))
 
     @property
     def reasoning_start_str(self) -> str | None:
