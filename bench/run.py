@@ -655,23 +655,36 @@ class TargetBook:
 
 
 def render_report(results: dict, config: Config, book: TargetBook) -> str:
-    out: list[str] = []
+    """The report's sections in order; each adds its target comparisons to `book` as it renders,
+    so the footer, rendered last, counts them all."""
+    sections = [
+        _header_section(results),
+        _streaming_section(results, book),
+        _growth_section(results, config, book),
+        _whole_message_section(results, book),
+        _batch_section(results, config),
+        _import_section(results, book),
+        _compile_section(results, book),
+        _footer_section(results, book),
+    ]
+    return "\n".join(line for section in sections for line in section)
+
+
+def _header_section(results: dict) -> list[str]:
     env = results["environment"]
-    out.append(
+    out = [
         f"rtcompile benchmark ({'quick' if results['quick'] else 'full'}) - Python {env['python']}, "
         f"transformers {env['transformers']}, {env['cpus']} CPUs, load average {env['load_before']} -> "
-        f"{env.get('load_after')}"
-    )
-    out.append("Times are medians of process CPU time, wall time in brackets; ratios use CPU time.")
-    out.append(
+        f"{env.get('load_after')}",
+        "Times are medians of process CPU time, wall time in brackets; ratios use CPU time.",
         "Generations are "
         + (
             "ASCII only."
             if results["ascii_only"]
             else "mostly ASCII with a few characters like '—' and '°' (2 bytes per character in CPython)."
         )
-        + "\n"
-    )
+        + "\n",
+    ]
     for name, info in results["templates"].items():
         missing = ", ".join(f"{impl}: {why}" for impl, why in info["missing"].items())
         out.append(
@@ -679,67 +692,32 @@ def render_report(results: dict, config: Config, book: TargetBook) -> str:
             + (f"; not run: {missing}" if missing else "")
         )
     out.append("")
+    return out
 
-    largest = config.sizes[-1]
-    rows = []
-    for name, per_size in results["streaming"].items():
-        for size, per_impl in per_size.items():
-            interp, rtc, hand = (per_impl.get(impl) for impl in IMPLEMENTATIONS)
-            ratio = _ratio(interp, rtc)
-            vs_hand = _ratio(rtc, hand)
-            target = ""
-            if size == "1K":
-                target = book.check(
-                    f"streaming ratio {name} 1K", ratio, TARGETS["stream_ratio_1K"], True
-                )
-            elif size == "16K":
-                target = book.check(
-                    f"streaming ratio {name} 16K", ratio, TARGETS["stream_ratio_16K"], True
-                )
-            elif size == "1M":
-                target = book.check(
-                    f"streaming ratio {name} 1M", ratio, TARGETS["stream_ratio_1M"], True
-                )
-            hand_target = (
-                book.check(
-                    f"streaming rtcompile/handwritten {name} {size}",
-                    vs_hand,
-                    TARGETS["vs_handwritten"],
-                    False,
-                )
-                if vs_hand is not None
-                else ""
-            )
-            rows.append(
-                [
-                    name,
-                    size,
-                    str(results["workloads"][name][size]["chunks"]),
-                    _figure(interp),
-                    _figure(rtc, 3),
-                    _figure(hand, 3),
-                    f"{ratio:.1f}x" if ratio else "-",
-                    target,
-                    f"{vs_hand:.2f}x {hand_target}" if vs_hand else "-",
-                ]
-            )
-    out.append("Streaming in token-like chunks of 1-6 characters: microseconds per chunk")
-    out.append(
-        _table(
-            [
-                "template",
-                "size",
-                "chunks",
-                "interpreter",
-                "rtcompile",
-                "handwritten",
-                "interp/rtc",
-                "target",
-                "rtc/hand",
-            ],
-            rows,
-        )
-    )
+
+STREAMING_HEADERS = [
+    "template",
+    "size",
+    "chunks",
+    "interpreter",
+    "rtcompile",
+    "handwritten",
+    "interp/rtc",
+    "target",
+    "rtc/hand",
+]
+
+
+def _streaming_section(results: dict, book: TargetBook) -> list[str]:
+    rows = [
+        _streaming_row(name, size, per_impl, results["workloads"][name][size]["chunks"], book)
+        for name, per_size in results["streaming"].items()
+        for size, per_impl in per_size.items()
+    ]
+    out = [
+        "Streaming in token-like chunks of 1-6 characters: microseconds per chunk",
+        _table(STREAMING_HEADERS, rows),
+    ]
     windowed = sorted(
         f"{size} ({entry['interpreter']['method']})"
         for sizes in results["streaming"].values()
@@ -753,89 +731,107 @@ def render_report(results: dict, config: Config, book: TargetBook) -> str:
             + "; everything else on whole streams"
         )
     out.append("")
+    return out
 
-    if "16K" in config.sizes and largest != "16K":
-        rows = []
-        for name, per_size in results["streaming"].items():
-            for impl in IMPLEMENTATIONS:
-                small, big = per_size["16K"].get(impl), per_size[largest].get(impl)
-                if small is None or big is None:
-                    continue
-                growth = big["cpu"] / small["cpu"]
-                target = (
-                    book.check(
-                        f"growth {impl} {name} {largest}/16K", growth, TARGETS["growth"], False
-                    )
-                    if impl == "rtcompile" and largest == "1M"
-                    else ""
-                )
-                rows.append(
-                    [
-                        name,
-                        impl,
-                        f"{small['cpu']:.3f}",
-                        f"{big['cpu']:.3f}",
-                        f"{growth:.2f}",
-                        target,
-                    ]
-                )
-        out.append(
-            f"Growth: per-chunk CPU cost at {largest} / at 16K"
-            + ("" if largest == "1M" else " (quick mode: 1M not run, no target)")
-        )
-        out.append(
-            _table(
-                ["template", "implementation", "16K us", f"{largest} us", "growth", "target"], rows
-            )
-        )
-        out.append("")
 
-    rows = []
-    for name, per_size in results["whole_message"].items():
-        for size, per_impl in per_size.items():
-            interp, rtc, hand = (per_impl.get(impl) for impl in IMPLEMENTATIONS)
-            ratio = _ratio(interp, rtc)
-            vs_hand = _ratio(rtc, hand)
-            target = hand_target = ""
-            if size in ("1K", "16K"):
-                target = book.check(f"whole-message ratio {name} {size}", ratio, TARGETS["whole_ratio"], True)
-                if vs_hand is not None:
-                    hand_target = book.check(
-                        f"whole-message rtcompile/handwritten {name} {size}",
-                        vs_hand,
-                        TARGETS["whole_vs_handwritten"],
-                        False,
-                    )
-            rows.append(
-                [
-                    name,
-                    size,
-                    _figure(interp, 1),
-                    _figure(rtc, 1),
-                    _figure(hand, 1),
-                    f"{ratio:.1f}x" if ratio else "-",
-                    target,
-                    f"{vs_hand:.2f}x {hand_target}" if vs_hand else "-",
-                ]
-            )
-    out.append("Whole message (parse_response): microseconds per message")
-    out.append(
-        _table(
-            [
-                "template",
-                "size",
-                "interpreter",
-                "rtcompile",
-                "handwritten",
-                "interp/rtc",
-                "target",
-                "rtc/hand",
-            ],
-            rows,
+def _streaming_row(name: str, size: str, per_impl: dict, chunks: int, book: TargetBook) -> list[str]:
+    interp, rtc, hand = (per_impl.get(impl) for impl in IMPLEMENTATIONS)
+    ratio = _ratio(interp, rtc)
+    vs_hand = _ratio(rtc, hand)
+    target = ""
+    if size in ("1K", "16K", "1M"):
+        target = book.check(
+            f"streaming ratio {name} {size}", ratio, TARGETS[f"stream_ratio_{size}"], True
         )
+    hand_target = (
+        book.check(
+            f"streaming rtcompile/handwritten {name} {size}",
+            vs_hand,
+            TARGETS["vs_handwritten"],
+            False,
+        )
+        if vs_hand is not None
+        else ""
     )
-    out.append("")
+    return [
+        name,
+        size,
+        str(chunks),
+        _figure(interp),
+        _figure(rtc, 3),
+        _figure(hand, 3),
+        f"{ratio:.1f}x" if ratio else "-",
+        target,
+        f"{vs_hand:.2f}x {hand_target}" if vs_hand else "-",
+    ]
 
+
+def _growth_section(results: dict, config: Config, book: TargetBook) -> list[str]:
+    largest = config.sizes[-1]
+    if "16K" not in config.sizes or largest == "16K":
+        return []
+    rows = []
+    for name, per_size in results["streaming"].items():
+        for impl in IMPLEMENTATIONS:
+            small, big = per_size["16K"].get(impl), per_size[largest].get(impl)
+            if small is None or big is None:
+                continue
+            growth = big["cpu"] / small["cpu"]
+            target = (
+                book.check(f"growth {impl} {name} {largest}/16K", growth, TARGETS["growth"], False)
+                if impl == "rtcompile" and largest == "1M"
+                else ""
+            )
+            rows.append(
+                [name, impl, f"{small['cpu']:.3f}", f"{big['cpu']:.3f}", f"{growth:.2f}", target]
+            )
+    return [
+        f"Growth: per-chunk CPU cost at {largest} / at 16K"
+        + ("" if largest == "1M" else " (quick mode: 1M not run, no target)"),
+        _table(["template", "implementation", "16K us", f"{largest} us", "growth", "target"], rows),
+        "",
+    ]
+
+
+def _whole_message_section(results: dict, book: TargetBook) -> list[str]:
+    rows = [
+        _whole_message_row(name, size, per_impl, book)
+        for name, per_size in results["whole_message"].items()
+        for size, per_impl in per_size.items()
+    ]
+    headers = [header for header in STREAMING_HEADERS if header != "chunks"]
+    return ["Whole message (parse_response): microseconds per message", _table(headers, rows), ""]
+
+
+def _whole_message_row(name: str, size: str, per_impl: dict, book: TargetBook) -> list[str]:
+    interp, rtc, hand = (per_impl.get(impl) for impl in IMPLEMENTATIONS)
+    ratio = _ratio(interp, rtc)
+    vs_hand = _ratio(rtc, hand)
+    target = hand_target = ""
+    if size in ("1K", "16K"):
+        target = book.check(
+            f"whole-message ratio {name} {size}", ratio, TARGETS["whole_ratio"], True
+        )
+        if vs_hand is not None:
+            hand_target = book.check(
+                f"whole-message rtcompile/handwritten {name} {size}",
+                vs_hand,
+                TARGETS["whole_vs_handwritten"],
+                False,
+            )
+    return [
+        name,
+        size,
+        _figure(interp, 1),
+        _figure(rtc, 1),
+        _figure(hand, 1),
+        f"{ratio:.1f}x" if ratio else "-",
+        target,
+        f"{vs_hand:.2f}x {hand_target}" if vs_hand else "-",
+    ]
+
+
+def _batch_section(results: dict, config: Config) -> list[str]:
     rows = []
     for name, per_impl in results["batch"].items():
         interp, rtc, hand = (per_impl.get(impl) for impl in IMPLEMENTATIONS)
@@ -850,121 +846,114 @@ def render_report(results: dict, config: Config, book: TargetBook) -> str:
                 f"{ratio:.1f}x" if ratio else "-",
             ]
         )
-    out.append(
-        f"Batch: {config.batch_count:,} finished ~1K generations parsed one after another: messages/s"
-    )
-    out.append(
-        _table(
-            ["template", "messages", "interpreter", "rtcompile", "handwritten", "rtc/interp"], rows
-        )
-    )
-    out.append("")
+    headers = ["template", "messages", "interpreter", "rtcompile", "handwritten", "rtc/interp"]
+    return [
+        f"Batch: {config.batch_count:,} finished ~1K generations parsed one after another: messages/s",
+        _table(headers, rows),
+        "",
+    ]
 
-    if results.get("import"):
-        rows = []
-        for name, entry in results["import"].items():
-            module_ms = entry["module_cpu_s"] * 1e3
-            heavy = ", ".join(entry["heavy_imports"]) or "none"
-            target = book.check(f"import ms {name}", module_ms, TARGETS["import_ms"], False)
-            heavy_target = book.check(
-                f"heavy imports {name}", float(len(entry["heavy_imports"])), 0.0, False
-            )
-            rows.append(
-                [
-                    name,
-                    f"{module_ms:.1f} ({entry['module_wall_s'] * 1e3:.1f})",
-                    f"{entry['regex_cpu_s'] * 1e3:.1f} ({entry['regex_wall_s'] * 1e3:.1f})",
-                    target,
-                    f"{heavy} {heavy_target}",
-                ]
-            )
-        out.append(
-            "Import of a generated module in a fresh interpreter, above a bare `import regex` (ms)"
-        )
-        out.append(
-            _table(
-                [
-                    "template",
-                    "module import",
-                    "import regex",
-                    "target",
-                    "jinja2/black/transformers",
-                ],
-                rows,
-            )
-        )
-        out.append("")
-    if results.get("compile"):
-        rows = []
-        for name, entry in results["compile"].items():
-            cold = entry["compile_cold_cpu"] * 1e3
-            memo = entry["load_memo_same_object_cpu"] * 1e3
-            fresh = entry["load_new_process_warm_cache_cpu"] * 1e3
-            fresh_hit = entry["cache_hit_cpu"] * 1e3
-            rows.append(
-                [
-                    name,
-                    f"{cold:.0f} ({entry['compile_cold_wall'] * 1e3:.0f})",
-                    book.check(f"cold compile ms {name}", cold, TARGETS["cold_compile_ms"], False),
-                    f"{entry['compile_warm_cpu'] * 1e3:.0f}",
-                    f"{entry['load_first_cpu'] * 1e3:.0f}",
-                    f"{memo:.3f} / {entry['load_memo_equal_copy_cpu'] * 1e3:.2f}",
-                    f"{fresh:.1f} ({entry['load_new_process_warm_cache_wall'] * 1e3:.1f})",
-                    f"{fresh_hit:.2f} ({entry['cache_hit_wall'] * 1e3:.2f})",
-                    book.check(f"cache hit ms {name}", fresh_hit, TARGETS["cache_hit_ms"], False),
-                    f"{entry['first_parse_after_hit_cpu'] * 1e3:.2f} / {entry['next_parse_after_hit_cpu'] * 1e3:.2f}",
-                    str(len(entry["cache_dir_files_after_first_load"])),
-                ]
-            )
-        out.append("Compile and load (ms, CPU; wall in brackets)")
-        out.append(
-            "  cold = first compile_template in a fresh process; warm = second one; first load = load()"
-            " with an empty cache dir;"
-        )
-        out.append(
-            "  memo = load() again in-process (same dict / equal copy); new process = load() in a new"
-            " process sharing the cache dir, first use (importing the loader and the runtime, regex"
-            " included);"
-        )
-        out.append(
-            "  hit = the same in a process that has imported them already (median of 3 processes);"
-            " then = parsing a 1K message right after the hit, first / second time (the first"
-            " compiles the regex patterns it needs)"
-        )
-        out.append(
-            _table(
-                [
-                    "template",
-                    "cold compile",
-                    "target",
-                    "warm",
-                    "first load",
-                    "memo",
-                    "new process",
-                    "hit",
-                    "target",
-                    "then parse 1K",
-                    "cache files",
-                ],
-                rows,
-            )
-        )
-        out.append("")
 
+def _import_section(results: dict, book: TargetBook) -> list[str]:
+    if not results.get("import"):
+        return []
+    rows = []
+    for name, entry in results["import"].items():
+        module_ms = entry["module_cpu_s"] * 1e3
+        heavy = ", ".join(entry["heavy_imports"]) or "none"
+        target = book.check(f"import ms {name}", module_ms, TARGETS["import_ms"], False)
+        heavy_target = book.check(
+            f"heavy imports {name}", float(len(entry["heavy_imports"])), 0.0, False
+        )
+        rows.append(
+            [
+                name,
+                f"{module_ms:.1f} ({entry['module_wall_s'] * 1e3:.1f})",
+                f"{entry['regex_cpu_s'] * 1e3:.1f} ({entry['regex_wall_s'] * 1e3:.1f})",
+                target,
+                f"{heavy} {heavy_target}",
+            ]
+        )
+    headers = ["template", "module import", "import regex", "target", "jinja2/black/transformers"]
+    return [
+        "Import of a generated module in a fresh interpreter, above a bare `import regex` (ms)",
+        _table(headers, rows),
+        "",
+    ]
+
+
+COMPILE_HEADERS = [
+    "template",
+    "cold compile",
+    "target",
+    "warm",
+    "first load",
+    "memo",
+    "new process",
+    "hit",
+    "target",
+    "then parse 1K",
+    "cache files",
+]
+
+# What each column of the compile table measures, printed above it.
+COMPILE_LEGEND = [
+    "  cold = first compile_template in a fresh process; warm = second one; first load = load()"
+    " with an empty cache dir;",
+    "  memo = load() again in-process (same dict / equal copy); new process = load() in a new"
+    " process sharing the cache dir, first use (importing the loader and the runtime, regex"
+    " included);",
+    "  hit = the same in a process that has imported them already (median of 3 processes);"
+    " then = parsing a 1K message right after the hit, first / second time (the first"
+    " compiles the regex patterns it needs)",
+]
+
+
+def _compile_section(results: dict, book: TargetBook) -> list[str]:
+    if not results.get("compile"):
+        return []
+    rows = [_compile_row(name, entry, book) for name, entry in results["compile"].items()]
+    return [
+        "Compile and load (ms, CPU; wall in brackets)",
+        *COMPILE_LEGEND,
+        _table(COMPILE_HEADERS, rows),
+        "",
+    ]
+
+
+def _compile_row(name: str, entry: dict, book: TargetBook) -> list[str]:
+    cold = entry["compile_cold_cpu"] * 1e3
+    memo = entry["load_memo_same_object_cpu"] * 1e3
+    fresh = entry["load_new_process_warm_cache_cpu"] * 1e3
+    fresh_hit = entry["cache_hit_cpu"] * 1e3
+    return [
+        name,
+        f"{cold:.0f} ({entry['compile_cold_wall'] * 1e3:.0f})",
+        book.check(f"cold compile ms {name}", cold, TARGETS["cold_compile_ms"], False),
+        f"{entry['compile_warm_cpu'] * 1e3:.0f}",
+        f"{entry['load_first_cpu'] * 1e3:.0f}",
+        f"{memo:.3f} / {entry['load_memo_equal_copy_cpu'] * 1e3:.2f}",
+        f"{fresh:.1f} ({entry['load_new_process_warm_cache_wall'] * 1e3:.1f})",
+        f"{fresh_hit:.2f} ({entry['cache_hit_wall'] * 1e3:.2f})",
+        book.check(f"cache hit ms {name}", fresh_hit, TARGETS["cache_hit_ms"], False),
+        f"{entry['first_parse_after_hit_cpu'] * 1e3:.2f} / {entry['next_parse_after_hit_cpu'] * 1e3:.2f}",
+        str(len(entry["cache_dir_files_after_first_load"])),
+    ]
+
+
+def _footer_section(results: dict, book: TargetBook) -> list[str]:
+    """The equality checks that ran and the target tally (of every check the sections made)."""
     counts = results["verification"]
-    out.append(
+    missed = [entry["target"] for entry in book.entries if not entry["met"]]
+    return [
         "Equality checks passed before timing (per implementation): "
         + "; ".join(
             f"{impl}: " + ", ".join(f"{kind} {amount}" for kind, amount in sorted(kinds.items()))
             for impl, kinds in counts.items()
-        )
-    )
-    missed = [entry["target"] for entry in book.entries if not entry["met"]]
-    out.append(
+        ),
         f"Targets: {len(book.entries) - len(missed)} of {len(book.entries)} met"
-        + (f"; missed: {', '.join(missed)}" if missed else "")
-    )
-    return "\n".join(out)
+        + (f"; missed: {', '.join(missed)}" if missed else ""),
+    ]
 
 
 # ---- main ----------------------------------------------------------------------------------------
