@@ -636,8 +636,23 @@ def render_table(
     """The table of `results` (implementations: the server's template parser, rtcompile's (one or
     more: the first is `rtcompile`), the hand-written one), the growth from 16K to 128K, and the
     environment."""
+    cases = results["cases"]
+    lines = [title, "", *_per_chunk_table(cases, columns, implementations), ""]
+    lines += _growth_lines(cases, implementations)
+    lines += _paired_lines(cases, implementations)
+    lines.append("")
+    lines += _request_lines(cases, implementations)
+    if any(not case["handwritten_matches"] for case in cases.values()):
+        lines.append(mismatch)
+    env = results["environment"]
+    lines.append(f"{versions}, {env['cpus']} CPUs, load {env['load_before']} -> {env['load_after']}")
+    return "\n".join(lines)
+
+
+def _per_chunk_table(cases: dict, columns: tuple[str, ...], implementations: tuple[str, ...]) -> list[str]:
+    """A row per case: each implementation's µs per chunk, then each of rtcompile's over the
+    template parser's and the hand-written one's."""
     template_impl, *ours_list, handwritten = implementations
-    ours = ours_list[0]
     labels = dict(zip(implementations, columns))
     ratio_heads = [
         head
@@ -645,12 +660,9 @@ def render_table(
         for head in (f"{labels[impl]} vs template", f"{labels[impl]} vs hand-written")
     ]
     lines = [
-        title,
-        "",
         f"| template | size | chunks | {' | '.join(columns)} | {' | '.join(ratio_heads)} |",
         "| --- | --- | --- | " + "--- | " * (len(columns) + len(ratio_heads)),
     ]
-    cases = results["cases"]
     for key, case in cases.items():
         name, size = key.split(":")
         f = case["figures"]
@@ -663,7 +675,11 @@ def render_table(
             for other in (template_impl, handwritten)
         ]
         lines.append(f"| {name} | {size} | {case['chunks']} | {' | '.join(cells)} | {' | '.join(ratios)} |")
-    lines.append("")
+    return lines
+
+
+def _growth_lines(cases: dict, implementations: tuple[str, ...]) -> list[str]:
+    lines = []
     for name in dict.fromkeys(key.split(":")[0] for key in cases):
         small, large = cases.get(f"{name}:16K"), cases.get(f"{name}:128K")
         if small and large:
@@ -675,6 +691,12 @@ def render_table(
                 f"{name}: growth 16K->128K per chunk: "
                 + ", ".join(f"{impl} {value:.2f}" for impl, value in growth.items())
             )
+    return lines
+
+
+def _paired_lines(cases: dict, implementations: tuple[str, ...]) -> list[str]:
+    template_impl, ours, *_, handwritten = implementations
+    lines = []
     for key, case in cases.items():
         f = case["figures"]
         if "paired" in f[template_impl]:
@@ -682,11 +704,15 @@ def render_table(
                 f"{key.replace(':', ' ')}: paired (per repetition, median): {ours} vs template "
                 f"{f[template_impl]['paired']:.2f}x, vs hand-written {f[handwritten]['paired']:.2f}x"
             )
-    lines.append("")
-    lines.append(
+    return lines
+
+
+def _request_lines(cases: dict, implementations: tuple[str, ...]) -> list[str]:
+    template_impl, ours, *_, handwritten = implementations
+    lines = [
         "Per request, the parsers built (not in the table: a server builds them for every request) "
         "and the stream parsed: CPU µs (median), building them in brackets; paired ratios as above"
-    )
+    ]
     for key, case in cases.items():
         f = case["figures"]
         if "request" in f[ours]:
@@ -698,11 +724,7 @@ def render_table(
                 f"{f[template_impl]['paired_request']:.2f}x, vs hand-written "
                 f"{f[handwritten]['paired_request']:.2f}x"
             )
-    if any(not case["handwritten_matches"] for case in cases.values()):
-        lines.append(mismatch)
-    env = results["environment"]
-    lines.append(f"{versions}, {env['cpus']} CPUs, load {env['load_before']} -> {env['load_after']}")
-    return "\n".join(lines)
+    return lines
 
 
 if __name__ == "__main__":
