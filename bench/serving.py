@@ -390,6 +390,28 @@ def measure(case: Any, reps: int, implementations: tuple[str, ...], sample: Any)
 
 def profile(case: Case, reps: int) -> dict[str, float]:
     """The `--profile` figures of rtcompile on one case (see the module docstring)."""
+    last = len(case.chunks) - 1
+    parts = _profile_parts(case)
+    samples: dict[str, list[float]] = {name: [] for name in parts}
+    order = list(parts)
+    for rep in range(reps):
+        for name in order[rep % len(order) :] + order[: rep % len(order)]:
+            gc.collect()
+            samples[name].append(parts[name]())
+    per_chunk = 1e6 / (last - 1)
+    f = {name: statistics.median(values) * per_chunk for name, values in samples.items()}
+    return {
+        "call": f["call"],
+        "read": f["read"],
+        "delta": f["total"] - f["without delta"],
+        "rest": f["without delta"] - f["call"] - f["read"],
+        "total": f["total"],
+    }
+
+
+def _profile_parts(case: Case) -> dict[str, Any]:
+    """The parts `profile` times, in its order: each returns the CPU seconds of the steps between
+    the first and the last, on a parser that has read the first."""
     chunks, ids, prompt = case.chunks, case.token_ids["rtcompile"], case.prompt_ids["rtcompile"]
     last = len(chunks) - 1
 
@@ -414,6 +436,24 @@ def profile(case: Case, reps: int) -> dict[str, float]:
 
         parser.parse_delta = parse_delta
         return steps(parser, request)
+
+    def without_delta() -> float:
+        parser, request, generation = started()
+        makers = generation._makers
+        for field, maker in makers.items():
+            if getattr(maker, "__name__", "") in ("content_delta", "reasoning_delta"):
+                makers[field] = _no_delta
+        return steps(parser, request)
+
+    def total() -> float:
+        return steps(*started()[:2])
+
+    read = _fast_path_read(chunks, ids, last, started)
+    return {"call": call, "read": read, "without delta": without_delta, "total": total}
+
+
+def _fast_path_read(chunks: list[str], ids: list[list[int]], last: int, started: Any) -> Any:
+    """The `read` part of `profile`, a closure over the case's steps like the other parts."""
 
     def read() -> float:
         """The compiled parser reading the steps as the core's fast path has it read them: the
@@ -445,33 +485,7 @@ def profile(case: Case, reps: int) -> dict[str, float]:
                 feed_declined(step)
         return time.process_time() - start
 
-    def without_delta() -> float:
-        parser, request, generation = started()
-        makers = generation._makers
-        for field, maker in makers.items():
-            if getattr(maker, "__name__", "") in ("content_delta", "reasoning_delta"):
-                makers[field] = _no_delta
-        return steps(parser, request)
-
-    def total() -> float:
-        return steps(*started()[:2])
-
-    parts = {"call": call, "read": read, "without delta": without_delta, "total": total}
-    samples: dict[str, list[float]] = {name: [] for name in parts}
-    order = list(parts)
-    for rep in range(reps):
-        for name in order[rep % len(order) :] + order[: rep % len(order)]:
-            gc.collect()
-            samples[name].append(parts[name]())
-    per_chunk = 1e6 / (last - 1)
-    f = {name: statistics.median(values) * per_chunk for name, values in samples.items()}
-    return {
-        "call": f["call"],
-        "read": f["read"],
-        "delta": f["total"] - f["without delta"],
-        "rest": f["without delta"] - f["call"] - f["read"],
-        "total": f["total"],
-    }
+    return read
 
 
 def _no_delta(text: str) -> None:
