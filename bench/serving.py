@@ -162,13 +162,25 @@ def detokenized(tokenizer: Any, steps: list[list[int]]) -> list[str]:
     return ["".join(stream.step(backend, token_id) or "" for token_id in step) for step in steps]
 
 
+def compose_parser(reasoning: str, tool: str, tokenizer: Any) -> type:
+    """The parser class vLLM's parser manager composes from a reasoning and a tool parser name."""
+    from vllm.parser.parser_manager import ParserManager
+
+    return ParserManager.get_parser(
+        tool_parser_name=tool,
+        reasoning_parser_name=reasoning,
+        enable_auto_tools=True,
+        model_name="bench",
+        tokenizer=tokenizer,
+    )
+
+
 class Case:
     """One workload and the parser classes, composed by vLLM's parser manager (`token_ids`: the
     steps of a real tokenizer, see the module docstring)."""
 
     def __init__(self, name: str, size: str, tool_choice: str = "auto", token_ids: bool = False):
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-        from vllm.parser.parser_manager import ParserManager
 
         from rtcompile.library import template_for
 
@@ -183,58 +195,60 @@ class Case:
             tools=workload.tools,
             tool_choice=tool_choice,
         )
-
-        def compose(reasoning: str, tool: str, tokenizer: ChunkTokenizer):
-            return ParserManager.get_parser(
-                tool_parser_name=tool,
-                reasoning_parser_name=reasoning,
-                enable_auto_tools=True,
-                model_name="bench",
-                tokenizer=tokenizer,
-            )
-
-        reasoning, tool = HANDWRITTEN[name]
         # implementation -> (the parser class, its tokenizer, constructor options)
         self.parsers: dict[str, tuple[type, Any, dict]] = {}
         if token_ids:
-            import copy
+            self._compose_for_token_ids(template)
+        else:
+            self._compose_for_chunks(template)
 
-            from .token_ids import tokenizer_for
+    def _compose_for_token_ids(self, template: dict) -> None:
+        """Engine steps of one id of the model's tokenizer, read as ids by `rtcompile` and as their
+        text by `rtcompile-text`."""
+        import copy
 
-            base = tokenizer_for(name)
-            ids = base.encode(workload.text, add_special_tokens=False)
-            steps = [[token_id] for token_id in ids]
-            self.chunks = detokenized(base, steps)
-            assert "".join(self.chunks) == workload.text
+        from .token_ids import tokenizer_for
 
-            def tokenizer_with(response_template: dict | None) -> Any:
-                tokenizer = copy.copy(base)
-                tokenizer.response_template = response_template
-                return tokenizer
+        workload = self.workload
+        reasoning, tool = HANDWRITTEN[self.name]
+        base = tokenizer_for(self.name)
+        ids = base.encode(workload.text, add_special_tokens=False)
+        steps = [[token_id] for token_id in ids]
+        self.chunks = detokenized(base, steps)
+        assert "".join(self.chunks) == workload.text
 
-            tokenizer = tokenizer_with(thinking_copy(template))
-            self.parsers["vllm-template"] = (compose("hf", "hf", tokenizer), tokenizer, {})
-            tokenizer = tokenizer_with(template)
-            ours = compose("rtcompile", "rtcompile", tokenizer)
-            self.parsers["rtcompile"] = (ours, tokenizer, {})
-            self.parsers["rtcompile-text"] = (ours, tokenizer, {"token_ids": False})
-            tokenizer = tokenizer_with(None)
-            self.parsers["vllm-handwritten"] = (compose(reasoning, tool, tokenizer), tokenizer, {})
-            self.token_ids = dict.fromkeys(self.parsers, steps)
-            prompt = base.encode(workload.prefix, add_special_tokens=False)
-            self.prompt_ids = dict.fromkeys(self.parsers, prompt)
-            return
-        specials = SPECIAL_TOKENS[name]
-        self.chunks = token_chunks(workload.text, specials, workloads.stable_seed("serving", name, size))
+        def tokenizer_with(response_template: dict | None) -> Any:
+            tokenizer = copy.copy(base)
+            tokenizer.response_template = response_template
+            return tokenizer
+
+        tokenizer = tokenizer_with(thinking_copy(template))
+        self.parsers["vllm-template"] = (compose_parser("hf", "hf", tokenizer), tokenizer, {})
+        tokenizer = tokenizer_with(template)
+        ours = compose_parser("rtcompile", "rtcompile", tokenizer)
+        self.parsers["rtcompile"] = (ours, tokenizer, {})
+        self.parsers["rtcompile-text"] = (ours, tokenizer, {"token_ids": False})
+        tokenizer = tokenizer_with(None)
+        self.parsers["vllm-handwritten"] = (compose_parser(reasoning, tool, tokenizer), tokenizer, {})
+        self.token_ids = dict.fromkeys(self.parsers, steps)
+        prompt = base.encode(workload.prefix, add_special_tokens=False)
+        self.prompt_ids = dict.fromkeys(self.parsers, prompt)
+
+    def _compose_for_chunks(self, template: dict) -> None:
+        """Token-like chunks, each special token a chunk with its own id (a ChunkTokenizer)."""
+        workload = self.workload
+        reasoning, tool = HANDWRITTEN[self.name]
+        specials = SPECIAL_TOKENS[self.name]
+        self.chunks = token_chunks(workload.text, specials, workloads.stable_seed("serving", self.name, self.size))
         assert "".join(self.chunks) == workload.text
         tokenizer = ChunkTokenizer(specials, thinking_copy(template))
-        self.parsers["vllm-template"] = (compose("hf", "hf", tokenizer), tokenizer, {})
+        self.parsers["vllm-template"] = (compose_parser("hf", "hf", tokenizer), tokenizer, {})
         tokenizer = ChunkTokenizer(specials, template)
         # (a ChunkTokenizer's ids are its chunks: there is nothing to decode, rtcompile reads text)
-        ours = compose("rtcompile", "rtcompile", tokenizer)
+        ours = compose_parser("rtcompile", "rtcompile", tokenizer)
         self.parsers["rtcompile"] = (ours, tokenizer, {"token_ids": False})
         tokenizer = ChunkTokenizer(specials, None)
-        self.parsers["vllm-handwritten"] = (compose(reasoning, tool, tokenizer), tokenizer, {})
+        self.parsers["vllm-handwritten"] = (compose_parser(reasoning, tool, tokenizer), tokenizer, {})
         self.token_ids = {
             impl: [[tok.id_of(chunk)] for chunk in self.chunks] for impl, (_, tok, _) in self.parsers.items()
         }
