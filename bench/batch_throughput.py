@@ -90,8 +90,6 @@ def measure(template_name: str, count: int, reps: int, jobs_options=(1, 2)) -> d
     from transformers.utils.chat_parsing import parse_response
     from transformers.utils.chat_parsing.response_templates import load_response_template
 
-    from rtcompile import batch
-
     template = workloads.load_template(template_name)[0]
     rows = make_rows(template_name, count)
     table = pa.Table.from_pylist(rows)
@@ -103,52 +101,78 @@ def measure(template_name: str, count: int, reps: int, jobs_options=(1, 2)) -> d
     with tempfile.TemporaryDirectory(prefix="rtcompile-batch-bench-") as work:
         work = Path(work)
         pq.write_table(table, work / "rows.parquet")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
-
-        def command(jobs: int):
-            def run():
-                completed = subprocess.run(
-                    [sys.executable, "-m", "rtcompile", "parse", str(work / "rows.parquet"), "-o", str(work / f"out{jobs}.parquet"),
-                     "--template", template_name, "--jobs", str(jobs)],
-                    capture_output=True, text=True, env=env,
-                )
-                if completed.returncode != 0:
-                    raise RuntimeError(f"parse command failed: {completed.stderr[-2000:]}")
-                return work / f"out{jobs}.parquet"
-
-            return run
-
-        implementations = {"interpreter loop": interpreter_loop}
-        for jobs in jobs_options:
-            implementations[f"API, {jobs} job{'s' if jobs > 1 else ''}"] = (lambda jobs=jobs: batch.parse_table(table, template, jobs=jobs))
-        for jobs in jobs_options:
-            implementations[f"parse command, {jobs} job{'s' if jobs > 1 else ''}"] = command(jobs)
-
-        # Verify first: the same messages everywhere, no errors.
-        expected = interpreter_loop()
-        for name, action in implementations.items():
-            if name == "interpreter loop":
-                continue
-            result = action()
-            out = pq.read_table(result) if isinstance(result, Path) else result
-            messages = out.column("message").to_pylist()
-            errors = out.column("error").null_count
-            if errors != out.num_rows or [json.loads(m) for m in messages] != expected:
-                raise AssertionError(f"batch throughput: {name} differs from the interpreter loop")
-
-        samples = {name: [] for name in implementations}
-        names = list(implementations)
-        for rep in range(reps):
-            order = names[rep % len(names):] + names[: rep % len(names)]
-            for name in order:
-                wall, cpu, _ = _timed(implementations[name])
-                samples[name].append((wall, cpu))
+        implementations = _implementations(
+            interpreter_loop, table, template, template_name, work, jobs_options
+        )
+        _verify_implementations(implementations)
+        samples = _interleaved_samples(implementations, reps)
     results = {}
     for name, runs in samples.items():
         wall = statistics.median(run[0] for run in runs)
         cpu = statistics.median(run[1] for run in runs)
         results[name] = {"rows": count, "rows_per_s": count / wall, "cpu_rows_per_s": count / cpu, "samples": runs}
     return {"template": template_name, "rows": count, "distinct": min(count, DISTINCT), "size_mix": SIZE_MIX, "reps": reps, "results": results}
+
+
+def _implementations(
+    interpreter_loop, table, template: dict, template_name: str, work: Path, jobs_options
+) -> dict:
+    """name -> action: the interpreter loop, the API and the parse command with each job count."""
+    from rtcompile import batch
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    implementations = {"interpreter loop": interpreter_loop}
+    for jobs in jobs_options:
+        implementations[f"API, {jobs} job{'s' if jobs > 1 else ''}"] = (lambda jobs=jobs: batch.parse_table(table, template, jobs=jobs))
+    for jobs in jobs_options:
+        implementations[f"parse command, {jobs} job{'s' if jobs > 1 else ''}"] = _parquet_command(
+            work, template_name, jobs, env
+        )
+    return implementations
+
+
+def _parquet_command(work: Path, template_name: str, jobs: int, env: dict):
+    """An action running the parse command on rows.parquet in a fresh process; returns its output."""
+
+    def run():
+        completed = subprocess.run(
+            [sys.executable, "-m", "rtcompile", "parse", str(work / "rows.parquet"), "-o", str(work / f"out{jobs}.parquet"),
+             "--template", template_name, "--jobs", str(jobs)],
+            capture_output=True, text=True, env=env,
+        )
+        if completed.returncode != 0:
+            raise RuntimeError(f"parse command failed: {completed.stderr[-2000:]}")
+        return work / f"out{jobs}.parquet"
+
+    return run
+
+
+def _verify_implementations(implementations: dict) -> None:
+    """Before anything is timed: the same messages as the interpreter loop's, no errors."""
+    import pyarrow.parquet as pq
+
+    expected = implementations["interpreter loop"]()
+    for name, action in implementations.items():
+        if name == "interpreter loop":
+            continue
+        result = action()
+        out = pq.read_table(result) if isinstance(result, Path) else result
+        messages = out.column("message").to_pylist()
+        errors = out.column("error").null_count
+        if errors != out.num_rows or [json.loads(m) for m in messages] != expected:
+            raise AssertionError(f"batch throughput: {name} differs from the interpreter loop")
+
+
+def _interleaved_samples(implementations: dict, reps: int) -> dict[str, list]:
+    """(wall, CPU) seconds of every repetition; each runs every implementation once, rotated."""
+    samples = {name: [] for name in implementations}
+    names = list(implementations)
+    for rep in range(reps):
+        order = names[rep % len(names):] + names[: rep % len(names)]
+        for name in order:
+            wall, cpu, _ = _timed(implementations[name])
+            samples[name].append((wall, cpu))
+    return samples
 
 
 def render(entry: dict, table) -> str:

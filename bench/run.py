@@ -309,17 +309,40 @@ def verify_workload(
 ) -> None:
     """Compare every implementation with the interpreter on this workload; raise MismatchError."""
     label = f"{workload.template_name} {workload.size_label}"
-    reference = adapters["interpreter"]
+    expected_message = _verify_whole_messages(adapters, workload, label, verification)
+    others = {
+        name: adapter
+        for name, adapter in adapters.items()
+        if name != "interpreter" and streams(adapter)
+    }
+    windows = config.interpreter_windows.get(workload.size_label)
+    if windows is None or config.full_verify:
+        _verify_full_streams(
+            adapters["interpreter"], others, workload, expected_message, label, verification
+        )
+        return
+    _verify_windowed_streams(
+        adapters["interpreter"], others, workload, windows, expected_message, label, verification
+    )
+    _verify_streams_among_others(others, workload, expected_message, label, verification)
+
+
+def _verify_whole_messages(
+    adapters: dict, workload: workloads.Workload, label: str, verification: Verification
+) -> dict:
+    """The interpreter's whole message (checked against the generation), which every other
+    implementation's parse_response must give; returns that message."""
     prefix, tools = workload.prefix, workload.tools
-    expected_message = reference.parse(workload.text, prefix, tools)
+    expected_message = adapters["interpreter"].parse(workload.text, prefix, tools)
     if expected_message != workload.generation.expected_message():
         raise MismatchError(
             f"{label}: the workload does not parse back into the message it was generated from; "
             f"fix bench/workloads.py.\n  parsed:    {str(expected_message)[:600]}\n"
             f"  generated: {str(workload.generation.expected_message())[:600]}"
         )
-    others = {name: adapter for name, adapter in adapters.items() if name != "interpreter"}
-    for name, adapter in others.items():
+    for name, adapter in adapters.items():
+        if name == "interpreter":
+            continue
         _check_equal(
             f"{label} parse_response",
             name,
@@ -327,33 +350,52 @@ def verify_workload(
             _outcome(lambda: adapter.parse(workload.text, prefix, tools)),
         )
         verification.add(name, "whole_message")
+    return expected_message
 
-    others = {name: adapter for name, adapter in others.items() if streams(adapter)}
-    windows = config.interpreter_windows.get(workload.size_label)
-    if windows is None or config.full_verify:
-        reference_message, reference_events = recorded_stream(
-            reference, prefix, tools, workload.chunks
-        )
+
+def _verify_full_streams(
+    reference,
+    others: dict,
+    workload: workloads.Workload,
+    expected_message: dict,
+    label: str,
+    verification: Verification,
+) -> None:
+    """Whole chunked streams, event by event, against the interpreter's."""
+    prefix, tools = workload.prefix, workload.tools
+    reference_message, reference_events = recorded_stream(reference, prefix, tools, workload.chunks)
+    _check_equal(
+        f"{label} streamed message",
+        "interpreter (stream vs whole)",
+        expected_message,
+        reference_message,
+    )
+    for name, adapter in others.items():
+        message, events = recorded_stream(adapter, prefix, tools, workload.chunks)
         _check_equal(
-            f"{label} streamed message",
-            "interpreter (stream vs whole)",
-            expected_message,
-            reference_message,
+            f"{label} streaming events",
+            name,
+            reference_events,
+            events,
+            _describe_event_difference(reference_events, events, workload.chunks),
         )
-        for name, adapter in others.items():
-            message, events = recorded_stream(adapter, prefix, tools, workload.chunks)
-            _check_equal(
-                f"{label} streaming events",
-                name,
-                reference_events,
-                events,
-                _describe_event_difference(reference_events, events, workload.chunks),
-            )
-            _check_equal(f"{label} streamed message", name, reference_message, message)
-            verification.add(name, "streams_full")
-            verification.add(name, "feed_calls_compared", len(workload.chunks))
-        return
+        _check_equal(f"{label} streamed message", name, reference_message, message)
+        verification.add(name, "streams_full")
+        verification.add(name, "feed_calls_compared", len(workload.chunks))
 
+
+def _verify_windowed_streams(
+    reference,
+    others: dict,
+    workload: workloads.Workload,
+    windows: tuple[int, int],
+    expected_message: dict,
+    label: str,
+    verification: Verification,
+) -> None:
+    """The timed windows' chunks one by one (the text around them in catch-up pieces), event by
+    event, against the interpreter fed the same pieces."""
+    prefix, tools = workload.prefix, workload.tools
     offsets = _chunk_offsets(workload.chunks)
     for start, count in window_plan(len(workload.chunks), *windows):
         pieces = [
@@ -380,13 +422,23 @@ def verify_workload(
             _check_equal(f"{label} windowed streamed message", name, reference_message, message)
             verification.add(name, "streams_windowed")
             verification.add(name, "feed_calls_compared", len(pieces))
+
+
+def _verify_streams_among_others(
+    others: dict,
+    workload: workloads.Workload,
+    expected_message: dict,
+    label: str,
+    verification: Verification,
+) -> None:
+    """Where the interpreter is too slow for a full stream: each other implementation's full
+    stream gives the interpreter's message, and they agree with each other event by event."""
     full_streams = {}
     for name, adapter in others.items():
-        message, events = recorded_stream(adapter, prefix, tools, workload.chunks)
+        message, events = recorded_stream(adapter, workload.prefix, workload.tools, workload.chunks)
         _check_equal(f"{label} full streamed message", name, expected_message, message)
         full_streams[name] = events
         verification.add(name, "streams_full_message_only")
-    # Where the interpreter is too slow for a full stream, the others still agree event by event.
     names = sorted(full_streams)
     for first, second in zip(names, names[1:]):
         _check_equal(
@@ -448,56 +500,30 @@ def _calibrate(
     return max(1, min(100_000, round(min_seconds / single + 0.5))), single
 
 
+@dataclass
+class SizeCalibration:
+    """Per implementation: runs per sample (`*_repeats`; an implementation streamed on windows has
+    no stream entry) and samples to take (`*_reps`; 0 streamed samples for a whole-message parser).
+    """
+
+    stream_repeats: dict[str, int]
+    whole_repeats: dict[str, int]
+    stream_reps: dict[str, int]
+    whole_reps: dict[str, int]
+
+
 def measure_size(adapters: dict, workload: workloads.Workload, config: Config) -> tuple[dict, dict]:
-    size = workload.size_label
-    names = list(adapters)
-    windows = config.interpreter_windows.get(size)
+    windows = config.interpreter_windows.get(workload.size_label)
     offsets = _chunk_offsets(workload.chunks) if windows else None
     plan = window_plan(len(workload.chunks), *windows) if windows else None
-    chunk_count = len(workload.chunks)
-    stream_repeats: dict[str, int] = {}
-    whole_repeats: dict[str, int] = {}
-    stream_reps: dict[str, int] = {}
-    whole_reps: dict[str, int] = {}
-    for name, adapter in adapters.items():
-        reps = config.interpreter_reps[size] if name == "interpreter" else config.reps[size]
-        stream_reps[name] = whole_reps[name] = reps
-        if not streams(adapter):
-            stream_reps[name] = 0  # a whole-message parser: timed on parse_response only
-        elif not (name == "interpreter" and plan is not None):
-            stream_repeats[name], single = _calibrate(
-                lambda inner: tuple(
-                    t * chunk_count for t in stream_sample(adapter, workload, inner)
-                ),
-                config.min_sample_s,
-            )
-            if single >= SLOW_RUN_S:
-                stream_reps[name] = min(reps, SLOW_RUN_REPS)
-        whole_repeats[name], single = _calibrate(
-            lambda inner: whole_sample(adapter, workload, inner), config.min_sample_s
-        )
-        if single >= SLOW_RUN_S:
-            whole_reps[name] = min(reps, SLOW_RUN_REPS)
-    stream_samples: dict[str, list] = {name: [] for name in names}
-    whole_samples: dict[str, list] = {name: [] for name in names}
-    rounds = max(*stream_reps.values(), *whole_reps.values())
-    for rep, order in _rotations(names, rounds):
-        for name in order:
-            adapter = adapters[name]
-            if rep < stream_reps[name]:
-                if name in stream_repeats:
-                    sample = stream_sample(adapter, workload, stream_repeats[name])
-                else:
-                    sample = windowed_stream_sample(adapter, workload, plan, offsets)
-                stream_samples[name].append(sample)
-            if rep < whole_reps[name]:
-                whole_samples[name].append(whole_sample(adapter, workload, whole_repeats[name]))
+    calibration = _calibrate_size(adapters, workload, config, plan)
+    stream_samples, whole_samples = _sample_size(adapters, workload, calibration, plan, offsets)
     streaming = {}
-    for name in names:
+    for name in adapters:
         if not stream_samples[name]:
             continue
-        if name in stream_repeats:
-            method = f"{stream_repeats[name]} whole stream(s) per sample"
+        if name in calibration.stream_repeats:
+            method = f"{calibration.stream_repeats[name]} whole stream(s) per sample"
         else:
             method = f"{len(plan)} windows x {plan[0][1]} chunks"
         streaming[name] = _summary(stream_samples[name], 1e6, unit="us/chunk", method=method)
@@ -506,11 +532,71 @@ def measure_size(adapters: dict, workload: workloads.Workload, config: Config) -
             whole_samples[name],
             1e6,
             unit="us/message",
-            method=f"{whole_repeats[name]} parse(s) per sample",
+            method=f"{calibration.whole_repeats[name]} parse(s) per sample",
         )
-        for name in names
+        for name in adapters
     }
     return streaming, whole
+
+
+def _calibrate_size(
+    adapters: dict, workload: workloads.Workload, config: Config, plan: list | None
+) -> SizeCalibration:
+    """Each implementation's stream (unless the interpreter is windowed here), then its whole
+    message, calibrated in turn; slow runs get at most SLOW_RUN_REPS samples."""
+    size = workload.size_label
+    chunk_count = len(workload.chunks)
+    calibration = SizeCalibration({}, {}, {}, {})
+    for name, adapter in adapters.items():
+        reps = config.interpreter_reps[size] if name == "interpreter" else config.reps[size]
+        calibration.stream_reps[name] = calibration.whole_reps[name] = reps
+        if not streams(adapter):
+            calibration.stream_reps[name] = (
+                0  # a whole-message parser: timed on parse_response only
+            )
+        elif not (name == "interpreter" and plan is not None):
+            calibration.stream_repeats[name], single = _calibrate(
+                lambda inner: tuple(
+                    t * chunk_count for t in stream_sample(adapter, workload, inner)
+                ),
+                config.min_sample_s,
+            )
+            if single >= SLOW_RUN_S:
+                calibration.stream_reps[name] = min(reps, SLOW_RUN_REPS)
+        calibration.whole_repeats[name], single = _calibrate(
+            lambda inner: whole_sample(adapter, workload, inner), config.min_sample_s
+        )
+        if single >= SLOW_RUN_S:
+            calibration.whole_reps[name] = min(reps, SLOW_RUN_REPS)
+    return calibration
+
+
+def _sample_size(
+    adapters: dict,
+    workload: workloads.Workload,
+    calibration: SizeCalibration,
+    plan: list | None,
+    offsets: list | None,
+) -> tuple[dict[str, list], dict[str, list]]:
+    """The timed samples, streamed and whole, implementations interleaved in rotated order."""
+    names = list(adapters)
+    stream_samples: dict[str, list] = {name: [] for name in names}
+    whole_samples: dict[str, list] = {name: [] for name in names}
+    rounds = max(*calibration.stream_reps.values(), *calibration.whole_reps.values())
+    for rep, order in _rotations(names, rounds):
+        for name in order:
+            adapter = adapters[name]
+            if rep < calibration.stream_reps[name]:
+                if name in calibration.stream_repeats:
+                    sample = stream_sample(adapter, workload, calibration.stream_repeats[name])
+                else:
+                    sample = windowed_stream_sample(adapter, workload, plan, offsets)
+                stream_samples[name].append(sample)
+            if rep < calibration.whole_reps[name]:
+                whole_samples[name].append(
+                    whole_sample(adapter, workload, calibration.whole_repeats[name])
+                )
+    return stream_samples, whole_samples
 
 
 def measure_batch(
@@ -655,23 +741,36 @@ class TargetBook:
 
 
 def render_report(results: dict, config: Config, book: TargetBook) -> str:
-    out: list[str] = []
+    """The report's sections in order; each adds its target comparisons to `book` as it renders,
+    so the footer, rendered last, counts them all."""
+    sections = [
+        _header_section(results),
+        _streaming_section(results, book),
+        _growth_section(results, config, book),
+        _whole_message_section(results, book),
+        _batch_section(results, config),
+        _import_section(results, book),
+        _compile_section(results, book),
+        _footer_section(results, book),
+    ]
+    return "\n".join(line for section in sections for line in section)
+
+
+def _header_section(results: dict) -> list[str]:
     env = results["environment"]
-    out.append(
+    out = [
         f"rtcompile benchmark ({'quick' if results['quick'] else 'full'}) - Python {env['python']}, "
         f"transformers {env['transformers']}, {env['cpus']} CPUs, load average {env['load_before']} -> "
-        f"{env.get('load_after')}"
-    )
-    out.append("Times are medians of process CPU time, wall time in brackets; ratios use CPU time.")
-    out.append(
+        f"{env.get('load_after')}",
+        "Times are medians of process CPU time, wall time in brackets; ratios use CPU time.",
         "Generations are "
         + (
             "ASCII only."
             if results["ascii_only"]
             else "mostly ASCII with a few characters like '—' and '°' (2 bytes per character in CPython)."
         )
-        + "\n"
-    )
+        + "\n",
+    ]
     for name, info in results["templates"].items():
         missing = ", ".join(f"{impl}: {why}" for impl, why in info["missing"].items())
         out.append(
@@ -679,67 +778,32 @@ def render_report(results: dict, config: Config, book: TargetBook) -> str:
             + (f"; not run: {missing}" if missing else "")
         )
     out.append("")
+    return out
 
-    largest = config.sizes[-1]
-    rows = []
-    for name, per_size in results["streaming"].items():
-        for size, per_impl in per_size.items():
-            interp, rtc, hand = (per_impl.get(impl) for impl in IMPLEMENTATIONS)
-            ratio = _ratio(interp, rtc)
-            vs_hand = _ratio(rtc, hand)
-            target = ""
-            if size == "1K":
-                target = book.check(
-                    f"streaming ratio {name} 1K", ratio, TARGETS["stream_ratio_1K"], True
-                )
-            elif size == "16K":
-                target = book.check(
-                    f"streaming ratio {name} 16K", ratio, TARGETS["stream_ratio_16K"], True
-                )
-            elif size == "1M":
-                target = book.check(
-                    f"streaming ratio {name} 1M", ratio, TARGETS["stream_ratio_1M"], True
-                )
-            hand_target = (
-                book.check(
-                    f"streaming rtcompile/handwritten {name} {size}",
-                    vs_hand,
-                    TARGETS["vs_handwritten"],
-                    False,
-                )
-                if vs_hand is not None
-                else ""
-            )
-            rows.append(
-                [
-                    name,
-                    size,
-                    str(results["workloads"][name][size]["chunks"]),
-                    _figure(interp),
-                    _figure(rtc, 3),
-                    _figure(hand, 3),
-                    f"{ratio:.1f}x" if ratio else "-",
-                    target,
-                    f"{vs_hand:.2f}x {hand_target}" if vs_hand else "-",
-                ]
-            )
-    out.append("Streaming in token-like chunks of 1-6 characters: microseconds per chunk")
-    out.append(
-        _table(
-            [
-                "template",
-                "size",
-                "chunks",
-                "interpreter",
-                "rtcompile",
-                "handwritten",
-                "interp/rtc",
-                "target",
-                "rtc/hand",
-            ],
-            rows,
-        )
-    )
+
+STREAMING_HEADERS = [
+    "template",
+    "size",
+    "chunks",
+    "interpreter",
+    "rtcompile",
+    "handwritten",
+    "interp/rtc",
+    "target",
+    "rtc/hand",
+]
+
+
+def _streaming_section(results: dict, book: TargetBook) -> list[str]:
+    rows = [
+        _streaming_row(name, size, per_impl, results["workloads"][name][size]["chunks"], book)
+        for name, per_size in results["streaming"].items()
+        for size, per_impl in per_size.items()
+    ]
+    out = [
+        "Streaming in token-like chunks of 1-6 characters: microseconds per chunk",
+        _table(STREAMING_HEADERS, rows),
+    ]
     windowed = sorted(
         f"{size} ({entry['interpreter']['method']})"
         for sizes in results["streaming"].values()
@@ -753,89 +817,109 @@ def render_report(results: dict, config: Config, book: TargetBook) -> str:
             + "; everything else on whole streams"
         )
     out.append("")
+    return out
 
-    if "16K" in config.sizes and largest != "16K":
-        rows = []
-        for name, per_size in results["streaming"].items():
-            for impl in IMPLEMENTATIONS:
-                small, big = per_size["16K"].get(impl), per_size[largest].get(impl)
-                if small is None or big is None:
-                    continue
-                growth = big["cpu"] / small["cpu"]
-                target = (
-                    book.check(
-                        f"growth {impl} {name} {largest}/16K", growth, TARGETS["growth"], False
-                    )
-                    if impl == "rtcompile" and largest == "1M"
-                    else ""
-                )
-                rows.append(
-                    [
-                        name,
-                        impl,
-                        f"{small['cpu']:.3f}",
-                        f"{big['cpu']:.3f}",
-                        f"{growth:.2f}",
-                        target,
-                    ]
-                )
-        out.append(
-            f"Growth: per-chunk CPU cost at {largest} / at 16K"
-            + ("" if largest == "1M" else " (quick mode: 1M not run, no target)")
-        )
-        out.append(
-            _table(
-                ["template", "implementation", "16K us", f"{largest} us", "growth", "target"], rows
-            )
-        )
-        out.append("")
 
-    rows = []
-    for name, per_size in results["whole_message"].items():
-        for size, per_impl in per_size.items():
-            interp, rtc, hand = (per_impl.get(impl) for impl in IMPLEMENTATIONS)
-            ratio = _ratio(interp, rtc)
-            vs_hand = _ratio(rtc, hand)
-            target = hand_target = ""
-            if size in ("1K", "16K"):
-                target = book.check(f"whole-message ratio {name} {size}", ratio, TARGETS["whole_ratio"], True)
-                if vs_hand is not None:
-                    hand_target = book.check(
-                        f"whole-message rtcompile/handwritten {name} {size}",
-                        vs_hand,
-                        TARGETS["whole_vs_handwritten"],
-                        False,
-                    )
-            rows.append(
-                [
-                    name,
-                    size,
-                    _figure(interp, 1),
-                    _figure(rtc, 1),
-                    _figure(hand, 1),
-                    f"{ratio:.1f}x" if ratio else "-",
-                    target,
-                    f"{vs_hand:.2f}x {hand_target}" if vs_hand else "-",
-                ]
-            )
-    out.append("Whole message (parse_response): microseconds per message")
-    out.append(
-        _table(
-            [
-                "template",
-                "size",
-                "interpreter",
-                "rtcompile",
-                "handwritten",
-                "interp/rtc",
-                "target",
-                "rtc/hand",
-            ],
-            rows,
+def _streaming_row(
+    name: str, size: str, per_impl: dict, chunks: int, book: TargetBook
+) -> list[str]:
+    interp, rtc, hand = (per_impl.get(impl) for impl in IMPLEMENTATIONS)
+    ratio = _ratio(interp, rtc)
+    vs_hand = _ratio(rtc, hand)
+    target = ""
+    if size in ("1K", "16K", "1M"):
+        target = book.check(
+            f"streaming ratio {name} {size}", ratio, TARGETS[f"stream_ratio_{size}"], True
         )
+    hand_target = (
+        book.check(
+            f"streaming rtcompile/handwritten {name} {size}",
+            vs_hand,
+            TARGETS["vs_handwritten"],
+            False,
+        )
+        if vs_hand is not None
+        else ""
     )
-    out.append("")
+    return [
+        name,
+        size,
+        str(chunks),
+        _figure(interp),
+        _figure(rtc, 3),
+        _figure(hand, 3),
+        f"{ratio:.1f}x" if ratio else "-",
+        target,
+        f"{vs_hand:.2f}x {hand_target}" if vs_hand else "-",
+    ]
 
+
+def _growth_section(results: dict, config: Config, book: TargetBook) -> list[str]:
+    largest = config.sizes[-1]
+    if "16K" not in config.sizes or largest == "16K":
+        return []
+    rows = []
+    for name, per_size in results["streaming"].items():
+        for impl in IMPLEMENTATIONS:
+            small, big = per_size["16K"].get(impl), per_size[largest].get(impl)
+            if small is None or big is None:
+                continue
+            growth = big["cpu"] / small["cpu"]
+            target = (
+                book.check(f"growth {impl} {name} {largest}/16K", growth, TARGETS["growth"], False)
+                if impl == "rtcompile" and largest == "1M"
+                else ""
+            )
+            rows.append(
+                [name, impl, f"{small['cpu']:.3f}", f"{big['cpu']:.3f}", f"{growth:.2f}", target]
+            )
+    return [
+        f"Growth: per-chunk CPU cost at {largest} / at 16K"
+        + ("" if largest == "1M" else " (quick mode: 1M not run, no target)"),
+        _table(["template", "implementation", "16K us", f"{largest} us", "growth", "target"], rows),
+        "",
+    ]
+
+
+def _whole_message_section(results: dict, book: TargetBook) -> list[str]:
+    rows = [
+        _whole_message_row(name, size, per_impl, book)
+        for name, per_size in results["whole_message"].items()
+        for size, per_impl in per_size.items()
+    ]
+    headers = [header for header in STREAMING_HEADERS if header != "chunks"]
+    return ["Whole message (parse_response): microseconds per message", _table(headers, rows), ""]
+
+
+def _whole_message_row(name: str, size: str, per_impl: dict, book: TargetBook) -> list[str]:
+    interp, rtc, hand = (per_impl.get(impl) for impl in IMPLEMENTATIONS)
+    ratio = _ratio(interp, rtc)
+    vs_hand = _ratio(rtc, hand)
+    target = hand_target = ""
+    if size in ("1K", "16K"):
+        target = book.check(
+            f"whole-message ratio {name} {size}", ratio, TARGETS["whole_ratio"], True
+        )
+        if vs_hand is not None:
+            hand_target = book.check(
+                f"whole-message rtcompile/handwritten {name} {size}",
+                vs_hand,
+                TARGETS["whole_vs_handwritten"],
+                False,
+            )
+    return [
+        name,
+        size,
+        _figure(interp, 1),
+        _figure(rtc, 1),
+        _figure(hand, 1),
+        f"{ratio:.1f}x" if ratio else "-",
+        target,
+        f"{vs_hand:.2f}x {hand_target}" if vs_hand else "-",
+    ]
+
+
+def _batch_section(results: dict, config: Config) -> list[str]:
     rows = []
     for name, per_impl in results["batch"].items():
         interp, rtc, hand = (per_impl.get(impl) for impl in IMPLEMENTATIONS)
@@ -850,121 +934,114 @@ def render_report(results: dict, config: Config, book: TargetBook) -> str:
                 f"{ratio:.1f}x" if ratio else "-",
             ]
         )
-    out.append(
-        f"Batch: {config.batch_count:,} finished ~1K generations parsed one after another: messages/s"
-    )
-    out.append(
-        _table(
-            ["template", "messages", "interpreter", "rtcompile", "handwritten", "rtc/interp"], rows
-        )
-    )
-    out.append("")
+    headers = ["template", "messages", "interpreter", "rtcompile", "handwritten", "rtc/interp"]
+    return [
+        f"Batch: {config.batch_count:,} finished ~1K generations parsed one after another: messages/s",
+        _table(headers, rows),
+        "",
+    ]
 
-    if results.get("import"):
-        rows = []
-        for name, entry in results["import"].items():
-            module_ms = entry["module_cpu_s"] * 1e3
-            heavy = ", ".join(entry["heavy_imports"]) or "none"
-            target = book.check(f"import ms {name}", module_ms, TARGETS["import_ms"], False)
-            heavy_target = book.check(
-                f"heavy imports {name}", float(len(entry["heavy_imports"])), 0.0, False
-            )
-            rows.append(
-                [
-                    name,
-                    f"{module_ms:.1f} ({entry['module_wall_s'] * 1e3:.1f})",
-                    f"{entry['regex_cpu_s'] * 1e3:.1f} ({entry['regex_wall_s'] * 1e3:.1f})",
-                    target,
-                    f"{heavy} {heavy_target}",
-                ]
-            )
-        out.append(
-            "Import of a generated module in a fresh interpreter, above a bare `import regex` (ms)"
-        )
-        out.append(
-            _table(
-                [
-                    "template",
-                    "module import",
-                    "import regex",
-                    "target",
-                    "jinja2/black/transformers",
-                ],
-                rows,
-            )
-        )
-        out.append("")
-    if results.get("compile"):
-        rows = []
-        for name, entry in results["compile"].items():
-            cold = entry["compile_cold_cpu"] * 1e3
-            memo = entry["load_memo_same_object_cpu"] * 1e3
-            fresh = entry["load_new_process_warm_cache_cpu"] * 1e3
-            fresh_hit = entry["cache_hit_cpu"] * 1e3
-            rows.append(
-                [
-                    name,
-                    f"{cold:.0f} ({entry['compile_cold_wall'] * 1e3:.0f})",
-                    book.check(f"cold compile ms {name}", cold, TARGETS["cold_compile_ms"], False),
-                    f"{entry['compile_warm_cpu'] * 1e3:.0f}",
-                    f"{entry['load_first_cpu'] * 1e3:.0f}",
-                    f"{memo:.3f} / {entry['load_memo_equal_copy_cpu'] * 1e3:.2f}",
-                    f"{fresh:.1f} ({entry['load_new_process_warm_cache_wall'] * 1e3:.1f})",
-                    f"{fresh_hit:.2f} ({entry['cache_hit_wall'] * 1e3:.2f})",
-                    book.check(f"cache hit ms {name}", fresh_hit, TARGETS["cache_hit_ms"], False),
-                    f"{entry['first_parse_after_hit_cpu'] * 1e3:.2f} / {entry['next_parse_after_hit_cpu'] * 1e3:.2f}",
-                    str(len(entry["cache_dir_files_after_first_load"])),
-                ]
-            )
-        out.append("Compile and load (ms, CPU; wall in brackets)")
-        out.append(
-            "  cold = first compile_template in a fresh process; warm = second one; first load = load()"
-            " with an empty cache dir;"
-        )
-        out.append(
-            "  memo = load() again in-process (same dict / equal copy); new process = load() in a new"
-            " process sharing the cache dir, first use (importing the loader and the runtime, regex"
-            " included);"
-        )
-        out.append(
-            "  hit = the same in a process that has imported them already (median of 3 processes);"
-            " then = parsing a 1K message right after the hit, first / second time (the first"
-            " compiles the regex patterns it needs)"
-        )
-        out.append(
-            _table(
-                [
-                    "template",
-                    "cold compile",
-                    "target",
-                    "warm",
-                    "first load",
-                    "memo",
-                    "new process",
-                    "hit",
-                    "target",
-                    "then parse 1K",
-                    "cache files",
-                ],
-                rows,
-            )
-        )
-        out.append("")
 
+def _import_section(results: dict, book: TargetBook) -> list[str]:
+    if not results.get("import"):
+        return []
+    rows = []
+    for name, entry in results["import"].items():
+        module_ms = entry["module_cpu_s"] * 1e3
+        heavy = ", ".join(entry["heavy_imports"]) or "none"
+        target = book.check(f"import ms {name}", module_ms, TARGETS["import_ms"], False)
+        heavy_target = book.check(
+            f"heavy imports {name}", float(len(entry["heavy_imports"])), 0.0, False
+        )
+        rows.append(
+            [
+                name,
+                f"{module_ms:.1f} ({entry['module_wall_s'] * 1e3:.1f})",
+                f"{entry['regex_cpu_s'] * 1e3:.1f} ({entry['regex_wall_s'] * 1e3:.1f})",
+                target,
+                f"{heavy} {heavy_target}",
+            ]
+        )
+    headers = ["template", "module import", "import regex", "target", "jinja2/black/transformers"]
+    return [
+        "Import of a generated module in a fresh interpreter, above a bare `import regex` (ms)",
+        _table(headers, rows),
+        "",
+    ]
+
+
+COMPILE_HEADERS = [
+    "template",
+    "cold compile",
+    "target",
+    "warm",
+    "first load",
+    "memo",
+    "new process",
+    "hit",
+    "target",
+    "then parse 1K",
+    "cache files",
+]
+
+# What each column of the compile table measures, printed above it.
+COMPILE_LEGEND = [
+    "  cold = first compile_template in a fresh process; warm = second one; first load = load()"
+    " with an empty cache dir;",
+    "  memo = load() again in-process (same dict / equal copy); new process = load() in a new"
+    " process sharing the cache dir, first use (importing the loader and the runtime, regex"
+    " included);",
+    "  hit = the same in a process that has imported them already (median of 3 processes);"
+    " then = parsing a 1K message right after the hit, first / second time (the first"
+    " compiles the regex patterns it needs)",
+]
+
+
+def _compile_section(results: dict, book: TargetBook) -> list[str]:
+    if not results.get("compile"):
+        return []
+    rows = [_compile_row(name, entry, book) for name, entry in results["compile"].items()]
+    return [
+        "Compile and load (ms, CPU; wall in brackets)",
+        *COMPILE_LEGEND,
+        _table(COMPILE_HEADERS, rows),
+        "",
+    ]
+
+
+def _compile_row(name: str, entry: dict, book: TargetBook) -> list[str]:
+    cold = entry["compile_cold_cpu"] * 1e3
+    memo = entry["load_memo_same_object_cpu"] * 1e3
+    fresh = entry["load_new_process_warm_cache_cpu"] * 1e3
+    fresh_hit = entry["cache_hit_cpu"] * 1e3
+    return [
+        name,
+        f"{cold:.0f} ({entry['compile_cold_wall'] * 1e3:.0f})",
+        book.check(f"cold compile ms {name}", cold, TARGETS["cold_compile_ms"], False),
+        f"{entry['compile_warm_cpu'] * 1e3:.0f}",
+        f"{entry['load_first_cpu'] * 1e3:.0f}",
+        f"{memo:.3f} / {entry['load_memo_equal_copy_cpu'] * 1e3:.2f}",
+        f"{fresh:.1f} ({entry['load_new_process_warm_cache_wall'] * 1e3:.1f})",
+        f"{fresh_hit:.2f} ({entry['cache_hit_wall'] * 1e3:.2f})",
+        book.check(f"cache hit ms {name}", fresh_hit, TARGETS["cache_hit_ms"], False),
+        f"{entry['first_parse_after_hit_cpu'] * 1e3:.2f} / {entry['next_parse_after_hit_cpu'] * 1e3:.2f}",
+        str(len(entry["cache_dir_files_after_first_load"])),
+    ]
+
+
+def _footer_section(results: dict, book: TargetBook) -> list[str]:
+    """The equality checks that ran and the target tally (of every check the sections made)."""
     counts = results["verification"]
-    out.append(
+    missed = [entry["target"] for entry in book.entries if not entry["met"]]
+    return [
         "Equality checks passed before timing (per implementation): "
         + "; ".join(
             f"{impl}: " + ", ".join(f"{kind} {amount}" for kind, amount in sorted(kinds.items()))
             for impl, kinds in counts.items()
-        )
-    )
-    missed = [entry["target"] for entry in book.entries if not entry["met"]]
-    out.append(
+        ),
         f"Targets: {len(book.entries) - len(missed)} of {len(book.entries)} met"
-        + (f"; missed: {', '.join(missed)}" if missed else "")
-    )
-    return "\n".join(out)
+        + (f"; missed: {', '.join(missed)}" if missed else ""),
+    ]
 
 
 # ---- main ----------------------------------------------------------------------------------------
@@ -1050,29 +1127,71 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
     if arguments.token_ids:
-        from . import token_ids
-
-        rows, report = token_ids.main(arguments.quick, _table)
-        return {"token_ids": rows, "environment": _environment(), "targets": []}, report, 0
+        return _run_token_ids_only(arguments)
     if arguments.grammar:
-        from . import grammar
+        return _run_grammar_only(arguments)
+    config = _config_for(arguments)
+    wanted = tuple(dict.fromkeys(["interpreter", *arguments.implementations]))
+    verification = Verification()
+    results = _empty_results(arguments, config)
+    for name in [] if arguments.batch_only else arguments.templates:
+        _measure_template(name, arguments, config, wanted, verification, results)
+    if not arguments.no_batch_throughput:
+        _measure_batch_throughput(arguments, config, results)
+    token_report = None
+    if not arguments.no_token_ids and not arguments.batch_only:
+        token_report = _measure_token_ids(arguments, results)
+    results["environment"]["load_after"] = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    results["verification"] = verification.counts
+    book = TargetBook()
+    if arguments.batch_only:
+        report = batch_throughput.render(results["batch_throughput"], _table)
+        results["targets"] = []
+        return results, report, 0
+    report = _full_report(results, config, book, token_report)
+    results["targets"] = book.entries
+    return results, report, 0
 
-        book = TargetBook()
-        figures, report = grammar.main(arguments.quick, _table, book)
-        return {"grammar": figures, "quick": arguments.quick, "environment": _environment(), "targets": book.entries}, report, 0
+
+def _run_token_ids_only(arguments: argparse.Namespace) -> tuple[dict, str, int]:
+    from . import token_ids
+
+    rows, report = token_ids.main(arguments.quick, _table)
+    return {"token_ids": rows, "environment": _environment(), "targets": []}, report, 0
+
+
+def _run_grammar_only(arguments: argparse.Namespace) -> tuple[dict, str, int]:
+    from . import grammar
+
+    book = TargetBook()
+    figures, report = grammar.main(arguments.quick, _table, book)
+    results = {
+        "grammar": figures,
+        "quick": arguments.quick,
+        "environment": _environment(),
+        "targets": book.entries,
+    }
+    return results, report, 0
+
+
+def _config_for(arguments: argparse.Namespace) -> Config:
+    """The mode's settings, with the sizes asked for (sizes outside the mode get the full run's
+    settings)."""
     config = QUICK if arguments.quick else FULL
     if arguments.sizes:
         ordered = [size for size in workloads.SIZES if size in arguments.sizes]
         config = Config(**{**asdict(config), "sizes": tuple(ordered)})
-        for size in ordered:  # sizes outside the mode get the full run's settings
+        for size in ordered:
             for table_name in ("reps", "interpreter_reps"):
                 getattr(config, table_name).setdefault(size, getattr(FULL, table_name)[size])
             if size in FULL.interpreter_windows:
                 config.interpreter_windows.setdefault(size, FULL.interpreter_windows[size])
     config.full_verify = arguments.full_verify
-    wanted = tuple(dict.fromkeys(["interpreter", *arguments.implementations]))
-    verification = Verification()
-    results: dict[str, Any] = {
+    return config
+
+
+def _empty_results(arguments: argparse.Namespace, config: Config) -> dict[str, Any]:
+    return {
         "quick": arguments.quick,
         "ascii_only": arguments.ascii,
         "config": asdict(config),
@@ -1086,110 +1205,155 @@ def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
         "compile": {},
         "profiles": {},
     }
-    for name in [] if arguments.batch_only else arguments.templates:
-        template, source = workloads.load_template(name)
-        adapters, missing = adapters_for(name, template, wanted)
-        results["templates"][name] = {
-            "source": source,
-            "prefix_source": workloads.prompt_prefix(name)[1],
-            "missing": missing,
-        }
-        results["workloads"][name] = {}
-        results["streaming"][name] = {}
-        results["whole_message"][name] = {}
-        for size in config.sizes:
-            phase_started = time.perf_counter()
-            workload = workloads.build_workload(name, size, ascii_only=arguments.ascii)
-            results["workloads"][name][size] = {
-                "chars": len(workload.text),
-                "chunks": len(workload.chunks),
-                "prefix_chars": len(workload.prefix),
-                "tool_calls": len(workload.generation.calls),
-            }
-            verify_workload(adapters, workload, config, verification)
-            with _frozen_heap():
-                streaming, whole = measure_size(adapters, workload, config)
-            results["streaming"][name][size] = streaming
-            results["whole_message"][name][size] = whole
-            print(
-                f"  measured {name} {size} ({time.perf_counter() - phase_started:.1f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
-        phase_started = time.perf_counter()
-        texts, generations = workloads.batch_texts(
-            name, config.batch_count, ascii_only=arguments.ascii
-        )
-        prefix = workloads.prompt_prefix(name)[0]
-        verify_batch(adapters, texts, generations, prefix, workloads.TOOLS, name, verification)
+
+
+def _progress(what: str, phase_started: float) -> None:
+    print(
+        f"  measured {what} ({time.perf_counter() - phase_started:.1f} s)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _measure_template(
+    name: str,
+    arguments: argparse.Namespace,
+    config: Config,
+    wanted: tuple[str, ...],
+    verification: Verification,
+    results: dict,
+) -> None:
+    """One template's phases in order: every size, the batch, the profile asked for, start-up,
+    the OpenAI adapter."""
+    template, source = workloads.load_template(name)
+    adapters, missing = adapters_for(name, template, wanted)
+    results["templates"][name] = {
+        "source": source,
+        "prefix_source": workloads.prompt_prefix(name)[1],
+        "missing": missing,
+    }
+    results["workloads"][name] = {}
+    results["streaming"][name] = {}
+    results["whole_message"][name] = {}
+    for size in config.sizes:
+        _measure_template_size(name, size, adapters, arguments, config, verification, results)
+    _measure_template_batch(name, adapters, arguments, config, verification, results)
+    phase_started = time.perf_counter()
+    if arguments.profile and arguments.profile.split(":")[0] == name:
+        _profile_template(name, adapters, arguments, results)
+    probe_startup = config.startup_all_templates or name == arguments.templates[0]
+    if "rtcompile" in adapters and probe_startup and not arguments.no_startup:
+        _measure_startup(name, template, arguments, config, results)
+        _progress(f"start-up of {name}", phase_started)
+    if "rtcompile" in adapters and "16K" in config.sizes:
+        workload = workloads.build_workload(name, "16K", ascii_only=arguments.ascii)
         with _frozen_heap():
-            results["batch"][name] = measure_batch(adapters, texts, prefix, workloads.TOOLS, config)
-        print(
-            f"  measured {name} batch ({time.perf_counter() - phase_started:.1f} s)",
-            file=sys.stderr,
-            flush=True,
-        )
-        phase_started = time.perf_counter()
-        if arguments.profile and arguments.profile.split(":")[0] == name:
-            size = arguments.profile.split(":")[1] if ":" in arguments.profile else "16K"
-            workload = workloads.build_workload(name, size, ascii_only=arguments.ascii)
-            with _frozen_heap():
-                results["profiles"][f"{name}:{size}"] = {
-                    f"one stream, {impl}": profile_stream(adapter, workload)
-                    for impl, adapter in adapters.items()
-                    if streams(adapter)
-                }
-                results["profiles"][f"{name}:{size}"].update(
-                    {
-                        f"100 whole messages, {impl}": profile_whole(adapter, workload)
-                        for impl, adapter in adapters.items()
-                    }
-                )
-        probe_startup = config.startup_all_templates or name == arguments.templates[0]
-        if "rtcompile" in adapters and probe_startup and not arguments.no_startup:
-            import rtcompile
-
-            with tempfile.TemporaryDirectory(prefix="rtcompile-bench-") as work_dir:
-                source_text = rtcompile.compile_template(template)
-                results["import"][name] = startup.measure_import(
-                    source_text, f"bench_generated_{name}", config.import_runs, work_dir
-                )
-                sample = workloads.build_workload(name, "1K", ascii_only=arguments.ascii)
-                results["compile"][name] = startup.measure_compile(
-                    template,
-                    work_dir,
-                    {"text": sample.text, "prefix": sample.prefix, "tools": sample.tools},
-                )
-            print(
-                f"  measured start-up of {name} ({time.perf_counter() - phase_started:.1f} s)",
-                file=sys.stderr,
-                flush=True,
+            results.setdefault("openai_adapter", {})[name] = measure_openai_adapter(
+                adapters["rtcompile"], workload, config.reps["16K"]
             )
-        if "rtcompile" in adapters and "16K" in config.sizes:
-            workload = workloads.build_workload(name, "16K", ascii_only=arguments.ascii)
-            with _frozen_heap():
-                results.setdefault("openai_adapter", {})[name] = measure_openai_adapter(
-                    adapters["rtcompile"], workload, config.reps["16K"]
-                )
-    if not arguments.no_batch_throughput:
-        phase_started = time.perf_counter()
-        results["batch_throughput"] = batch_throughput.measure(
-            arguments.batch_template, arguments.batch_rows or config.throughput_rows, config.throughput_reps
-        )
-        print(f"  measured batch throughput ({time.perf_counter() - phase_started:.1f} s)", file=sys.stderr, flush=True)
-    if not arguments.no_token_ids and not arguments.batch_only:
-        from . import token_ids
 
-        phase_started = time.perf_counter()
-        results["token_ids"], token_report = token_ids.main(arguments.quick, _table)
-        print(f"  measured token ids ({time.perf_counter() - phase_started:.1f} s)", file=sys.stderr, flush=True)
-    results["environment"]["load_after"] = " ".join(f"{value:.2f}" for value in os.getloadavg())
-    results["verification"] = verification.counts
-    book = TargetBook()
-    if arguments.batch_only:
-        report = batch_throughput.render(results["batch_throughput"], _table)
-        results["targets"] = []
-        return results, report, 0
+
+def _measure_template_size(
+    name: str,
+    size: str,
+    adapters: dict,
+    arguments: argparse.Namespace,
+    config: Config,
+    verification: Verification,
+    results: dict,
+) -> None:
+    phase_started = time.perf_counter()
+    workload = workloads.build_workload(name, size, ascii_only=arguments.ascii)
+    results["workloads"][name][size] = {
+        "chars": len(workload.text),
+        "chunks": len(workload.chunks),
+        "prefix_chars": len(workload.prefix),
+        "tool_calls": len(workload.generation.calls),
+    }
+    verify_workload(adapters, workload, config, verification)
+    with _frozen_heap():
+        streaming, whole = measure_size(adapters, workload, config)
+    results["streaming"][name][size] = streaming
+    results["whole_message"][name][size] = whole
+    _progress(f"{name} {size}", phase_started)
+
+
+def _measure_template_batch(
+    name: str,
+    adapters: dict,
+    arguments: argparse.Namespace,
+    config: Config,
+    verification: Verification,
+    results: dict,
+) -> None:
+    phase_started = time.perf_counter()
+    texts, generations = workloads.batch_texts(name, config.batch_count, ascii_only=arguments.ascii)
+    prefix = workloads.prompt_prefix(name)[0]
+    verify_batch(adapters, texts, generations, prefix, workloads.TOOLS, name, verification)
+    with _frozen_heap():
+        results["batch"][name] = measure_batch(adapters, texts, prefix, workloads.TOOLS, config)
+    _progress(f"{name} batch", phase_started)
+
+
+def _profile_template(
+    name: str, adapters: dict, arguments: argparse.Namespace, results: dict
+) -> None:
+    size = arguments.profile.split(":")[1] if ":" in arguments.profile else "16K"
+    workload = workloads.build_workload(name, size, ascii_only=arguments.ascii)
+    with _frozen_heap():
+        results["profiles"][f"{name}:{size}"] = {
+            f"one stream, {impl}": profile_stream(adapter, workload)
+            for impl, adapter in adapters.items()
+            if streams(adapter)
+        }
+        results["profiles"][f"{name}:{size}"].update(
+            {
+                f"100 whole messages, {impl}": profile_whole(adapter, workload)
+                for impl, adapter in adapters.items()
+            }
+        )
+
+
+def _measure_startup(
+    name: str, template: dict, arguments: argparse.Namespace, config: Config, results: dict
+) -> None:
+    import rtcompile
+
+    with tempfile.TemporaryDirectory(prefix="rtcompile-bench-") as work_dir:
+        source_text = rtcompile.compile_template(template)
+        results["import"][name] = startup.measure_import(
+            source_text, f"bench_generated_{name}", config.import_runs, work_dir
+        )
+        sample = workloads.build_workload(name, "1K", ascii_only=arguments.ascii)
+        results["compile"][name] = startup.measure_compile(
+            template,
+            work_dir,
+            {"text": sample.text, "prefix": sample.prefix, "tools": sample.tools},
+        )
+
+
+def _measure_batch_throughput(arguments: argparse.Namespace, config: Config, results: dict) -> None:
+    phase_started = time.perf_counter()
+    results["batch_throughput"] = batch_throughput.measure(
+        arguments.batch_template,
+        arguments.batch_rows or config.throughput_rows,
+        config.throughput_reps,
+    )
+    _progress("batch throughput", phase_started)
+
+
+def _measure_token_ids(arguments: argparse.Namespace, results: dict) -> str:
+    from . import token_ids
+
+    phase_started = time.perf_counter()
+    results["token_ids"], token_report = token_ids.main(arguments.quick, _table)
+    _progress("token ids", phase_started)
+    return token_report
+
+
+def _full_report(results: dict, config: Config, book: TargetBook, token_report: str | None) -> str:
+    """The main report, then the token-id, batch throughput, profile and OpenAI adapter
+    sections that ran."""
     report = render_report(results, config, book)
     if results.get("token_ids"):
         report += "\n\n" + token_report
@@ -1197,18 +1361,23 @@ def run(arguments: argparse.Namespace) -> tuple[dict, str, int]:
         report += "\n\n" + batch_throughput.render(results["batch_throughput"], _table)
     for key, profiles in results["profiles"].items():
         for impl, text in profiles.items():
-            report += (
-                f"\n\ncProfile of {impl}, {key} (sorted by own time):\n{text.strip()}"
-            )
+            report += f"\n\ncProfile of {impl}, {key} (sorted by own time):\n{text.strip()}"
     if results.get("openai_adapter"):
         rows = [
-            [name, f"{r['parser']['cpu']:.3f}", f"{r['parser+adapter']['cpu']:.3f}", f"{r['parser+adapter']['cpu'] / r['parser']['cpu']:.2f}x"]
+            [
+                name,
+                f"{r['parser']['cpu']:.3f}",
+                f"{r['parser+adapter']['cpu']:.3f}",
+                f"{r['parser+adapter']['cpu'] / r['parser']['cpu']:.2f}x",
+            ]
             for name, r in results["openai_adapter"].items()
         ]
-        report += "\n\nOpenAI delta adapter on top of the parser, streaming at 16K: microseconds per chunk (CPU)\n"
+        report += (
+            "\n\nOpenAI delta adapter on top of the parser, streaming at 16K: microseconds per"
+            " chunk (CPU)\n"
+        )
         report += _table(["template", "parser", "parser+adapter", "cost ratio"], rows)
-    results["targets"] = book.entries
-    return results, report, 0
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:

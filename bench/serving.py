@@ -162,13 +162,25 @@ def detokenized(tokenizer: Any, steps: list[list[int]]) -> list[str]:
     return ["".join(stream.step(backend, token_id) or "" for token_id in step) for step in steps]
 
 
+def compose_parser(reasoning: str, tool: str, tokenizer: Any) -> type:
+    """The parser class vLLM's parser manager composes from a reasoning and a tool parser name."""
+    from vllm.parser.parser_manager import ParserManager
+
+    return ParserManager.get_parser(
+        tool_parser_name=tool,
+        reasoning_parser_name=reasoning,
+        enable_auto_tools=True,
+        model_name="bench",
+        tokenizer=tokenizer,
+    )
+
+
 class Case:
     """One workload and the parser classes, composed by vLLM's parser manager (`token_ids`: the
     steps of a real tokenizer, see the module docstring)."""
 
     def __init__(self, name: str, size: str, tool_choice: str = "auto", token_ids: bool = False):
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-        from vllm.parser.parser_manager import ParserManager
 
         from rtcompile.library import template_for
 
@@ -183,58 +195,60 @@ class Case:
             tools=workload.tools,
             tool_choice=tool_choice,
         )
-
-        def compose(reasoning: str, tool: str, tokenizer: ChunkTokenizer):
-            return ParserManager.get_parser(
-                tool_parser_name=tool,
-                reasoning_parser_name=reasoning,
-                enable_auto_tools=True,
-                model_name="bench",
-                tokenizer=tokenizer,
-            )
-
-        reasoning, tool = HANDWRITTEN[name]
         # implementation -> (the parser class, its tokenizer, constructor options)
         self.parsers: dict[str, tuple[type, Any, dict]] = {}
         if token_ids:
-            import copy
+            self._compose_for_token_ids(template)
+        else:
+            self._compose_for_chunks(template)
 
-            from .token_ids import tokenizer_for
+    def _compose_for_token_ids(self, template: dict) -> None:
+        """Engine steps of one id of the model's tokenizer, read as ids by `rtcompile` and as their
+        text by `rtcompile-text`."""
+        import copy
 
-            base = tokenizer_for(name)
-            ids = base.encode(workload.text, add_special_tokens=False)
-            steps = [[token_id] for token_id in ids]
-            self.chunks = detokenized(base, steps)
-            assert "".join(self.chunks) == workload.text
+        from .token_ids import tokenizer_for
 
-            def tokenizer_with(response_template: dict | None) -> Any:
-                tokenizer = copy.copy(base)
-                tokenizer.response_template = response_template
-                return tokenizer
+        workload = self.workload
+        reasoning, tool = HANDWRITTEN[self.name]
+        base = tokenizer_for(self.name)
+        ids = base.encode(workload.text, add_special_tokens=False)
+        steps = [[token_id] for token_id in ids]
+        self.chunks = detokenized(base, steps)
+        assert "".join(self.chunks) == workload.text
 
-            tokenizer = tokenizer_with(thinking_copy(template))
-            self.parsers["vllm-template"] = (compose("hf", "hf", tokenizer), tokenizer, {})
-            tokenizer = tokenizer_with(template)
-            ours = compose("rtcompile", "rtcompile", tokenizer)
-            self.parsers["rtcompile"] = (ours, tokenizer, {})
-            self.parsers["rtcompile-text"] = (ours, tokenizer, {"token_ids": False})
-            tokenizer = tokenizer_with(None)
-            self.parsers["vllm-handwritten"] = (compose(reasoning, tool, tokenizer), tokenizer, {})
-            self.token_ids = dict.fromkeys(self.parsers, steps)
-            prompt = base.encode(workload.prefix, add_special_tokens=False)
-            self.prompt_ids = dict.fromkeys(self.parsers, prompt)
-            return
-        specials = SPECIAL_TOKENS[name]
-        self.chunks = token_chunks(workload.text, specials, workloads.stable_seed("serving", name, size))
+        def tokenizer_with(response_template: dict | None) -> Any:
+            tokenizer = copy.copy(base)
+            tokenizer.response_template = response_template
+            return tokenizer
+
+        tokenizer = tokenizer_with(thinking_copy(template))
+        self.parsers["vllm-template"] = (compose_parser("hf", "hf", tokenizer), tokenizer, {})
+        tokenizer = tokenizer_with(template)
+        ours = compose_parser("rtcompile", "rtcompile", tokenizer)
+        self.parsers["rtcompile"] = (ours, tokenizer, {})
+        self.parsers["rtcompile-text"] = (ours, tokenizer, {"token_ids": False})
+        tokenizer = tokenizer_with(None)
+        self.parsers["vllm-handwritten"] = (compose_parser(reasoning, tool, tokenizer), tokenizer, {})
+        self.token_ids = dict.fromkeys(self.parsers, steps)
+        prompt = base.encode(workload.prefix, add_special_tokens=False)
+        self.prompt_ids = dict.fromkeys(self.parsers, prompt)
+
+    def _compose_for_chunks(self, template: dict) -> None:
+        """Token-like chunks, each special token a chunk with its own id (a ChunkTokenizer)."""
+        workload = self.workload
+        reasoning, tool = HANDWRITTEN[self.name]
+        specials = SPECIAL_TOKENS[self.name]
+        self.chunks = token_chunks(workload.text, specials, workloads.stable_seed("serving", self.name, self.size))
         assert "".join(self.chunks) == workload.text
         tokenizer = ChunkTokenizer(specials, thinking_copy(template))
-        self.parsers["vllm-template"] = (compose("hf", "hf", tokenizer), tokenizer, {})
+        self.parsers["vllm-template"] = (compose_parser("hf", "hf", tokenizer), tokenizer, {})
         tokenizer = ChunkTokenizer(specials, template)
         # (a ChunkTokenizer's ids are its chunks: there is nothing to decode, rtcompile reads text)
-        ours = compose("rtcompile", "rtcompile", tokenizer)
+        ours = compose_parser("rtcompile", "rtcompile", tokenizer)
         self.parsers["rtcompile"] = (ours, tokenizer, {"token_ids": False})
         tokenizer = ChunkTokenizer(specials, None)
-        self.parsers["vllm-handwritten"] = (compose(reasoning, tool, tokenizer), tokenizer, {})
+        self.parsers["vllm-handwritten"] = (compose_parser(reasoning, tool, tokenizer), tokenizer, {})
         self.token_ids = {
             impl: [[tok.id_of(chunk)] for chunk in self.chunks] for impl, (_, tok, _) in self.parsers.items()
         }
@@ -390,6 +404,28 @@ def measure(case: Any, reps: int, implementations: tuple[str, ...], sample: Any)
 
 def profile(case: Case, reps: int) -> dict[str, float]:
     """The `--profile` figures of rtcompile on one case (see the module docstring)."""
+    last = len(case.chunks) - 1
+    parts = _profile_parts(case)
+    samples: dict[str, list[float]] = {name: [] for name in parts}
+    order = list(parts)
+    for rep in range(reps):
+        for name in order[rep % len(order) :] + order[: rep % len(order)]:
+            gc.collect()
+            samples[name].append(parts[name]())
+    per_chunk = 1e6 / (last - 1)
+    f = {name: statistics.median(values) * per_chunk for name, values in samples.items()}
+    return {
+        "call": f["call"],
+        "read": f["read"],
+        "delta": f["total"] - f["without delta"],
+        "rest": f["without delta"] - f["call"] - f["read"],
+        "total": f["total"],
+    }
+
+
+def _profile_parts(case: Case) -> dict[str, Any]:
+    """The parts `profile` times, in its order: each returns the CPU seconds of the steps between
+    the first and the last, on a parser that has read the first."""
     chunks, ids, prompt = case.chunks, case.token_ids["rtcompile"], case.prompt_ids["rtcompile"]
     last = len(chunks) - 1
 
@@ -414,6 +450,24 @@ def profile(case: Case, reps: int) -> dict[str, float]:
 
         parser.parse_delta = parse_delta
         return steps(parser, request)
+
+    def without_delta() -> float:
+        parser, request, generation = started()
+        makers = generation._makers
+        for field, maker in makers.items():
+            if getattr(maker, "__name__", "") in ("content_delta", "reasoning_delta"):
+                makers[field] = _no_delta
+        return steps(parser, request)
+
+    def total() -> float:
+        return steps(*started()[:2])
+
+    read = _fast_path_read(chunks, ids, last, started)
+    return {"call": call, "read": read, "without delta": without_delta, "total": total}
+
+
+def _fast_path_read(chunks: list[str], ids: list[list[int]], last: int, started: Any) -> Any:
+    """The `read` part of `profile`, a closure over the case's steps like the other parts."""
 
     def read() -> float:
         """The compiled parser reading the steps as the core's fast path has it read them: the
@@ -445,33 +499,7 @@ def profile(case: Case, reps: int) -> dict[str, float]:
                 feed_declined(step)
         return time.process_time() - start
 
-    def without_delta() -> float:
-        parser, request, generation = started()
-        makers = generation._makers
-        for field, maker in makers.items():
-            if getattr(maker, "__name__", "") in ("content_delta", "reasoning_delta"):
-                makers[field] = _no_delta
-        return steps(parser, request)
-
-    def total() -> float:
-        return steps(*started()[:2])
-
-    parts = {"call": call, "read": read, "without delta": without_delta, "total": total}
-    samples: dict[str, list[float]] = {name: [] for name in parts}
-    order = list(parts)
-    for rep in range(reps):
-        for name in order[rep % len(order) :] + order[: rep % len(order)]:
-            gc.collect()
-            samples[name].append(parts[name]())
-    per_chunk = 1e6 / (last - 1)
-    f = {name: statistics.median(values) * per_chunk for name, values in samples.items()}
-    return {
-        "call": f["call"],
-        "read": f["read"],
-        "delta": f["total"] - f["without delta"],
-        "rest": f["without delta"] - f["call"] - f["read"],
-        "total": f["total"],
-    }
+    return read
 
 
 def _no_delta(text: str) -> None:
@@ -636,8 +664,23 @@ def render_table(
     """The table of `results` (implementations: the server's template parser, rtcompile's (one or
     more: the first is `rtcompile`), the hand-written one), the growth from 16K to 128K, and the
     environment."""
+    cases = results["cases"]
+    lines = [title, "", *_per_chunk_table(cases, columns, implementations), ""]
+    lines += _growth_lines(cases, implementations)
+    lines += _paired_lines(cases, implementations)
+    lines.append("")
+    lines += _request_lines(cases, implementations)
+    if any(not case["handwritten_matches"] for case in cases.values()):
+        lines.append(mismatch)
+    env = results["environment"]
+    lines.append(f"{versions}, {env['cpus']} CPUs, load {env['load_before']} -> {env['load_after']}")
+    return "\n".join(lines)
+
+
+def _per_chunk_table(cases: dict, columns: tuple[str, ...], implementations: tuple[str, ...]) -> list[str]:
+    """A row per case: each implementation's µs per chunk, then each of rtcompile's over the
+    template parser's and the hand-written one's."""
     template_impl, *ours_list, handwritten = implementations
-    ours = ours_list[0]
     labels = dict(zip(implementations, columns))
     ratio_heads = [
         head
@@ -645,12 +688,9 @@ def render_table(
         for head in (f"{labels[impl]} vs template", f"{labels[impl]} vs hand-written")
     ]
     lines = [
-        title,
-        "",
         f"| template | size | chunks | {' | '.join(columns)} | {' | '.join(ratio_heads)} |",
         "| --- | --- | --- | " + "--- | " * (len(columns) + len(ratio_heads)),
     ]
-    cases = results["cases"]
     for key, case in cases.items():
         name, size = key.split(":")
         f = case["figures"]
@@ -663,7 +703,11 @@ def render_table(
             for other in (template_impl, handwritten)
         ]
         lines.append(f"| {name} | {size} | {case['chunks']} | {' | '.join(cells)} | {' | '.join(ratios)} |")
-    lines.append("")
+    return lines
+
+
+def _growth_lines(cases: dict, implementations: tuple[str, ...]) -> list[str]:
+    lines = []
     for name in dict.fromkeys(key.split(":")[0] for key in cases):
         small, large = cases.get(f"{name}:16K"), cases.get(f"{name}:128K")
         if small and large:
@@ -675,6 +719,12 @@ def render_table(
                 f"{name}: growth 16K->128K per chunk: "
                 + ", ".join(f"{impl} {value:.2f}" for impl, value in growth.items())
             )
+    return lines
+
+
+def _paired_lines(cases: dict, implementations: tuple[str, ...]) -> list[str]:
+    template_impl, ours, *_, handwritten = implementations
+    lines = []
     for key, case in cases.items():
         f = case["figures"]
         if "paired" in f[template_impl]:
@@ -682,11 +732,15 @@ def render_table(
                 f"{key.replace(':', ' ')}: paired (per repetition, median): {ours} vs template "
                 f"{f[template_impl]['paired']:.2f}x, vs hand-written {f[handwritten]['paired']:.2f}x"
             )
-    lines.append("")
-    lines.append(
+    return lines
+
+
+def _request_lines(cases: dict, implementations: tuple[str, ...]) -> list[str]:
+    template_impl, ours, *_, handwritten = implementations
+    lines = [
         "Per request, the parsers built (not in the table: a server builds them for every request) "
         "and the stream parsed: CPU µs (median), building them in brackets; paired ratios as above"
-    )
+    ]
     for key, case in cases.items():
         f = case["figures"]
         if "request" in f[ours]:
@@ -698,11 +752,7 @@ def render_table(
                 f"{f[template_impl]['paired_request']:.2f}x, vs hand-written "
                 f"{f[handwritten]['paired_request']:.2f}x"
             )
-    if any(not case["handwritten_matches"] for case in cases.values()):
-        lines.append(mismatch)
-    env = results["environment"]
-    lines.append(f"{versions}, {env['cpus']} CPUs, load {env['load_before']} -> {env['load_after']}")
-    return "\n".join(lines)
+    return lines
 
 
 if __name__ == "__main__":
