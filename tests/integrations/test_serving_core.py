@@ -546,3 +546,30 @@ def test_templates_a_server_cannot_serve_are_refused_in_one_line():
 def test_a_plan_is_made_once_per_compiled_template():
     template = template_for("qwen3")
     assert plan_for(template) is plan_for(template) is ServingPlan.of(rtcompile.load(template))
+
+
+@pytest.mark.parametrize("name", [entry["name"] for entry in rtcompile.list_templates()])
+def test_the_serving_plan_reads_the_facts_the_compiler_computed_from_the_ir(name):
+    """The serving plan reads a template's facts off its compiled module (FIELD_FACTS,
+    CLOSERS_ENDING_IN_ANCHOR): what the front end computed from the validated IR, which the
+    parser and the grammar backend read too."""
+    from rtcompile.frontend import facts, lower
+    from rtcompile.integrations.serving import ServingPlan
+
+    template = rtcompile.read_template(name)
+    ir = lower(template)
+    plan = ServingPlan.of(rtcompile.load(template))
+    assert plan.pattern_closed == facts.pattern_closed(ir)
+    assert plan.closers == facts.closers_ending_in_anchor(ir)
+    for field in ir.fields:
+        assert plan.literals(field.name, "open") == facts.delimiter_literals(field.open)
+        assert plan.literals(field.name, "close") == facts.delimiter_literals(field.close)
+        if field.transform is None:
+            continue
+        shape, calls = facts.call_shape(field), plan.tool_call_plan(field.name)
+        assert calls.each == shape.each
+        for part in ("name", "arguments", "id"):
+            source = getattr(shape, part)
+            expected = ("unknown", None) if source is None else (source.kind, source.value)
+            assert (getattr(calls, part).kind, getattr(calls, part).value) == expected
+    assert ServingPlan.for_template(template) is plan  # (one plan per compiled template)
