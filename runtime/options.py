@@ -45,10 +45,19 @@ class ParseOptions:
         base = DEFAULT_OPTIONS if options is None else options
         if not keywords:
             return base
-        unknown = sorted(set(keywords) - _NAMES)
-        if unknown:
-            raise TypeError(f"unexpected keyword argument {unknown[0]!r} (the parse options are {', '.join(sorted(_NAMES))})")
-        return replace(base, **keywords)
+        try:  # (a server builds parsers with the same keywords request after request)
+            key = (base, tuple(keywords.items()))
+            made = _MADE.get(key)
+        except TypeError:  # (an unhashable value: refused below)
+            key = made = None
+        if made is None:
+            unknown = sorted(set(keywords) - _NAMES)
+            if unknown:
+                raise TypeError(f"unexpected keyword argument {unknown[0]!r} (the parse options are {', '.join(sorted(_NAMES))})")
+            made = replace(base, **keywords)
+            if key is not None and len(_MADE) < 256:
+                _MADE[key] = made
+        return made
 
     @property
     def by_token_ids(self) -> bool:
@@ -61,4 +70,5 @@ class ParseOptions:
 
 
 DEFAULT_OPTIONS = ParseOptions()
+_MADE: dict[tuple, ParseOptions] = {}  # (options, keywords) -> the options they make
 _NAMES = frozenset(f.name for f in fields(ParseOptions))
