@@ -275,7 +275,7 @@ class _Converter:
         if isinstance(node, rs.Look):
             if node.behind:
                 literal = "".join(n.char for n in node.body.items) if all(isinstance(n, rs.Char) for n in node.body.items) else None
-                if literal is not None and known.endswith(literal) != node.negated:
+                if literal is not None and _behind_holds(literal, known) is (not node.negated):
                     return F.EMPTY  # (what the grammar wrote right before decides it)
                 raise GrammarError(self.where, "a lookbehind that what is written before does not decide cannot be written")
             self.assumes.append(rs.literal_prefix(rs.Seq(tuple(unfactored(list(node.body.items))))) if not node.negated else "")
@@ -384,6 +384,15 @@ def unfactored(items) -> list:
 
 def _refuse(where: str, what: str) -> F.Format:
     raise GrammarError(where, f"the pattern needs {what}")
+
+
+def _behind_holds(literal: str, known: str) -> bool | None:
+    """Whether the text before a point ends with `literal`, where `known` is the text the grammar
+    wrote right before it (what came earlier, before the delimiter or a free capture, is not
+    known): None when that earlier text decides (`known` is a proper suffix of `literal`)."""
+    if len(known) >= len(literal):
+        return known.endswith(literal)
+    return False if not literal.endswith(known) else None
 
 
 def _quantifier(low: int, high: int | None) -> str:

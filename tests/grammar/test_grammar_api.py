@@ -301,3 +301,27 @@ def test_whitespace_written_outside_regions_spells_no_opener_with_what_follows(p
             assert not check_calls(message, tools, "required", parallel), (text_of(tokenizer, ids), message)
             checked += 1
     assert checked >= 10
+
+
+@pytest.mark.parametrize(
+    "opener, refused",
+    [
+        ("(?<!<a>)</a>", True),  # (looks at the text before the opener: free text may end with <a>)
+        ("(?<=<a>)</a>", True),
+        ("x(?<!<a>)</a>", False),  # (the x written right before decides it)
+        ("<a>(?<=<a>)</a>", False),
+        ("a>(?<!<a>)</a>", True),  # (`<` before the opener would make it <a>)
+    ],
+)
+def test_a_lookbehind_is_written_only_where_the_written_text_decides_it(opener, refused):
+    template = {
+        "start_anchor": "<|a|>",
+        "fields": {"content": {}, "tool_calls": {"open_pattern": opener, "close": "<b>", "content": "json", "repeats": True,
+                                                 "transform": {"type": "function", "function": "{content}"}}},
+    }
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    if not refused:
+        rtcompile.structural_tag(template, tools, tool_choice="required")
+        return
+    with pytest.raises(rtcompile.GrammarError, match="a lookbehind that what is written before does not decide"):
+        rtcompile.structural_tag(template, tools, tool_choice="required")
