@@ -24,6 +24,7 @@ from rtcompile.runtime import (
     finished_message,
     join_error,
     make_parser,
+    may_start_at_front,
     moved_by_more,
     parse_token_ids,
     parse_whole,
@@ -33,7 +34,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(13)
+check_abi(14)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -153,7 +154,10 @@ class ResponseParser(Machine):
     def feed(self, text):
         """The commonest chunk first, tested here with the state's own characters: nothing held,
         no first character of the state's delimiters, no lead character at its end (one
-        region_chunk); any other chunk goes to Machine.feed (the state's fast path, or its scan)."""
+        region_chunk). Where the state holds a trailing run of lead characters (the \\s* of
+        \\s*<tool_call>), a chunk with no first character that ends in one, or that follows one
+        held, is read here too (as Machine._read_lead reads it). Any other chunk goes to
+        Machine.feed (the state's fast path, or its scan)."""
         if not self._buf and self._opened:
             state = self._current
             if state == 0:
@@ -174,11 +178,46 @@ class ResponseParser(Machine):
                         {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
                     ]
             elif state == 2:
-                if "<" not in text and text and text[-1] not in WHITESPACE:
+                if "<" not in text and text:
+                    if text[-1] not in WHITESPACE:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                    run = len(text.rstrip(WHITESPACE))  # (the run is held where it starts)
+                    self._buf = text[run:]
+                    self._lead_held = True
+                    if not run:
+                        return []
+                    text = text[:run]
                     self._parts.append(text)
                     return [
                         {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
                     ]
+        elif self._lead_held and self._opened and not self._held:
+            # (what is unread is a run of lead characters, in one piece: a chunk with no first
+            # character reads it, and holds the chunk's own trailing run, if any, instead)
+            state = self._current
+            if state == 2:
+                if "<" not in text and text:
+                    run = len(text.rstrip(WHITESPACE))
+                    if run:
+                        read = self._buf + text[:run]
+                        self._buf = text[run:]
+                        self._parts.append(read)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": read,
+                                "dirty": False,
+                            }
+                        ]
         return Machine.feed(self, text)
 
     @staticmethod
@@ -306,6 +345,22 @@ class ResponseParser(Machine):
                     )
                     if m is not None and m.start() == 0 and (m.partial or m.end() == len(joined)):
                         return self._read_before(joined, 0)
+                    # (a complete match at the start, where no other delimiter may match: the scan's
+                    # commit, which Machine._commit_found makes without the scan)
+                    if (
+                        m is not None
+                        and m.start() == 0
+                        and 0 < m.end() < len(joined)
+                        and not may_start_at_front(joined, ("<think>",), "")
+                        and not may_start_at_front(
+                            joined,
+                            ("</think>", "<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>"),
+                            WHITESPACE,
+                        )
+                        and not moved_by_more(OPEN_1, joined, m, self._timeout)
+                    ):
+                        self._found = (joined, (0, (0, m.end(), 1, True, m)))
+                        return None
                 if not LITERALS_SCAN_SINK.occurs(joined) and LITERALS_SCAN_SINK.hold(joined) == 0:
                     return self._read_before(joined, 0)
                 return None  # (the scan decides)

@@ -24,6 +24,7 @@ from rtcompile.runtime import (
     finished_message,
     join_error,
     make_parser,
+    may_start_at_front,
     moved_by_more,
     parse_token_ids,
     parse_whole,
@@ -33,7 +34,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(13)
+check_abi(14)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.

@@ -24,6 +24,7 @@ from rtcompile.runtime import (
     finished_message,
     join_error,
     make_parser,
+    may_start_at_front,
     moved_by_more,
     parse_token_ids,
     parse_whole,
@@ -33,7 +34,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(13)
+check_abi(14)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -119,7 +120,10 @@ class ResponseParser(Machine):
     def feed(self, text):
         """The commonest chunk first, tested here with the state's own characters: nothing held,
         no first character of the state's delimiters, no lead character at its end (one
-        region_chunk); any other chunk goes to Machine.feed (the state's fast path, or its scan)."""
+        region_chunk). Where the state holds a trailing run of lead characters (the \\s* of
+        \\s*<tool_call>), a chunk with no first character that ends in one, or that follows one
+        held, is read here too (as Machine._read_lead reads it). Any other chunk goes to
+        Machine.feed (the state's fast path, or its scan)."""
         if not self._buf and self._opened:
             state = self._current
             if state == 0:

@@ -99,6 +99,9 @@ class Machine:
     # Token ids as input (see token_parser.py): set once the text fed may hold token_ids.MARKER,
     # which values, error records and closers then lose, as the interpreter strips it.
     _markers: bool = False
+    # Set by a state's fast path that found the delimiter to commit (see _commit_found), read and
+    # cleared by the feed that called it.
+    _found: tuple | None = None
 
     def _scan_sink(self, buf: str, pos: int, eos: bool) -> tuple:  # the implicit/null state
         raise NotImplementedError
@@ -223,6 +226,10 @@ class Machine:
                 self._fail(e)
                 raise
             if read is None:
+                found = self._found
+                if found is not None:  # (the fast path found the delimiter to commit: see there)
+                    self._found = None
+                    return self._commit_found(found)
                 return self._feed_scanned(text)
         if not read:
             return []
@@ -262,6 +269,25 @@ class Machine:
             self._fail(e)
             raise
 
+    def _commit_found(self, found: tuple[str, tuple]) -> list[dict]:
+        """feed() for a chunk whose state's fast path found the delimiter the scan would commit
+        first: (the unread text with the chunk, the scan's (hold, best)), a match at its start
+        that no other delimiter of the state may match at too. Committed as the general path
+        commits it; the rest is read in the new state."""
+        joined, scanned = found
+        self._buf = joined  # (with the chunk and any lead run held in pieces; _pos is 0 here)
+        if self._held:
+            self._held = []
+        self._lead_held = False
+        events: list[dict] = []
+        try:
+            self._process(events, False, scanned)
+            self._drop_consumed()
+        except BaseException as e:
+            self._fail(e)
+            raise
+        return events
+
     def feed_declined(self, text: str) -> list[dict]:
         """feed() for a chunk feed_text has just declined (returned None for): the same events, by
         the general path, without trying the fast path again (feed_text tried it)."""
@@ -295,6 +321,7 @@ class Machine:
                 self._fail(e)
                 raise
             if read is None:
+                self._found = None  # (the chunk stays unread: feed_declined scans it)
                 return None
         if read:
             self._parts.append(read)

@@ -28,7 +28,7 @@ from rtcompile.version import INTERPRETER_RELEASE, __version__
 
 from . import one_shot
 
-RUNTIME_ABI = 13  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
+RUNTIME_ABI = 14  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
 # Sets of first characters up to this size are checked with chained str.find; larger ones with
 # one character-class search.
 MAX_FIND_CHAIN = 2
@@ -91,6 +91,11 @@ class Watch:
     delimiter: ir.Delimiter
     rank: int  # tie-break order among equal (start, length): opens first, then by field name
     const: str  # name of the module-level constant holding its pattern or literals
+    # For a pattern the state's fast path matches at the start of the unread text: per other
+    # delimiter of the state, (its start literals, the constant of its lead characters or ""),
+    # which tell that it cannot match there too; then a complete match there is the scan's commit
+    # (see _commit_guards). None where that cannot be told.
+    commit_guards: tuple[tuple[tuple[str, ...], str], ...] | None = None
 
     @property
     def is_open(self) -> bool:
@@ -269,12 +274,42 @@ def _state(method: str, doc: str, watches: list[Watch], triggers: dict, leads: L
     ordered = sorted(watches, key=lambda w: not w.searched_as_literals)
     state = State(method, doc, ordered, _quick_check(method, watches, triggers, leads))
     quick = state.quick
+    if quick is not None:
+        for watch in quick.patterns:
+            watch.commit_guards = _commit_guards(watch, watches, leads)
     if quick is not None and quick.starts is None and quick.patterns and state.shared_search:
         # (its literal delimiters alone: where none occurs whole, which is still being matched)
         starts = _start_literals(state.literal_watches)
         if _tail_is_exact(state.literal_watches, starts):
             state.literal_starts = tuple((s, leads.name(c) if c else "") for s, c in starts)
     return state
+
+
+def _commit_guards(watch: Watch, watches: list[Watch], leads: Leads) -> tuple | None:
+    """What tells, at the start of the unread text, that no delimiter of the state but `watch` (a
+    pattern) may match there, whole or partly (Watch.commit_guards); None where a delimiter's
+    matches do not all start with known literals after a run of lead characters.
+
+    The scan commits the leftmost complete match, the longest then the first ranked at one
+    place, unless a match that may still grow starts at or before it: a complete match of
+    `watch` at the start, with no other delimiter matching there, is what it commits (once
+    moved_by_more says it is final, where the scan asks that too)."""
+    guards = []
+    for other in watches:
+        if other is watch:
+            continue
+        charsets = other.delimiter.charsets
+        if other.delimiter.pattern is not None and other.delimiter.literal_run is None:
+            if charsets.lead and not charsets.lead_run:
+                return None  # (lead characters that need not form one run before the literal)
+        starts = _start_literals([other])
+        if starts is None:
+            return None
+        lead = starts[0][1]
+        if any(literal[0] in lead for literal, _ in starts):
+            return None  # (a literal may begin inside the run)
+        guards.append((tuple(literal for literal, _ in starts), leads.name(lead) if lead else ""))
+    return tuple(guards)
 
 
 @dataclass
