@@ -166,30 +166,54 @@ class ResponseParser(Machine):
         no first character of the state's delimiters, no lead character at its end (one
         region_chunk). Where the state holds a trailing run of lead characters (the \\s* of
         \\s*<tool_call>), a chunk with no first character that ends in one, or that follows one
-        held, is read here too (as Machine._read_lead reads it). Any other chunk goes to
-        Machine.feed (the state's fast path, or its scan)."""
-        if not self._buf and self._opened:
-            state = self._current
-            if state == 0:
-                if "<" not in text and text:
-                    self._parts.append(text)
-                    return [
-                        {
-                            "type": "region_chunk",
-                            "field": "reasoning_content",
-                            "text": text,
-                            "dirty": False,
-                        }
-                    ]
-            elif state == 1:
-                if "\n" not in text and text:
-                    self._parts.append(text)
-                    return [
-                        {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
-                    ]
-            elif state == 2:
-                if "<" not in text and text:
-                    if text[-1] not in WHITESPACE:
+        held, is read here too (as Machine._read_lead reads it); and a chunk that leaves a
+        pattern delimiter still matched from the start of the held text (its automaton read on
+        from where it stood, carry.py) is held here, as the state's fast path holds it. Any other
+        chunk goes to Machine.feed (the state's fast path, or its scan)."""
+        buf = self._buf
+        if not buf:
+            if self._opened:
+                state = self._current
+                if state == 0:
+                    if "<" not in text and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "reasoning_content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                elif state == 1:
+                    if "\n" not in text and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": text,
+                                "dirty": True,
+                            }
+                        ]
+                elif state == 2:
+                    if "<" not in text and text:
+                        if text[-1] not in WHITESPACE:
+                            self._parts.append(text)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": text,
+                                    "dirty": False,
+                                }
+                            ]
+                        run = len(text.rstrip(WHITESPACE))  # (the run is held where it starts)
+                        self._buf = text[run:]
+                        self._lead_held = True
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -199,35 +223,41 @@ class ResponseParser(Machine):
                                 "dirty": False,
                             }
                         ]
-                    run = len(text.rstrip(WHITESPACE))  # (the run is held where it starts)
-                    self._buf = text[run:]
-                    self._lead_held = True
-                    if not run:
+        elif self._lead_held:
+            if self._opened and not self._held:
+                # (what is unread is a run of lead characters, in one piece: a chunk with no first
+                # character reads it, and holds the chunk's own trailing run, if any, instead)
+                state = self._current
+                if state == 2:
+                    if "<" not in text and text:
+                        run = len(text.rstrip(WHITESPACE))
+                        if run:
+                            read = buf + text[:run]
+                            self._buf = text[run:]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
+        elif text and not self._lead_held and not self._halted:
+            carried = self._carried
+            if carried is not None and carried[0] is buf:
+                # (held text that a pattern delimiter of this state matches from its start)
+                automaton = carried[1]
+                state = self._current
+                if (state == 2 and (automaton is OPEN_1.carry_or_none)) or (
+                    state == 1 and (automaton is CLOSE_1.carry_or_none)
+                ):
+                    after = automaton.advance(carried[2], text)
+                    if after.held:  # (still matched from the start, no complete match: held whole)
+                        joined = buf + text
+                        self._buf = joined
+                        self._carried = (joined, automaton, after)
                         return []
-                    text = text[:run]
-                    self._parts.append(text)
-                    return [
-                        {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
-                    ]
-        elif self._lead_held and self._opened and not self._held:
-            # (what is unread is a run of lead characters, in one piece: a chunk with no first
-            # character reads it, and holds the chunk's own trailing run, if any, instead)
-            state = self._current
-            if state == 2:
-                if "<" not in text and text:
-                    run = len(text.rstrip(WHITESPACE))
-                    if run:
-                        read = self._buf + text[:run]
-                        self._buf = text[run:]
-                        self._parts.append(read)
-                        return [
-                            {
-                                "type": "region_chunk",
-                                "field": "content",
-                                "text": read,
-                                "dirty": False,
-                            }
-                        ]
         return Machine.feed(self, text)
 
     @staticmethod

@@ -122,22 +122,36 @@ class ResponseParser(Machine):
         no first character of the state's delimiters, no lead character at its end (one
         region_chunk). Where the state holds a trailing run of lead characters (the \\s* of
         \\s*<tool_call>), a chunk with no first character that ends in one, or that follows one
-        held, is read here too (as Machine._read_lead reads it). Any other chunk goes to
-        Machine.feed (the state's fast path, or its scan)."""
-        if not self._buf and self._opened:
-            state = self._current
-            if state == 0:
-                if "<" not in text and text:
-                    self._parts.append(text)
-                    return [
-                        {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
-                    ]
-            elif state == 1:
-                if "<" not in text and "[" not in text and text:
-                    self._parts.append(text)
-                    return [
-                        {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
-                    ]
+        held, is read here too (as Machine._read_lead reads it); and a chunk that leaves a
+        pattern delimiter still matched from the start of the held text (its automaton read on
+        from where it stood, carry.py) is held here, as the state's fast path holds it. Any other
+        chunk goes to Machine.feed (the state's fast path, or its scan)."""
+        buf = self._buf
+        if not buf:
+            if self._opened:
+                state = self._current
+                if state == 0:
+                    if "<" not in text and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": text,
+                                "dirty": True,
+                            }
+                        ]
+                elif state == 1:
+                    if "<" not in text and "[" not in text and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
         return Machine.feed(self, text)
 
     @staticmethod

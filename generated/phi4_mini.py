@@ -127,19 +127,43 @@ class ResponseParser(Machine):
         no first character of the state's delimiters, no lead character at its end (one
         region_chunk). Where the state holds a trailing run of lead characters (the \\s* of
         \\s*<tool_call>), a chunk with no first character that ends in one, or that follows one
-        held, is read here too (as Machine._read_lead reads it). Any other chunk goes to
-        Machine.feed (the state's fast path, or its scan)."""
-        if not self._buf and self._opened:
-            state = self._current
-            if state == 0:
-                if "<" not in text and text:
-                    self._parts.append(text)
-                    return [
-                        {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
-                    ]
-            elif state == 1:
-                if "<" not in text and text:
-                    if text[-1] not in WHITESPACE:
+        held, is read here too (as Machine._read_lead reads it); and a chunk that leaves a
+        pattern delimiter still matched from the start of the held text (its automaton read on
+        from where it stood, carry.py) is held here, as the state's fast path holds it. Any other
+        chunk goes to Machine.feed (the state's fast path, or its scan)."""
+        buf = self._buf
+        if not buf:
+            if self._opened:
+                state = self._current
+                if state == 0:
+                    if "<" not in text and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": text,
+                                "dirty": True,
+                            }
+                        ]
+                elif state == 1:
+                    if "<" not in text and text:
+                        if text[-1] not in WHITESPACE:
+                            self._parts.append(text)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": text,
+                                    "dirty": False,
+                                }
+                            ]
+                        run = len(text.rstrip(WHITESPACE))  # (the run is held where it starts)
+                        self._buf = text[run:]
+                        self._lead_held = True
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -149,35 +173,26 @@ class ResponseParser(Machine):
                                 "dirty": False,
                             }
                         ]
-                    run = len(text.rstrip(WHITESPACE))  # (the run is held where it starts)
-                    self._buf = text[run:]
-                    self._lead_held = True
-                    if not run:
-                        return []
-                    text = text[:run]
-                    self._parts.append(text)
-                    return [
-                        {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
-                    ]
-        elif self._lead_held and self._opened and not self._held:
-            # (what is unread is a run of lead characters, in one piece: a chunk with no first
-            # character reads it, and holds the chunk's own trailing run, if any, instead)
-            state = self._current
-            if state == 1:
-                if "<" not in text and text:
-                    run = len(text.rstrip(WHITESPACE))
-                    if run:
-                        read = self._buf + text[:run]
-                        self._buf = text[run:]
-                        self._parts.append(read)
-                        return [
-                            {
-                                "type": "region_chunk",
-                                "field": "content",
-                                "text": read,
-                                "dirty": False,
-                            }
-                        ]
+        elif self._lead_held:
+            if self._opened and not self._held:
+                # (what is unread is a run of lead characters, in one piece: a chunk with no first
+                # character reads it, and holds the chunk's own trailing run, if any, instead)
+                state = self._current
+                if state == 1:
+                    if "<" not in text and text:
+                        run = len(text.rstrip(WHITESPACE))
+                        if run:
+                            read = buf + text[:run]
+                            self._buf = text[run:]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
         return Machine.feed(self, text)
 
     @staticmethod

@@ -560,6 +560,7 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         field_methods=tuple(field_methods),
         state_commons=Code("(%s,)" % ", ".join(commons.get(f.index, Code("None")) for f in fields)),
         hot_states=_hot_states(template, states),
+        carried_states=_carried_states(template, states),
         sink_common=_common_entry(states[0]),
         names=tuple(f.name for f in fields),
         dirty=tuple(f.dirty for f in fields),
@@ -581,6 +582,19 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         and bool(fields[template.implicit].close.group_names),
         **_anchor(template.start_anchor),
     )
+
+
+def _carried_states(template: ir.Template, states: list[State]) -> list[tuple[int | None, tuple[str, ...]]]:
+    """(the parser's `_current` in the state: a field index, None for the null sink; the constants
+    of the patterns its fast path carries) for the states that carry a match (QuickCheck.carried):
+    the generated feed reads a chunk on from a carried match itself."""
+    pairs = [(template.implicit, states[0])]
+    pairs += zip([f.index for f in template.fields if f.open is not None], states[1:])
+    return [
+        (index, tuple(w.const for w in state.quick.carried))
+        for index, state in pairs
+        if state.common is not None and state.quick is not None and state.quick.carried
+    ]
 
 
 def _hot_states(template: ir.Template, states: list[State]) -> list[tuple[int, State]]:
