@@ -355,6 +355,13 @@ class ResponseParser(Machine):
             return self._read_before(joined, len(joined.rstrip(WHITESPACE)), True)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
+        if hold == 0:
+            # (all of it held, a start literal being written: where a carried pattern matches it
+            # from its start, its automaton reads the next chunks on from here, carry.py)
+            automaton = OPEN_1.carry_or_none or OPEN_1.carried()
+            state = automaton.advance(automaton.start, joined)
+            if state.held:
+                self._carried = (joined, automaton, state)
         return self._read_before(joined, hold)
 
     def _scan_in_0_reasoning_content(self, buf, pos, eos):

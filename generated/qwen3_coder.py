@@ -416,6 +416,13 @@ class ResponseParser(Machine):
             return self._read_before(joined, len(joined.rstrip(WHITESPACE)), True)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
+        if hold == 0:
+            # (all of it held, a start literal being written: where a carried pattern matches it
+            # from its start, its automaton reads the next chunks on from here, carry.py)
+            automaton = OPEN_0.carry_or_none or OPEN_0.carried()
+            state = automaton.advance(automaton.start, joined)
+            if state.held:
+                self._carried = (joined, automaton, state)
         return self._read_before(joined, hold)
 
     def _scan_in_0_tool_calls(self, buf, pos, eos):
@@ -535,6 +542,13 @@ class ResponseParser(Machine):
             return self._read_before(joined, len(joined.rstrip(WHITESPACE)), True)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
+        if hold == 0:
+            # (all of it held, a start literal being written: where a carried pattern matches it
+            # from its start, its automaton reads the next chunks on from here, carry.py)
+            automaton = CLOSE_0.carry_or_none or CLOSE_0.carried()
+            state = automaton.advance(automaton.start, joined)
+            if state.held:
+                self._carried = (joined, automaton, state)
         return self._read_before(joined, hold)
 
 
