@@ -182,6 +182,35 @@ class ResponseParser(Machine):
                                 "dirty": False,
                             }
                         ]
+        elif text and not self._lead_held and not self._halted:
+            state = self._current
+            # (held text that, with the chunk, is still a proper prefix of a literal delimiter of
+            # this state, `<|channel|>anal`: a partial match at the start, which the scan holds
+            # back with all after it whatever the other delimiters find)
+            if state is None:
+                joined = buf + text
+                if (
+                    (len(joined) < 18 and "<|START_THINKING|>".startswith(joined))
+                    or (len(joined) < 16 and "<|START_ACTION|>".startswith(joined))
+                    or (len(joined) < 18 and "<|START_RESPONSE|>".startswith(joined))
+                ):
+                    self._buf = joined
+                    return []
+            elif state == 0:
+                joined = buf + text
+                if len(joined) < 16 and "<|END_THINKING|>".startswith(joined):
+                    self._buf = joined
+                    return []
+            elif state == 1:
+                joined = buf + text
+                if len(joined) < 14 and "<|END_ACTION|>".startswith(joined):
+                    self._buf = joined
+                    return []
+            elif state == 2:
+                joined = buf + text
+                if len(joined) < 16 and "<|END_RESPONSE|>".startswith(joined):
+                    self._buf = joined
+                    return []
         return Machine.feed(self, text)
 
     @staticmethod

@@ -197,6 +197,31 @@ class ResponseParser(Machine):
                                 "dirty": False,
                             }
                         ]
+        elif text and not self._lead_held and not self._halted:
+            state = self._current
+            # (held text that, with the chunk, is still a proper prefix of a literal delimiter of
+            # this state, `<|channel|>anal`: a partial match at the start, which the scan holds
+            # back with all after it whatever the other delimiters find)
+            if state == 2:
+                joined = buf + text
+                if (
+                    (len(joined) < 18 and "<|channel>thought\n".startswith(joined))
+                    or (len(joined) < 16 and "<|tool_response>".startswith(joined))
+                    or (len(joined) < 7 and "<turn|>".startswith(joined))
+                    or (len(joined) < 5 and "<eos>".startswith(joined))
+                ):
+                    self._buf = joined
+                    return []
+            elif state == 0:
+                joined = buf + text
+                if len(joined) < 10 and "<channel|>".startswith(joined):
+                    self._buf = joined
+                    return []
+            elif state == 1:
+                joined = buf + text
+                if len(joined) < 12 and "<tool_call|>".startswith(joined):
+                    self._buf = joined
+                    return []
         return Machine.feed(self, text)
 
     @staticmethod

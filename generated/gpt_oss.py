@@ -216,6 +216,38 @@ class ResponseParser(Machine):
                         self._buf = joined
                         self._carried = (joined, automaton, after)
                         return []
+            state = self._current
+            # (held text that, with the chunk, is still a proper prefix of a literal delimiter of
+            # this state, `<|channel|>anal`: a partial match at the start, which the scan holds
+            # back with all after it whatever the other delimiters find)
+            if state is None:
+                joined = buf + text
+                if (len(joined) < 30 and "<|channel|>analysis<|message|>".startswith(joined)) or (
+                    len(joined) < 27 and "<|channel|>final<|message|>".startswith(joined)
+                ):
+                    self._buf = joined
+                    return []
+            elif state == 0:
+                joined = buf + text
+                if (
+                    (len(joined) < 10 and "<|return|>".startswith(joined))
+                    or (len(joined) < 8 and "<|call|>".startswith(joined))
+                    or (len(joined) < 7 and "<|end|>".startswith(joined))
+                ):
+                    self._buf = joined
+                    return []
+            elif state == 1:
+                joined = buf + text
+                if len(joined) < 8 and "<|call|>".startswith(joined):
+                    self._buf = joined
+                    return []
+            elif state == 2:
+                joined = buf + text
+                if (len(joined) < 10 and "<|return|>".startswith(joined)) or (
+                    len(joined) < 7 and "<|end|>".startswith(joined)
+                ):
+                    self._buf = joined
+                    return []
         return Machine.feed(self, text)
 
     @staticmethod

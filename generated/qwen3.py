@@ -207,6 +207,31 @@ class ResponseParser(Machine):
                                     "dirty": False,
                                 }
                             ]
+        elif text and not self._lead_held and not self._halted:
+            state = self._current
+            # (held text that, with the chunk, is still a proper prefix of a literal delimiter of
+            # this state, `<|channel|>anal`: a partial match at the start, which the scan holds
+            # back with all after it whatever the other delimiters find)
+            if state == 2:
+                joined = buf + text
+                if (
+                    (len(joined) < 7 and "<think>".startswith(joined))
+                    or (len(joined) < 11 and "<tool_call>".startswith(joined))
+                    or (len(joined) < 10 and "<|im_end|>".startswith(joined))
+                    or (len(joined) < 13 and "<|endoftext|>".startswith(joined))
+                ):
+                    self._buf = joined
+                    return []
+            elif state == 0:
+                joined = buf + text
+                if len(joined) < 8 and "</think>".startswith(joined):
+                    self._buf = joined
+                    return []
+            elif state == 1:
+                joined = buf + text
+                if len(joined) < 12 and "</tool_call>".startswith(joined):
+                    self._buf = joined
+                    return []
         return Machine.feed(self, text)
 
     @staticmethod

@@ -267,6 +267,17 @@ class ResponseParser(Machine):
                         self._buf = joined
                         self._carried = (joined, automaton, after)
                         return []
+            state = self._current
+            # (held text that, with the chunk, is still a proper prefix of a literal delimiter of
+            # this state, `<|channel|>anal`: a partial match at the start, which the scan holds
+            # back with all after it whatever the other delimiters find)
+            if state == 1:
+                joined = buf + text
+                if (len(joined) < 10 and "<|im_end|>".startswith(joined)) or (
+                    len(joined) < 13 and "<|endoftext|>".startswith(joined)
+                ):
+                    self._buf = joined
+                    return []
         return Machine.feed(self, text)
 
     @staticmethod

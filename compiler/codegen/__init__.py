@@ -561,6 +561,7 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         state_commons=Code("(%s,)" % ", ".join(commons.get(f.index, Code("None")) for f in fields)),
         hot_states=_hot_states(template, states),
         carried_states=_carried_states(template, states),
+        literal_states=_literal_states(template, states),
         sink_common=_common_entry(states[0]),
         names=tuple(f.name for f in fields),
         dirty=tuple(f.dirty for f in fields),
@@ -595,6 +596,30 @@ def _carried_states(template: ir.Template, states: list[State]) -> list[tuple[in
         for index, state in pairs
         if state.common is not None and state.quick is not None and state.quick.carried
     ]
+
+
+def _literal_states(template: ir.Template, states: list[State]) -> list[tuple[int | None, tuple[str, ...]]]:
+    """(the parser's `_current` in the state, as in _carried_states; the literals of its literal
+    delimiters and literal runs) for the states with a fast path: unread text that, with a chunk,
+    is still a proper prefix of one of them is that delimiter's partial match at its start, which
+    the scan holds whole whatever the other delimiters find (the generated feed holds it). Not
+    for a delimiter one of whose literals occurs in a proper prefix of another (`<x>` and
+    `<x>tail`): its search then finds that complete match instead."""
+    pairs = [(template.implicit, states[0])]
+    pairs += zip([f.index for f in template.fields if f.open is not None], states[1:])
+    found = []
+    for index, state in pairs:
+        if state.common is None:
+            continue
+        literals: dict[str, None] = {}
+        for watch in state.literal_watches:
+            own = watch.preferred_literals
+            if any(other != literal and other in literal[:-1] for literal in own for other in own):
+                continue
+            literals.update(dict.fromkeys(literal for literal in own if len(literal) > 1))
+        if literals:
+            found.append((index, tuple(literals)))
+    return found
 
 
 def _hot_states(template: ir.Template, states: list[State]) -> list[tuple[int, State]]:

@@ -199,3 +199,68 @@ def test_chunks_ending_in_whitespace_are_read_by_the_generated_feed(monkeypatch)
     assert got == expected
     assert not set(words[:-1]) & set(reached), reached  # (a chunk of spaces alone after a held run waits in pieces: Machine.feed)
     assert parser.finalize() == reference.finalize()
+
+
+# ---- the generated feed's holding of a literal being written ------------------------------------
+
+_LITERALS = st.sampled_from(["<x>", "<x>tail", "<xy>", "x>t", "<|a|>", "<|a|>b<|c|>", "<|c|>"])
+
+
+@given(st.data())
+@settings(max_examples=scaled(60), deadline=None)  # (each example compiles a module)
+def test_literals_being_written_are_held_as_the_scan_holds_them(data):
+    """Literal delimiters, some of whose literals occur inside others (`<x>` in `<x>tail`: that
+    delimiter's search finds the shorter one complete, so its longer one being written is not
+    held), fed texts of their pieces cut anywhere: the parser reads what the scan reads."""
+    opens = [data.draw(st.lists(_LITERALS, min_size=1, max_size=3, unique=True)) for _ in range(2)]
+    closes = data.draw(st.lists(_LITERALS, min_size=1, max_size=2, unique=True))
+    template = {
+        "start_anchor": "<s>",
+        "fields": {
+            "reasoning_content": {"open": opens[0], "close": closes},
+            "tool_calls": {"open": opens[1], "close": closes, "content": "text", "repeats": True},
+            "content": {},
+        },
+    }
+    try:
+        loaded = rtcompile.load(template)
+    except rtcompile.TemplateError:  # (delimiters the front end refuses together)
+        assume(False)
+    pieces = data.draw(st.lists(st.sampled_from([*opens[0], *opens[1], *closes, "x", "<", " t"]), min_size=1, max_size=8))
+    text = "".join(pieces)
+    run = type("Run", (), {"prefix": "<s>", "tools": None, "chunks": _chunks(data.draw, text)})
+    _compare_run(loaded.ResponseParser, run, data.draw(st.booleans()))
+
+
+def test_a_literal_inside_another_of_its_delimiter_is_not_held_as_its_start():
+    """`<x>` is complete inside `<x>t`, the start of `<x>tail`: the delimiter's search finds it,
+    and the scan commits it; so does the parser with its fast paths."""
+    template = {"start_anchor": "<s>", "fields": {"reasoning_content": {"open": ["<x>tail", "<x>"], "close": "</x>"}, "content": {}}}
+    module = rtcompile.load(template)
+    chunks = ["a<", "x", ">t", "ai", "l b</x>c"]
+    run = type("Run", (), {"prefix": "<s>", "tools": None, "chunks": chunks})
+    _compare_run(module.ResponseParser, run, False)
+    parser = module.ResponseParser("<s>")
+    events = [parser.feed(chunk) for chunk in chunks]
+    assert {"type": "region_open", "field": "reasoning_content"} in events[2]
+
+
+def test_a_literal_being_written_is_held_by_the_generated_feed(monkeypatch):
+    """gpt-oss's `<|channel|>analysis<|message|>` in pieces: after the first, the held text and each
+    piece are still its start, held without Machine.feed; the events are the scan's."""
+    module = rtcompile.load(rtcompile.template_for("gpt_oss"))
+    chunks = ["<|chan", "nel|>a", "nalys", "is<|me", "ssage|", ">x <", "|end|>"]
+    reference = scanning_only(module.ResponseParser)("<|start|>assistant")
+    expected = [reference.feed(chunk) for chunk in chunks]
+    reached = []
+    original = Machine.feed
+
+    def spying(self, text):
+        reached.append(text)
+        return original(self, text)
+
+    monkeypatch.setattr(Machine, "feed", spying)
+    parser = module.ResponseParser("<|start|>assistant")
+    assert [parser.feed(chunk) for chunk in chunks] == expected
+    assert not set(chunks[1:5]) & set(reached), reached
+    assert parser.finalize() == reference.finalize()
