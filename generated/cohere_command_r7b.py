@@ -305,6 +305,33 @@ class ResponseParser(Machine):
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = STARTS_SCAN_SINK.starts_at(joined)
             if hold < 0:
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if (
+                    joined.startswith("<|START_THINKING|>")
+                    and not may_start_at_front(joined, ("<|START_ACTION|>",), "")
+                    and not may_start_at_front(joined, ("<|START_RESPONSE|>",), "")
+                ):
+                    self._found = (joined, (0, (0, 18, 0, True, None)))
+                    return None
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if (
+                    joined.startswith("<|START_ACTION|>")
+                    and not may_start_at_front(joined, ("<|START_THINKING|>",), "")
+                    and not may_start_at_front(joined, ("<|START_RESPONSE|>",), "")
+                ):
+                    self._found = (joined, (0, (0, 16, 1, True, None)))
+                    return None
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if (
+                    joined.startswith("<|START_RESPONSE|>")
+                    and not may_start_at_front(joined, ("<|START_THINKING|>",), "")
+                    and not may_start_at_front(joined, ("<|START_ACTION|>",), "")
+                ):
+                    self._found = (joined, (0, (0, 18, 2, True, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
@@ -363,6 +390,11 @@ class ResponseParser(Machine):
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_0.starts_at(joined)
             if hold < 0:
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("<|END_THINKING|>"):
+                    self._found = (joined, (0, (0, 16, 0, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
@@ -421,6 +453,11 @@ class ResponseParser(Machine):
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_1.starts_at(joined)
             if hold < 0:
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("<|END_ACTION|>"):
+                    self._found = (joined, (0, (0, 14, 1, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
@@ -479,6 +516,11 @@ class ResponseParser(Machine):
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_2.starts_at(joined)
             if hold < 0:
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("<|END_RESPONSE|>"):
+                    self._found = (joined, (0, (0, 16, 2, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)

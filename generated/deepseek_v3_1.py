@@ -415,6 +415,19 @@ class ResponseParser(Machine):
                         return None
                 if not LITERALS_SCAN_SINK.occurs(joined) and LITERALS_SCAN_SINK.hold(joined) == 0:
                     return self._read_before(joined, 0)
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if (
+                    joined.startswith("<think>")
+                    and not may_start_at_front(
+                        joined,
+                        ("</think>", "<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>"),
+                        WHITESPACE,
+                    )
+                    and not state.unknown
+                ):
+                    self._found = (joined, (0, (0, 7, 0, True, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and joined[-1] in WHITESPACE:
             # (a trailing run of lead characters, the \s* of a delimiter like \s*<tool_call>, is
@@ -484,6 +497,11 @@ class ResponseParser(Machine):
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_0.starts_at(joined)
             if hold < 0:
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("</think>"):
+                    self._found = (joined, (0, (0, 8, 0, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
@@ -542,6 +560,11 @@ class ResponseParser(Machine):
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_1.starts_at(joined)
             if hold < 0:
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("<｜tool▁call▁end｜>"):
+                    self._found = (joined, (0, (0, 17, 1, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)

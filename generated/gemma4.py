@@ -346,6 +346,42 @@ class ResponseParser(Machine):
                 ):
                     self._found = (joined, (0, (0, m.end(), 1, True, m)))
                     return None
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if (
+                    joined.startswith("<|channel>thought\n")
+                    and not may_start_at_front(joined, ("<|tool_call>call:",), "")
+                    and not may_start_at_front(joined, ("<turn|>", "<|tool_response>", "<eos>"), "")
+                ):
+                    self._found = (joined, (0, (0, 18, 0, True, None)))
+                    return None
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if (
+                    joined.startswith("<|tool_response>")
+                    and not may_start_at_front(joined, ("<|channel>thought\n",), "")
+                    and not may_start_at_front(joined, ("<|tool_call>call:",), "")
+                ):
+                    self._found = (joined, (0, (0, 16, 2, False, None)))
+                    return None
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if (
+                    joined.startswith("<turn|>")
+                    and not may_start_at_front(joined, ("<|channel>thought\n",), "")
+                    and not may_start_at_front(joined, ("<|tool_call>call:",), "")
+                ):
+                    self._found = (joined, (0, (0, 7, 2, False, None)))
+                    return None
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if (
+                    joined.startswith("<eos>")
+                    and not may_start_at_front(joined, ("<|channel>thought\n",), "")
+                    and not may_start_at_front(joined, ("<|tool_call>call:",), "")
+                ):
+                    self._found = (joined, (0, (0, 5, 2, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
@@ -404,6 +440,11 @@ class ResponseParser(Machine):
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_0.starts_at(joined)
             if hold < 0:
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("<channel|>"):
+                    self._found = (joined, (0, (0, 10, 0, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
@@ -462,6 +503,11 @@ class ResponseParser(Machine):
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_1.starts_at(joined)
             if hold < 0:
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("<tool_call|>"):
+                    self._found = (joined, (0, (0, 12, 1, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)

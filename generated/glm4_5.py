@@ -405,6 +405,17 @@ class ResponseParser(Machine):
                 ):
                     self._found = (joined, (0, (0, m.end(), 1, True, m)))
                     return None
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if (
+                    joined.startswith("<think>")
+                    and not may_start_at_front(joined, ("<tool_call>",), WHITESPACE)
+                    and not may_start_at_front(
+                        joined, ("<|user|>", "<|observation|>", "<|endoftext|>"), WHITESPACE
+                    )
+                ):
+                    self._found = (joined, (0, (0, 7, 0, True, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and joined[-1] in WHITESPACE:
             # (a trailing run of lead characters, the \s* of a delimiter like \s*<tool_call>, is
@@ -467,6 +478,11 @@ class ResponseParser(Machine):
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_0.starts_at(joined)
             if hold < 0:
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("</think>"):
+                    self._found = (joined, (0, (0, 8, 0, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
@@ -525,6 +541,11 @@ class ResponseParser(Machine):
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_1.starts_at(joined)
             if hold < 0:
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("</tool_call>"):
+                    self._found = (joined, (0, (0, 12, 1, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)

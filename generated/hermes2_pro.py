@@ -374,6 +374,11 @@ class ResponseParser(Machine):
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_0.starts_at(joined)
             if hold < 0:
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("</tool_call>"):
+                    self._found = (joined, (0, (0, 12, 0, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)

@@ -354,6 +354,24 @@ class ResponseParser(Machine):
                     ):
                         self._found = (joined, (0, (0, m.end(), 1, True, m)))
                         return None
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if (
+                    joined.startswith("[THINK]")
+                    and not may_start_at_front(joined, ("[TOOL_CALLS]",), "")
+                    and not may_start_at_front(joined, ("</s>",), "")
+                ):
+                    self._found = (joined, (0, (0, 7, 0, True, None)))
+                    return None
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if (
+                    joined.startswith("</s>")
+                    and not may_start_at_front(joined, ("[THINK]",), "")
+                    and not may_start_at_front(joined, ("[TOOL_CALLS]",), "")
+                ):
+                    self._found = (joined, (0, (0, 4, 2, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
@@ -419,6 +437,11 @@ class ResponseParser(Machine):
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_0.starts_at(joined)
             if hold < 0:
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("[/THINK]"):
+                    self._found = (joined, (0, (0, 8, 0, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)

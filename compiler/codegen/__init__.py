@@ -13,7 +13,7 @@ fragment built here from such pieces), and undefined names are errors.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +222,7 @@ class State:
     # its literal delimiters' literals tell where one of them is still being matched: those, with
     # their lead characters, for the one search (a StartLiterals).
     literal_starts: tuple[tuple[str, str], ...] | None = None
+    literal_commits: list = field(default_factory=list)  # (LiteralCommit: see _literal_commits)
 
     @property
     def uses_memo(self) -> bool:
@@ -277,12 +278,68 @@ def _state(method: str, doc: str, watches: list[Watch], triggers: dict, leads: L
     if quick is not None:
         for watch in quick.patterns:
             watch.commit_guards = _commit_guards(watch, watches, leads)
+        state.literal_commits = _literal_commits(watches, quick, leads)
     if quick is not None and quick.starts is None and quick.patterns and state.shared_search:
         # (its literal delimiters alone: where none occurs whole, which is still being matched)
         starts = _start_literals(state.literal_watches)
         if _tail_is_exact(state.literal_watches, starts):
             state.literal_starts = tuple((s, leads.name(c) if c else "") for s, c in starts)
     return state
+
+
+@dataclass
+class LiteralCommit:
+    """A literal delimiter whose literal at the start of the unread text the state's fast path
+    commits (see _literal_commits)."""
+
+    watch: Watch
+    guards: tuple  # as Watch.commit_guards: the other delimiters' start literals and leads
+    dead_guard: bool  # and the state's one carried pattern must not match there (its automaton)
+
+
+def _literal_commits(watches: list[Watch], quick: QuickCheck, leads: Leads) -> list[LiteralCommit]:
+    """The literal delimiters of a state whose literal, where the unread text starts with it, is
+    the scan's commit when no other delimiter may match there: those none of whose literals
+    extends another (a complete match is committed even at the end of the text; one literal
+    at the start, then). The other delimiters are told apart by their start literals
+    (_start_guard), or, for the state's one carried pattern without them, by its automaton: not
+    matching from the start at all (neither held nor complete somewhere)."""
+    carried = [w for w in quick.patterns if w.carried]
+    found = []
+    for watch in watches:
+        if watch.delimiter.literals is None or watch.delimiter.can_extend:
+            continue
+        guards, dead_guard = [], False
+        for other in watches:
+            if other is watch:
+                continue
+            guard = _start_guard(other, leads)
+            if guard is None and len(quick.patterns) == 1 and carried == [other]:
+                dead_guard = True
+            elif guard is None:
+                break
+            else:
+                guards.append(guard)
+        else:
+            found.append(LiteralCommit(watch, tuple(guards), dead_guard))
+    return found
+
+
+def _start_guard(other: Watch, leads: Leads) -> tuple[tuple[str, ...], str] | None:
+    """(its start literals, the constant of its lead characters or ""): what tells that `other`
+    cannot match, whole or partly, at the start of a text (may_start_at_front); None where its
+    matches do not all start with known literals right after one run of lead characters."""
+    charsets = other.delimiter.charsets
+    if other.delimiter.pattern is not None and other.delimiter.literal_run is None:
+        if charsets.lead and not charsets.lead_run:
+            return None  # (lead characters that need not form one run before the literal)
+    starts = _start_literals([other])
+    if starts is None:
+        return None
+    lead = starts[0][1]
+    if any(literal[0] in lead for literal, _ in starts):
+        return None  # (a literal may begin inside the run)
+    return tuple(literal for literal, _ in starts), leads.name(lead) if lead else ""
 
 
 def _commit_guards(watch: Watch, watches: list[Watch], leads: Leads) -> tuple | None:
@@ -298,17 +355,10 @@ def _commit_guards(watch: Watch, watches: list[Watch], leads: Leads) -> tuple | 
     for other in watches:
         if other is watch:
             continue
-        charsets = other.delimiter.charsets
-        if other.delimiter.pattern is not None and other.delimiter.literal_run is None:
-            if charsets.lead and not charsets.lead_run:
-                return None  # (lead characters that need not form one run before the literal)
-        starts = _start_literals([other])
-        if starts is None:
+        guard = _start_guard(other, leads)
+        if guard is None:
             return None
-        lead = starts[0][1]
-        if any(literal[0] in lead for literal, _ in starts):
-            return None  # (a literal may begin inside the run)
-        guards.append((tuple(literal for literal, _ in starts), leads.name(lead) if lead else ""))
+        guards.append(guard)
     return tuple(guards)
 
 

@@ -264,3 +264,38 @@ def test_a_literal_being_written_is_held_by_the_generated_feed(monkeypatch):
     assert [parser.feed(chunk) for chunk in chunks] == expected
     assert not set(chunks[1:5]) & set(reached), reached
     assert parser.finalize() == reference.finalize()
+
+
+def test_literal_delimiters_at_the_start_are_committed_by_the_fast_path(commits_found):
+    """gpt-oss's channel openers and end markers (literals) arrive in pieces and end a chunk, or
+    have text after them: the fast path commits each (the header's automaton shows the call
+    opener cannot match there), and the parser reads what the scan reads."""
+    module = rtcompile.load(rtcompile.template_for("gpt_oss"))
+    chunks = ["<|chan", "nel|>analysis<|mes", "sage|>", "x <", "|end|>", "<|start|>assistant<|chan", "nel|>final<|message|>ok", "<|return|>"]
+    run = type("Run", (), {"prefix": "<|start|>assistant", "tools": None, "chunks": chunks})
+    _compare_run(module.ResponseParser, run, False)
+    # (`<|channel|>final<|message|>` follows `<|start|>assistant`, held as the start of a call
+    # header: not at the start of the unread text, so the scan commits it)
+    assert [(index, is_open) for _, _, index, is_open in commits_found] == [(0, True), (0, False), (2, False)]
+
+
+def test_a_literal_that_a_pattern_may_extend_is_left_to_the_scan(commits_found):
+    """`<t>` at the start, where `<t>[a-z]+>` may still be matching: the scan holds it (the
+    pattern's partial match), and so does the parser with its fast paths."""
+    template = {
+        "start_anchor": "<s>",
+        "fields": {
+            "reasoning_content": {"open": "<t>", "close": "</e>"},
+            "tool_calls": {"open_pattern": "<t>[a-z]+>", "close": "</e>", "content": "text", "repeats": True},
+            "content": {},
+        },
+    }
+    module = rtcompile.load(template)
+    chunks = ["<", "t>ab", "c>d</e>", "<t>", " x</e>"]
+    run = type("Run", (), {"prefix": "<s>", "tools": None, "chunks": chunks})
+    _compare_run(module.ResponseParser, run, False)
+    parser = module.ResponseParser("<s>")
+    for chunk in chunks:
+        parser.feed(chunk)
+    assert parser.finalize()[0] == {"tool_calls": ["d"], "reasoning_content": "x"}
+    assert (0, True) not in [(index, is_open) for _, _, index, is_open in commits_found]
