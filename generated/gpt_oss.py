@@ -25,6 +25,7 @@ from rtcompile.runtime import (
     finished_message,
     join_error,
     make_parser,
+    may_start_at_front,
     moved_by_more,
     parse_message,
     parse_whole,
@@ -34,7 +35,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(14)
+check_abi(15)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -185,32 +186,94 @@ class ResponseParser(Machine):
     def feed(self, text):
         """The commonest chunk first, tested here with the state's own characters: nothing held,
         no first character of the state's delimiters, no lead character at its end (one
-        region_chunk); any other chunk goes to Machine.feed (the state's fast path, or its scan)."""
-        if not self._buf and self._opened:
+        region_chunk). Where the state holds a trailing run of lead characters (the \\s* of
+        \\s*<tool_call>), a chunk with no first character that ends in one, or that follows one
+        held, is read here too (as Machine._read_lead reads it); and a chunk that leaves a
+        pattern delimiter still matched from the start of the held text (its automaton read on
+        from where it stood, carry.py) is held here, as the state's fast path holds it. Any other
+        chunk goes to Machine.feed (the state's fast path, or its scan)."""
+        buf = self._buf
+        if not buf:
+            if self._opened:
+                state = self._current
+                if state == 0:
+                    if "<" not in text and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "reasoning_content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                elif state == 1:
+                    if "<" not in text and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": text,
+                                "dirty": True,
+                            }
+                        ]
+                elif state == 2:
+                    if "<" not in text and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+        elif text and not self._lead_held and not self._halted:
+            carried = self._carried
+            if carried is not None and carried[0] is buf:
+                # (held text that a pattern delimiter of this state matches from its start)
+                automaton = carried[1]
+                state = self._current
+                if state is None and (automaton is OPEN_1.carry_or_none):
+                    after = automaton.advance(carried[2], text)
+                    if after.held:  # (still matched from the start, no complete match: held whole)
+                        joined = buf + text
+                        self._buf = joined
+                        self._carried = (joined, automaton, after)
+                        return []
             state = self._current
-            if state == 0:
-                if "<" not in text and text:
-                    self._parts.append(text)
-                    return [
-                        {
-                            "type": "region_chunk",
-                            "field": "reasoning_content",
-                            "text": text,
-                            "dirty": False,
-                        }
-                    ]
+            # (held text that, with the chunk, is still a proper prefix of a literal delimiter of
+            # this state, `<|channel|>anal`: a partial match at the start, which the scan holds
+            # back with all after it whatever the other delimiters find)
+            if state is None:
+                joined = buf + text
+                if (len(joined) < 30 and "<|channel|>analysis<|message|>".startswith(joined)) or (
+                    len(joined) < 27 and "<|channel|>final<|message|>".startswith(joined)
+                ):
+                    self._buf = joined
+                    return []
+            elif state == 0:
+                joined = buf + text
+                if (
+                    (len(joined) < 10 and "<|return|>".startswith(joined))
+                    or (len(joined) < 8 and "<|call|>".startswith(joined))
+                    or (len(joined) < 7 and "<|end|>".startswith(joined))
+                ):
+                    self._buf = joined
+                    return []
             elif state == 1:
-                if "<" not in text and text:
-                    self._parts.append(text)
-                    return [
-                        {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
-                    ]
+                joined = buf + text
+                if len(joined) < 8 and "<|call|>".startswith(joined):
+                    self._buf = joined
+                    return []
             elif state == 2:
-                if "<" not in text and text:
-                    self._parts.append(text)
-                    return [
-                        {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
-                    ]
+                joined = buf + text
+                if (len(joined) < 10 and "<|return|>".startswith(joined)) or (
+                    len(joined) < 7 and "<|end|>".startswith(joined)
+                ):
+                    self._buf = joined
+                    return []
         return Machine.feed(self, text)
 
     @staticmethod
@@ -329,8 +392,38 @@ class ResponseParser(Machine):
                     )
                     if m is not None and m.start() == 0 and (m.partial or m.end() == len(joined)):
                         return self._read_before(joined, 0)
+                    # (a complete match at the start, where no other delimiter may match: the scan's
+                    # commit, which Machine._commit_found makes without the scan)
+                    if (
+                        m is not None
+                        and m.start() == 0
+                        and 0 < m.end() < len(joined)
+                        and not may_start_at_front(joined, ("<|channel|>analysis<|message|>",), "")
+                        and not may_start_at_front(joined, ("<|channel|>final<|message|>",), "")
+                        and not moved_by_more(OPEN_1, joined, m, self._timeout)
+                    ):
+                        self._found = (joined, (0, (0, m.end(), 1, True, m)))
+                        return None
                 if not LITERALS_SCAN_SINK.occurs(joined) and LITERALS_SCAN_SINK.hold(joined) == 0:
                     return self._read_before(joined, 0)
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if (
+                    joined.startswith("<|channel|>analysis<|message|>")
+                    and not may_start_at_front(joined, ("<|channel|>final<|message|>",), "")
+                    and not state.unknown
+                ):
+                    self._found = (joined, (0, (0, 30, 0, True, None)))
+                    return None
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if (
+                    joined.startswith("<|channel|>final<|message|>")
+                    and not may_start_at_front(joined, ("<|channel|>analysis<|message|>",), "")
+                    and not state.unknown
+                ):
+                    self._found = (joined, (0, (0, 27, 2, True, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and joined[-1] in WHITESPACE:
             # (a trailing run of lead characters, the \s* of a delimiter like \s*<tool_call>, is
@@ -338,6 +431,13 @@ class ResponseParser(Machine):
             return self._read_before(joined, len(joined.rstrip(WHITESPACE)), True)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
+        if hold == 0:
+            # (all of it held, a start literal being written: where a carried pattern matches it
+            # from its start, its automaton reads the next chunks on from here, carry.py)
+            automaton = OPEN_1.carry_or_none or OPEN_1.carried()
+            state = automaton.advance(automaton.start, joined)
+            if state.held:
+                self._carried = (joined, automaton, state)
         return self._read_before(joined, hold)
 
     def _scan_in_0_reasoning_content(self, buf, pos, eos):
@@ -393,6 +493,21 @@ class ResponseParser(Machine):
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_0.starts_at(joined)
             if hold < 0:
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("<|return|>"):
+                    self._found = (joined, (0, (0, 10, 0, False, None)))
+                    return None
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("<|call|>"):
+                    self._found = (joined, (0, (0, 8, 0, False, None)))
+                    return None
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("<|end|>"):
+                    self._found = (joined, (0, (0, 7, 0, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
@@ -451,6 +566,11 @@ class ResponseParser(Machine):
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_1.starts_at(joined)
             if hold < 0:
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("<|call|>"):
+                    self._found = (joined, (0, (0, 8, 1, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
@@ -509,6 +629,16 @@ class ResponseParser(Machine):
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_2.starts_at(joined)
             if hold < 0:
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("<|return|>"):
+                    self._found = (joined, (0, (0, 10, 2, False, None)))
+                    return None
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("<|end|>"):
+                    self._found = (joined, (0, (0, 7, 2, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)

@@ -25,6 +25,7 @@ from rtcompile.runtime import (
     finished_message,
     join_error,
     make_parser,
+    may_start_at_front,
     moved_by_more,
     parse_message,
     parse_whole,
@@ -34,7 +35,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(14)
+check_abi(15)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.

@@ -25,6 +25,7 @@ from rtcompile.runtime import (
     finished_message,
     join_error,
     make_parser,
+    may_start_at_front,
     moved_by_more,
     parse_message,
     parse_whole,
@@ -34,7 +35,7 @@ from rtcompile.runtime import (
     truncate_after_last,
 )
 
-check_abi(14)
+check_abi(15)
 
 __rtcompile_version__ = "0.1.0"
 # The transformers release whose chat_parsing interpreter this parser reproduces.
@@ -144,21 +145,93 @@ class ResponseParser(Machine):
     def feed(self, text):
         """The commonest chunk first, tested here with the state's own characters: nothing held,
         no first character of the state's delimiters, no lead character at its end (one
-        region_chunk); any other chunk goes to Machine.feed (the state's fast path, or its scan)."""
-        if not self._buf and self._opened:
+        region_chunk). Where the state holds a trailing run of lead characters (the \\s* of
+        \\s*<tool_call>), a chunk with no first character that ends in one, or that follows one
+        held, is read here too (as Machine._read_lead reads it); and a chunk that leaves a
+        pattern delimiter still matched from the start of the held text (its automaton read on
+        from where it stood, carry.py) is held here, as the state's fast path holds it. Any other
+        chunk goes to Machine.feed (the state's fast path, or its scan)."""
+        buf = self._buf
+        if not buf:
+            if self._opened:
+                state = self._current
+                if state == 0:
+                    if "<" not in text and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": text,
+                                "dirty": True,
+                            }
+                        ]
+                elif state == 1:
+                    if "<" not in text and text:
+                        if text[-1] not in WHITESPACE:
+                            self._parts.append(text)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": text,
+                                    "dirty": False,
+                                }
+                            ]
+                        run = len(text.rstrip(WHITESPACE))  # (the run is held where it starts)
+                        self._buf = text[run:]
+                        self._lead_held = True
+                        if not run:
+                            return []
+                        text = text[:run]
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+        elif self._lead_held:
+            if self._opened and not self._held:
+                # (what is unread is a run of lead characters, in one piece: a chunk with no first
+                # character reads it, and holds the chunk's own trailing run, if any, instead)
+                state = self._current
+                if state == 1:
+                    if "<" not in text and text:
+                        run = len(text.rstrip(WHITESPACE))
+                        if run:
+                            read = buf + text[:run]
+                            self._buf = text[run:]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
+        elif text and not self._lead_held and not self._halted:
             state = self._current
-            if state == 0:
-                if "<" not in text and text:
-                    self._parts.append(text)
-                    return [
-                        {"type": "region_chunk", "field": "tool_calls", "text": text, "dirty": True}
-                    ]
-            elif state == 1:
-                if "<" not in text and text and text[-1] not in WHITESPACE:
-                    self._parts.append(text)
-                    return [
-                        {"type": "region_chunk", "field": "content", "text": text, "dirty": False}
-                    ]
+            # (held text that, with the chunk, is still a proper prefix of a literal delimiter of
+            # this state, `<|channel|>anal`: a partial match at the start, which the scan holds
+            # back with all after it whatever the other delimiters find)
+            if state == 1:
+                joined = buf + text
+                if (
+                    (len(joined) < 13 and "<|tool_call|>".startswith(joined))
+                    or (len(joined) < 7 and "<|end|>".startswith(joined))
+                    or (len(joined) < 13 and "<|endoftext|>".startswith(joined))
+                ):
+                    self._buf = joined
+                    return []
+            elif state == 0:
+                joined = buf + text
+                if len(joined) < 14 and "<|/tool_call|>".startswith(joined):
+                    self._buf = joined
+                    return []
         return Machine.feed(self, text)
 
     @staticmethod
@@ -325,6 +398,11 @@ class ResponseParser(Machine):
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_0.starts_at(joined)
             if hold < 0:
+                # (a literal delimiter's literal at the start, where no other delimiter may match:
+                # the scan's commit, which Machine._commit_found makes without the scan)
+                if joined.startswith("<|/tool_call|>"):
+                    self._found = (joined, (0, (0, 14, 0, False, None)))
+                    return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)

@@ -22,6 +22,7 @@ from .scanning import (
     LiteralSearch,
     PatternWindow,
     StartLiterals,
+    may_start_at_front,
     moved_by_more,
     trailing_run,
     truncate_after_last,
@@ -35,7 +36,7 @@ from .transforms import each_scope, resolve
 from .whole import PlainRegex, ReadAgain, WholeMessage, finished_message, join_error, start_whole
 
 # Bump when anything in __all__ changes meaning or signature; generated modules pin it.
-RUNTIME_ABI = 14
+RUNTIME_ABI = 15
 
 
 class RuntimeMismatchError(ImportError):
@@ -78,6 +79,7 @@ __all__ = [
     "finished_message",
     "join_error",
     "make_parser",
+    "may_start_at_front",
     "moved_by_more",
     "parse_message",
     "parse_whole",

@@ -100,6 +100,9 @@ class Machine:
     # Token ids as input (see token_parser.py): set once the text fed may hold token_ids.MARKER,
     # which values, error records and closers then lose, as the interpreter strips it.
     _markers: bool = False
+    # Set by a state's fast path that found the delimiter to commit (see _commit_found), read and
+    # cleared by the feed that called it.
+    _found: tuple | None = None
 
     def _scan_sink(self, buf: str, pos: int, eos: bool) -> tuple:  # the implicit/null state
         raise NotImplementedError
@@ -158,12 +161,15 @@ class Machine:
         self._captures: dict = {}
         self._parts: list[str] = []
         self._opened = False
-        self._finalized = False
         self._failure: BaseException | None = None
-        self._halted = False  # finalized or failed: feed/finalize refuse
+        self._halted = False  # finalized (no _failure then) or failed: feed/finalize refuse
         self._held: list[str] = []  # see _lead_take
         self._lead_held = False
         self._memo_buf: str | None = None  # (and self._memo: see _literal_memo)
+        self._found = None  # (see _commit_found)
+        # (CPython 3.11 shares one table of attribute names among a class's instances while they
+        # are fewer than 30, and reads attributes measurably slower past it, on every chunk of
+        # the hot paths. With a carried match's `_carried`, these are 29: add none lightly.)
         self.initial_events: list[dict] = []
         if prefix:
             self._read_prefix(prefix)
@@ -207,6 +213,10 @@ class Machine:
                 self._fail(e)
                 raise
             if read is None:
+                found = self._found
+                if found is not None:  # (the fast path found the delimiter to commit: see there)
+                    self._found = None
+                    return self._commit_found(found)
                 return self._feed_scanned(text)
         if not read:
             return []
@@ -231,7 +241,7 @@ class Machine:
             hold, best = self._scan(self, buf, pos, False)
             if best is not None:  # a delimiter to commit: the general loop, from this scan
                 events: list[dict] = []
-                self._process(events, False, (hold, best))
+                self._process(events, False, (hold, best), read_on=True)
             elif hold <= pos or self._current is None:
                 self._pos = hold  # nothing to emit (or the null sink discards it)
                 events = []
@@ -245,6 +255,25 @@ class Machine:
         except BaseException as e:
             self._fail(e)
             raise
+
+    def _commit_found(self, found: tuple[str, tuple]) -> list[dict]:
+        """feed() for a chunk whose state's fast path found the delimiter the scan would commit
+        first: (the unread text with the chunk, the scan's (hold, best)), a match at its start
+        that no other delimiter of the state may match at too. Committed as the general path
+        commits it; the rest is read in the new state."""
+        joined, scanned = found
+        self._buf = joined  # (with the chunk and any lead run held in pieces; _pos is 0 here)
+        if self._held:
+            self._held = []
+        self._lead_held = False
+        events: list[dict] = []
+        try:
+            self._process(events, False, scanned, read_on=True)
+            self._drop_consumed()
+        except BaseException as e:
+            self._fail(e)
+            raise
+        return events
 
     def feed_declined(self, text: str) -> list[dict]:
         """feed() for a chunk feed_text has just declined (returned None for): the same events, by
@@ -279,6 +308,7 @@ class Machine:
                 self._fail(e)
                 raise
             if read is None:
+                self._found = None  # (the chunk stays unread: feed_declined scans it)
                 return None
         if read:
             self._parts.append(read)
@@ -393,7 +423,7 @@ class Machine:
         """The message: required fields checked, empty values dropped (defaults always kept)."""
         message = finished_message(self._output, self.REQUIRED, self.DEFAULT_KEYS)
         self._output = message
-        self._finalized = self._halted = True
+        self._halted = True
         self._enter_common(None)  # (feed's fast paths off: feed refuses)
         return message
 
@@ -461,14 +491,18 @@ class Machine:
         self._failure = error
 
     def _refuse(self) -> None:
-        if self._finalized:
+        if self._failure is None:  # (halted without a failure: finalized)
             raise RuntimeError("ResponseParser already finalized")
         raise ParserFailedError(self._failure)
 
-    def _process(self, events: list[dict] | None, eos: bool, scanned: tuple | None = None) -> bool:
+    def _process(
+        self, events: list[dict] | None, eos: bool, scanned: tuple | None = None, read_on: bool = False
+    ) -> bool:
         """Commit delimiters until none is left to commit; `scanned` is the scan of the current
         buffer and position if the caller already made it. True if it stopped at a zero-width
-        close of an empty region (below), before the end of what it could read."""
+        close of an empty region (below), before the end of what it could read.
+        `read_on` (feed's commits): what follows a commit is read by the new state's fast path,
+        where it has one, as the next chunk would be (see _read_on), not by its scan."""
         stalled = 0
         while True:
             buf, pos = self._buf, self._pos
@@ -506,6 +540,10 @@ class Machine:
                     # as the interpreter does (even at the end of the stream).
                     if not had_content and start == end:
                         return True
+                if read_on and end > pos and end < len(buf) and self._common is not None:
+                    scanned = self._read_on(events, buf[end:])
+                    if scanned is True:
+                        return False
                 continue
             if eos:
                 if pos < len(buf):
@@ -518,6 +556,33 @@ class Machine:
                 self._accumulate(events, buf[pos:hold])
                 self._pos = hold
             return False
+
+    def _read_on(self, events: list, rest: str) -> tuple | bool | None:
+        """After a commit in feed, `rest` (the text after it, all unread) through the new state's
+        fast path, as a chunk fed with nothing held: True when it read it (and held back what it
+        holds); otherwise the unread text is `rest` and the answer is _process's next `scanned`:
+        the fast path's commit where it found one (_commit_found), else None (the scan decides).
+        (A fast path reads a chunk exactly as the scan of the held text and the chunk would:
+        tests/codegen/test_fast_paths.py.)"""
+        self._buf = ""
+        self._pos = 0
+        self._lead_held = False
+        read = self._common(self, rest)
+        if read is None:
+            found = self._found
+            if found is not None:
+                self._found = None
+                self._buf, scanned = found  # (the text is `rest`, with nothing held before it)
+                return scanned
+            self._buf = rest
+            return None
+        if read:
+            if self._opened:
+                self._parts.append(read)
+                events.append({"type": "region_chunk", "field": self._chunk_field, "text": read, "dirty": self._chunk_dirty})
+            else:
+                self._accumulate(events, read)  # (the implicit field opens; the null sink drops it)
+        return True
 
     def _accumulate(self, events: list[dict] | None, text: str) -> None:
         index = self._current

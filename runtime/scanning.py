@@ -45,6 +45,20 @@ def literal_partial_start(buf: str, pos: int, literals: tuple[str, ...], longest
     return best
 
 
+def may_start_at_front(text: str, literals: tuple[str, ...], lead: str) -> bool:
+    """Whether a delimiter whose matches are a run of `lead` characters then one of `literals` (and
+    the rest) may match at the start of `text`, whole or partly: after the run, one of them occurs
+    or a proper prefix of one runs to the end. (None of `literals` starts with a lead character, so
+    after the longest run is the only place one can begin.)"""
+    run = len(text) - len(text.lstrip(lead)) if lead else 0
+    if run == len(text):
+        return True  # (all lead characters: a match may still be starting)
+    for literal in literals:
+        if text.startswith(literal, run) or literal.startswith(text[run:]):
+            return True
+    return False
+
+
 def run_start(buf: str, floor: int, end: int, chars: str) -> int:
     """Where the run of `chars` that ends at `end` starts, not before `floor` (the run of lead
     characters a match may start with, before its first character)."""

@@ -13,7 +13,7 @@ fragment built here from such pieces), and undefined names are errors.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from rtcompile.version import INTERPRETER_RELEASE, __version__
 
 from . import one_shot
 
-RUNTIME_ABI = 14  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
+RUNTIME_ABI = 15  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
 # Sets of first characters up to this size are checked with chained str.find; larger ones with
 # one character-class search.
 MAX_FIND_CHAIN = 2
@@ -91,6 +91,11 @@ class Watch:
     delimiter: ir.Delimiter
     rank: int  # tie-break order among equal (start, length): opens first, then by field name
     const: str  # name of the module-level constant holding its pattern or literals
+    # For a pattern the state's fast path matches at the start of the unread text: per other
+    # delimiter of the state, (its start literals, the constant of its lead characters or ""),
+    # which tell that it cannot match there too; then a complete match there is the scan's commit
+    # (see _commit_guards). None where that cannot be told.
+    commit_guards: tuple[tuple[tuple[str, ...], str], ...] | None = None
 
     @property
     def is_open(self) -> bool:
@@ -217,6 +222,7 @@ class State:
     # its literal delimiters' literals tell where one of them is still being matched: those, with
     # their lead characters, for the one search (a StartLiterals).
     literal_starts: tuple[tuple[str, str], ...] | None = None
+    literal_commits: list = field(default_factory=list)  # (LiteralCommit: see _literal_commits)
 
     @property
     def uses_memo(self) -> bool:
@@ -269,12 +275,91 @@ def _state(method: str, doc: str, watches: list[Watch], triggers: dict, leads: L
     ordered = sorted(watches, key=lambda w: not w.searched_as_literals)
     state = State(method, doc, ordered, _quick_check(method, watches, triggers, leads))
     quick = state.quick
+    if quick is not None:
+        for watch in quick.patterns:
+            watch.commit_guards = _commit_guards(watch, watches, leads)
+        state.literal_commits = _literal_commits(watches, quick, leads)
     if quick is not None and quick.starts is None and quick.patterns and state.shared_search:
         # (its literal delimiters alone: where none occurs whole, which is still being matched)
         starts = _start_literals(state.literal_watches)
         if _tail_is_exact(state.literal_watches, starts):
             state.literal_starts = tuple((s, leads.name(c) if c else "") for s, c in starts)
     return state
+
+
+@dataclass
+class LiteralCommit:
+    """A literal delimiter whose literal at the start of the unread text the state's fast path
+    commits (see _literal_commits)."""
+
+    watch: Watch
+    guards: tuple  # as Watch.commit_guards: the other delimiters' start literals and leads
+    dead_guard: bool  # and the state's one carried pattern must not match there (its automaton)
+
+
+def _literal_commits(watches: list[Watch], quick: QuickCheck, leads: Leads) -> list[LiteralCommit]:
+    """The literal delimiters of a state whose literal, where the unread text starts with it, is
+    the scan's commit when no other delimiter may match there: those none of whose literals
+    extends another (a complete match is committed even at the end of the text; one literal
+    at the start, then). The other delimiters are told apart by their start literals
+    (_start_guard), or, for the state's one carried pattern without them, by its automaton: not
+    matching from the start at all (neither held nor complete somewhere)."""
+    carried = [w for w in quick.patterns if w.carried]
+    found = []
+    for watch in watches:
+        if watch.delimiter.literals is None or watch.delimiter.can_extend:
+            continue
+        guards, dead_guard = [], False
+        for other in watches:
+            if other is watch:
+                continue
+            guard = _start_guard(other, leads)
+            if guard is None and len(quick.patterns) == 1 and carried == [other]:
+                dead_guard = True
+            elif guard is None:
+                break
+            else:
+                guards.append(guard)
+        else:
+            found.append(LiteralCommit(watch, tuple(guards), dead_guard))
+    return found
+
+
+def _start_guard(other: Watch, leads: Leads) -> tuple[tuple[str, ...], str] | None:
+    """(its start literals, the constant of its lead characters or ""): what tells that `other`
+    cannot match, whole or partly, at the start of a text (may_start_at_front); None where its
+    matches do not all start with known literals right after one run of lead characters."""
+    charsets = other.delimiter.charsets
+    if other.delimiter.pattern is not None and other.delimiter.literal_run is None:
+        if charsets.lead and not charsets.lead_run:
+            return None  # (lead characters that need not form one run before the literal)
+    starts = _start_literals([other])
+    if starts is None:
+        return None
+    lead = starts[0][1]
+    if any(literal[0] in lead for literal, _ in starts):
+        return None  # (a literal may begin inside the run)
+    return tuple(literal for literal, _ in starts), leads.name(lead) if lead else ""
+
+
+def _commit_guards(watch: Watch, watches: list[Watch], leads: Leads) -> tuple | None:
+    """What tells, at the start of the unread text, that no delimiter of the state but `watch` (a
+    pattern) may match there, whole or partly (Watch.commit_guards); None where a delimiter's
+    matches do not all start with known literals after a run of lead characters.
+
+    The scan commits the leftmost complete match, the longest then the first ranked at one
+    place, unless a match that may still grow starts at or before it: a complete match of
+    `watch` at the start, with no other delimiter matching there, is what it commits (once
+    moved_by_more says it is final, where the scan asks that too)."""
+    guards = []
+    for other in watches:
+        if other is watch:
+            continue
+        guard = _start_guard(other, leads)
+        if guard is None:
+            return None
+        guards.append(guard)
+    return tuple(guards)
 
 
 @dataclass
@@ -546,6 +631,8 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         field_methods=tuple(field_methods),
         state_commons=Code("(%s,)" % ", ".join(commons.get(f.index, Code("None")) for f in fields)),
         hot_states=_hot_states(template, states),
+        carried_states=_carried_states(template, states),
+        literal_states=_literal_states(template, states),
         sink_common=_common_entry(states[0]),
         names=tuple(f.name for f in fields),
         dirty=tuple(f.dirty for f in fields),
@@ -569,6 +656,43 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         and bool(fields[template.implicit].close.group_names),
         **_anchor(template.start_anchor),
     )
+
+
+def _carried_states(template: ir.Template, states: list[State]) -> list[tuple[int | None, tuple[str, ...]]]:
+    """(the parser's `_current` in the state: a field index, None for the null sink; the constants
+    of the patterns its fast path carries) for the states that carry a match (QuickCheck.carried):
+    the generated feed reads a chunk on from a carried match itself."""
+    pairs = [(template.implicit, states[0])]
+    pairs += zip([f.index for f in template.fields if f.open is not None], states[1:])
+    return [
+        (index, tuple(w.const for w in state.quick.carried))
+        for index, state in pairs
+        if state.common is not None and state.quick is not None and state.quick.carried
+    ]
+
+
+def _literal_states(template: ir.Template, states: list[State]) -> list[tuple[int | None, tuple[str, ...]]]:
+    """(the parser's `_current` in the state, as in _carried_states; the literals of its literal
+    delimiters and literal runs) for the states with a fast path: unread text that, with a chunk,
+    is still a proper prefix of one of them is that delimiter's partial match at its start, which
+    the scan holds whole whatever the other delimiters find (the generated feed holds it). Not
+    for a delimiter one of whose literals occurs in a proper prefix of another (`<x>` and
+    `<x>tail`): its search then finds that complete match instead."""
+    pairs = [(template.implicit, states[0])]
+    pairs += zip([f.index for f in template.fields if f.open is not None], states[1:])
+    found = []
+    for index, state in pairs:
+        if state.common is None:
+            continue
+        literals: dict[str, None] = {}
+        for watch in state.literal_watches:
+            own = watch.preferred_literals
+            if any(other != literal and other in literal[:-1] for literal in own for other in own):
+                continue
+            literals.update(dict.fromkeys(literal for literal in own if len(literal) > 1))
+        if literals:
+            found.append((index, tuple(literals)))
+    return found
 
 
 def _hot_states(template: ir.Template, states: list[State]) -> list[tuple[int, State]]:
