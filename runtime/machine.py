@@ -525,21 +525,8 @@ class Machine:
                 if is_open:
                     self._close_current(events)
                     self._open(events, index, match)
-                else:  # the close of the open explicit region, or of the implicit region
-                    had_content = self._opened
-                    if match is not None and had_content:
-                        # A close's named groups join the open's captures, and win (5.24.0). (A
-                        # region that never opened is closed with no value: nothing reads them.)
-                        for key, value in match.groupdict().items():
-                            if value is not None:
-                                self._captures[key] = value
-                    self._closer = buf[start:end]
-                    self._close_current(events)
-                    self._closer = ""
-                    # A zero-width close of an empty region would fire again at once: stop here,
-                    # as the interpreter does (even at the end of the stream).
-                    if not had_content and start == end:
-                        return True
+                elif self._commit_close(events, buf[start:end], match):
+                    return True
                 if read_on and end > pos and end < len(buf) and self._common is not None:
                     scanned = self._read_on(events, buf[end:])
                     if scanned is True:
@@ -556,6 +543,22 @@ class Machine:
                 self._accumulate(events, buf[pos:hold])
                 self._pos = hold
             return False
+
+    def _commit_close(self, events: list | None, closer: str, match: Any) -> bool:
+        """Close the open explicit region, or the implicit one, by `closer` (its `match`); True
+        where that was a zero-width close of an empty region, which would fire again at once: the
+        pass stops there, as the interpreter does (even at the end of the stream)."""
+        had_content = self._opened
+        if match is not None and had_content:
+            # A close's named groups join the open's captures, and win (5.24.0). (A region that
+            # never opened is closed with no value: nothing reads them.)
+            for key, value in match.groupdict().items():
+                if value is not None:
+                    self._captures[key] = value
+        self._closer = closer
+        self._close_current(events)
+        self._closer = ""
+        return not had_content and not closer
 
     def _read_on(self, events: list, rest: str) -> tuple | bool | None:
         """After a commit in feed, `rest` (the text after it, all unread) through the new state's
