@@ -82,6 +82,7 @@ class MessageWriter:
             if not field.optional:
                 raise GrammarError(f"fields.{field.name}", "a required field cannot be guaranteed by the grammar")
         _check_openers_apart(template, speller)
+        self._check_written_openers_apart()
 
     # ---- the whole output
 
@@ -280,16 +281,32 @@ class MessageWriter:
     def _written_openers(self) -> list[str]:
         """The fixed text each opener starts with as the grammar writes it (a call's with each
         tool's name)."""
-        formats = []
-        for field in self.template.fields:
-            if field.open is None:
-                continue
-            if self.calls is not None and field is self.call_field:
-                formats.extend(self.calls.opener(tool).format for tool in self.tools)
-            else:
-                formats.append(write_delimiter(field.open, self.speller, f"fields.{field.name}.open", checked=False).format)
+        return [text for field in self.template.fields for text in self._written_opener_of(field)]
+
+    def _written_opener_of(self, field: ir.Field) -> list[str]:
+        if field.open is None:
+            return []
+        if self.calls is not None and field is self.call_field:
+            formats = [self.calls.opener(tool).format for tool in self.tools]
+        else:
+            formats = [write_delimiter(field.open, self.speller, f"fields.{field.name}.open", checked=False).format]
         by_id = {token_id: spelling for spelling, token_id in self.speller.control.items()}
         return [text for fmt in formats for text in _fixed_starts(fmt, by_id) if text]
+
+    def _check_written_openers_apart(self) -> None:
+        """Refuse an opener that, as the grammar writes it, another field's opener could match at
+        the same place (`[/]` written `/` where another field opens on `[>/]`): the parser could
+        open that field instead. A match that the written text only begins counts."""
+        import regex
+
+        fields = [f for f in self.template.fields if f.open is not None]
+        for field in fields:
+            for text in self._written_opener_of(field):
+                for other in fields:
+                    if other is not field and regex.match(other.open.alternation, text, regex.DOTALL, partial=True):
+                        raise GrammarError(
+                            f"fields.{field.name}", f"its delimiter written {text!r} may be read as {other.name!r}'s: the parser may open that field instead"
+                        )
 
     # ---- regions
 

@@ -325,3 +325,24 @@ def test_a_lookbehind_is_written_only_where_the_written_text_decides_it(opener, 
         return
     with pytest.raises(rtcompile.GrammarError, match="a lookbehind that what is written before does not decide"):
         rtcompile.structural_tag(template, tools, tool_choice="required")
+
+
+def test_an_opener_another_field_could_read_as_its_own_is_refused():
+    """The tool-call opener `[/]` is written `/`, which the other field's opener `[>/]` matches
+    too: the parser may open that field (the first) instead of the call."""
+    from transformers.utils.chat_parsing import parse_response as interpreter_parse
+
+    template = {
+        "start_anchor": "<|a|>",
+        "fields": {
+            "notes": {"open_pattern": "[>/]", "close": "<a>", "content": "text"},
+            "tool_calls": {"open_pattern": "[/]", "close": "<a>", "content": "json", "repeats": True,
+                           "transform": {"type": "function", "function": "{content}"}},
+        },
+    }
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    assert "tool_calls" not in interpreter_parse('/{"name": "a", "arguments": {}}<a>', template, prefix="<|a|>")  # (why)
+    with pytest.raises(rtcompile.GrammarError, match=r"fields.tool_calls: its delimiter written '/' may be read as 'notes'"):
+        rtcompile.structural_tag(template, tools, tool_choice="required")
+    template["fields"]["notes"]["open_pattern"] = "[>]"
+    rtcompile.structural_tag(template, tools, tool_choice="required")
