@@ -239,11 +239,13 @@ def _known_plans() -> tuple[TemplatePlan, ...]:
 
 
 @st.composite
-def token_cases(draw, *, known_only: bool = False) -> TokenCase:
+def token_cases(draw, *, known_only: bool = False, valid_only: bool = False) -> TokenCase:
+    """valid_only: every template compiles (for tests that load it themselves rather than
+    compare failures with the interpreter's)."""
     if known_only or draw(one_in(4)):
         plan = draw(st.sampled_from(_known_plans()))
     else:
-        plan = draw(template_plans())
+        plan = draw(template_plans(valid_only=valid_only))
     recipe = draw(recipes(plan))
     runs = draw(st.lists(token_runs(plan, recipe), min_size=1, max_size=3))
     return TokenCase(template=fresh_tree(plan.template), recipe=recipe, runs=runs)

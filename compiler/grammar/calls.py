@@ -18,7 +18,7 @@ ends there) or a lookahead that the next call's opener satisfies (`Closing`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import regex
@@ -59,7 +59,8 @@ def closing(delimiter: ir.Delimiter | None, speller: Speller, where: str) -> Clo
         kept = [literal for literal in delimiter.literals if not speller.is_stop(literal)]
         stops = len(kept) < len(delimiter.literals)
         return Closing(F.choice(*(speller.write(k) for k in kept)) if kept else None, (), blocking, stops)
-    lead, branches = _branches(parse(delimiter.pattern, where).root)
+    syntax = parse(delimiter.pattern, where)
+    lead, branches = _branches(syntax.root)
     written, by_next, stops = [], [], False
     for branch in branches:
         look = _lookahead_only(branch)
@@ -70,10 +71,16 @@ def closing(delimiter: ir.Delimiter | None, speller: Speller, where: str) -> Clo
         if literal is not None and speller.is_stop(literal):
             stops = True
             continue  # (a stop token: the output ends there)
-        written.append(rs.to_source(rs.Seq(lead + branch.items)))
+        written.append(rs.Seq(lead + branch.items))
     if not written:
         return Closing(None, tuple(by_next), blocking, stops)
-    return Closing(write_pattern("|".join(written), speller, where).format, tuple(by_next), blocking, stops)
+    root = written[0] if len(written) == 1 else rs.Seq((rs.Alternation(tuple(written)),))
+    pattern = write_pattern(rs.to_source(replace(syntax, root=root)), speller, where)  # (its flags kept)
+    if pattern.at_line_start:  # (the newline the closer matches after is written with it)
+        return Closing(F.sequence(speller.write("\n"), pattern.format), tuple(by_next), blocking, stops)
+    if pattern.at_start:
+        raise GrammarError(where, "the closer matches only where the text starts, so it never closes a region")
+    return Closing(pattern.format, tuple(by_next), blocking, stops)
 
 
 def _branches(root: rs.Seq) -> tuple[tuple, list[rs.Seq]]:
@@ -187,7 +194,7 @@ class CallWriter:
             return written
         # (no whitespace of its own first: the text before the call writes it; xgrammar's matcher
         # dead-ends on free tokens, then a whitespace regex, then a control token)
-        return Written(without_leading_layout(written.format), written.at_start, written.tail, written.assumes)
+        return replace(written, format=without_leading_layout(written.format))
 
     # ---- content
 

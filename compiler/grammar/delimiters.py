@@ -13,8 +13,10 @@ group's own pattern, and after a greedy class (`[^{<\\s]+`) the next character t
 is outside that class (`Written.tail` carries the class to whatever follows the delimiter).
 Lookarounds are not written (what follows must satisfy them: the tests parse what the grammar
 accepts); a `^` or `\\A` at a pattern's start makes the delimiter one that only matches where the
-parser's text starts (`Written.at_start`). Anything else (back references, conditionals, `$`,
-`\\b`, classes that cannot be written exactly) is a GrammarError naming the delimiter.
+parser's text starts (`Written.at_start`), or, a MULTILINE `^`, where a line starts too
+(`Written.at_line_start`: a closer is written after a newline). Anything else (back references,
+conditionals, `$`, `\\b`, classes that cannot be written exactly) is a GrammarError naming the
+delimiter.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class Written:
     format: F.Format
     # The pattern starts with ^ or \A: it only matches where the parser's text starts.
     at_start: bool = False
+    # ... or, that ^ under MULTILINE, right after a newline too.
+    at_line_start: bool = False
     # A greedy capture ends the delimiter: what the grammar writes next must start outside it.
     tail: C.CharClass | None = None
     # Lookaheads were left out: the literal text each requires next ("" if none is known); what
@@ -149,6 +153,7 @@ class _Converter:
         self.captures = captures
         self.root = syntax.root
         self.names = syntax.group_names
+        self.flags = syntax.flags
         self.dotall = bool(syntax.flags & regex.DOTALL)
         self.where = where
         self.assumes: list[str] = []
@@ -156,13 +161,13 @@ class _Converter:
 
     def written(self) -> Written:
         items = list(self.root.items)
-        at_start = False
+        anchors = set()
         while items and isinstance(items[0], rs.Anchor) and items[0].kind in ("start", "start_string"):
-            at_start = True
-            items.pop(0)
+            anchors.add(items.pop(0).kind)
+        at_line_start = anchors == {"start"} and bool(self.flags & regex.MULTILINE)
         body = self.sequence(items, [])
         tail = C.union(self.tails, False, self.where) if self.tails else None
-        return Written(body, at_start=at_start, tail=tail, assumes=tuple(self.assumes))
+        return Written(body, bool(anchors), at_line_start, tail=tail, assumes=tuple(self.assumes))
 
     def sequence(self, items: list, follow: list, before: str = "") -> F.Format:
         """`before`: the text known to precede the sequence right before it ("" if unknown), which

@@ -346,3 +346,37 @@ def test_an_opener_another_field_could_read_as_its_own_is_refused():
         rtcompile.structural_tag(template, tools, tool_choice="required")
     template["fields"]["notes"]["open_pattern"] = "[>]"
     rtcompile.structural_tag(template, tools, tool_choice="required")
+
+
+def test_a_closer_anchored_at_a_line_start_is_written_after_a_newline():
+    """`(?m)^<a>` closes only where a line starts: the grammar writes the newline before it (JSON
+    ending in a tab, then `<a>`, would stay open). `^<a>` without MULTILINE never closes a region
+    (a closer is never where the text starts): refused."""
+    from grammar_walk import END_OF_OUTPUT, check_calls, ordinary_spelling, text_of
+    from transformers.utils.chat_parsing import parse_response as interpreter_parse
+
+    template = {
+        "start_anchor": "<|a|>\n",
+        "fields": {"tool_calls": {"repeats": True, "content": "json", "open": "<a>", "close_pattern": "(?m)^<a>",
+                               "transform": {"type": "function", "function": "{content}"}}},
+    }
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    tokenizer, stops = family_tokenizer(template, (END_OF_OUTPUT,))
+    walker = Walker(tokenizer, stops)
+    tag = rtcompile.structural_tag(template, tools, tool_choice="auto", prefix="<|a|>\n", stop_tokens=[END_OF_OUTPUT])
+    grammar = walker.compile(tag)
+    call = '<a>{"name": "a", "arguments": {}}'
+    assert walker.accepts(grammar, ordinary_spelling(tokenizer, call + "\n<a>"))[0]
+    assert not walker.accepts(grammar, ordinary_spelling(tokenizer, call + "\t<a>"))[0]
+    rng = __import__("random").Random(1)
+    checked = 0
+    for _ in range(40):
+        ids, ended = walker.walk(grammar, rng, max_tokens=300)
+        if ended:
+            message = interpreter_parse(text_of(tokenizer, ids), template, prefix="<|a|>\n", tools=tools)
+            assert not check_calls(message, tools, "auto", True), (text_of(tokenizer, ids), message)
+            checked += 1
+    assert checked >= 10
+    template["fields"]["tool_calls"]["close_pattern"] = "^<a>"
+    with pytest.raises(rtcompile.GrammarError, match=r"fields.tool_calls.close: .*only where the text starts"):
+        rtcompile.structural_tag(template, tools, tool_choice="auto")
