@@ -126,6 +126,7 @@ class CallWriter:
         # Whether free text before a call writes the whitespace its opener may start with (then
         # the opener writes none: see `opener`).
         self.after_free_text = False
+        self._openers: dict[tuple[str | None, bool], Written] = {}
         self.content = field.content.parser
         if not isinstance(field.content.args, dict):
             raise GrammarError(self.where, "content_args must be an object: the parser fails on anything else")
@@ -185,6 +186,15 @@ class CallWriter:
                     raise GrammarError(where, f"the content writes {text!r}, which holds its closer {blocked!r}")
 
     def opener(self, tool: Tool | None) -> Written:
+        """How the opener is written for `tool` (None: the opener alone), once per request: the
+        message writer asks for each tool's several times."""
+        key = (tool.name if tool is not None else None, self.after_free_text)
+        written = self._openers.get(key)
+        if written is None:
+            written = self._openers[key] = self._write_opener(tool)
+        return written
+
+    def _write_opener(self, tool: Tool | None) -> Written:
         captures = {}
         if tool is not None and self.shape.name.kind == facts.CAPTURE:
             captures[self.shape.name.value] = tool.name
