@@ -32,7 +32,7 @@ from .delimiters import Written, blocking_literals, parse, unfactored, write_del
 from .errors import GrammarError
 from .request import Tool
 from .spelling import Speller
-from .values import COMMA, SPACE, Dialect, JsonWriter, ordered_members, raw_value, standard_schema
+from .values import COMMA, OTHER_KEYS, SPACE, Dialect, JsonWriter, ordered_members, raw_value, standard_schema
 
 CALL_LIST_NAME = regex.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[-.][A-Za-z0-9_]+)*")
 LAYOUT = C.LAYOUT_WHITESPACE
@@ -229,7 +229,14 @@ class CallWriter:
         parts.append((self.shape.arguments.value, standard_schema(tool.parameters)))
         if self.shape.id is not None and self.shape.id.kind == facts.PATH:
             parts.append((self.shape.id.value, {"type": "string"}))
-        return _schema_of_paths(parts, where)
+        # (members before the read ones would break an opener's lookahead into the content: only after)
+        return _schema_of_paths(parts, where, "after" if self._opener_looks_ahead() else "around")
+
+    def _opener_looks_ahead(self) -> bool:
+        opener = self.field.open
+        if opener.pattern is None:
+            return False
+        return any(isinstance(node, rs.Look) and not node.behind for node in rs.walk(parse(opener.pattern, self.where).root))
 
     def layout_chars(self) -> str:
         """The whitespace the grammar may write inside the region: none that could be (part of)
@@ -491,8 +498,9 @@ def _object_members(schema: Any, where: str) -> tuple[dict, set]:
     return properties, required
 
 
-def _schema_of_paths(parts: list[tuple[tuple, Any]], where: str) -> Any:
-    """The object schema holding each (path, schema): nested objects, every key required."""
+def _schema_of_paths(parts: list[tuple[tuple, Any]], where: str, others: str) -> Any:
+    """The object schema holding each (path, schema): nested objects, every key required, members
+    under other keys allowed `others` ("around" or "after") the read ones."""
     if any(path == () for path, _ in parts):
         if len(parts) > 1:
             raise GrammarError(where, "the content is the arguments and also holds the call's name or id")
@@ -507,20 +515,18 @@ def _schema_of_paths(parts: list[tuple[tuple, Any]], where: str) -> Any:
         if path[-1] in node:
             raise GrammarError(where, "the transform reads one key for two parts of a call")
         node[path[-1]] = {"__schema__": schema}
-    return _tree_schema(tree)
+    return _tree_schema(tree, others)
 
 
-def _tree_schema(node: dict) -> Any:
+def _tree_schema(node: dict, others: str) -> Any:
     if "__schema__" in node:
         return node["__schema__"]
-    # Only the keys the transform reads: a key it ignores (Mistral Nemo's chat template writes each
-    # call's "id" after them, Command R7B's "tool_call_id" before) would be harmless, but members
-    # allowed around them cost every template's compile: measured on qwen3's tag for 8 tools (1,776
-    # ids), 16 ms closed, 30-36 ms with any other member, 24-26 ms with string or integer members
-    # under any word key, 22-25 ms under three id-like keys alone.
+    # The keys the transform reads, and members under keys it ignores around them (Mistral Nemo's
+    # chat template writes each call's "id" after them, Command R7B's "tool_call_id" before).
     return {
         "type": "object",
-        "properties": {key: _tree_schema(child) for key, child in node.items()},
+        "properties": {key: _tree_schema(child, others) for key, child in node.items()},
         "required": list(node),
         "additionalProperties": False,
+        OTHER_KEYS: others,
     }

@@ -28,7 +28,11 @@ from .strings import string_rules
 
 # Keywords that say nothing about validity (or only about what the writers never write).
 _ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly"}
-_HANDLED = {"type", "enum", "const", "properties", "required", "additionalProperties", "items", "anyOf", "nullable"}
+# An object the transform reads only some keys of (a call object): members under other keys may
+# stand "around" (or only "after") the ones it reads, which the parser ignores (rtcompile's own
+# keyword).
+OTHER_KEYS = "x-rtcompile-other-keys"
+_HANDLED = {"type", "enum", "const", "properties", "required", "additionalProperties", "items", "anyOf", "nullable", OTHER_KEYS}
 _TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
 
 INTEGER = r"-?(0|[1-9][0-9]{0,14})"  # (below 2**53 in magnitude: 15 digits at most)
@@ -207,7 +211,25 @@ class JsonWriter:
             raise GrammarError(where, "every required property must be declared in 'properties'")
         members = {key: (self.member(key, sub, f"{where}.{key}"), key in required) for key, sub in properties.items()}
         order = sorted(members) if self.dialect.sorted_keys else list(members)
-        return F.sequence(F.const("{"), self.space, ordered_members([members[k] for k in order], self.comma), self.space, F.const("}"))
+        body = ordered_members([members[k] for k in order], self.comma)
+        if schema.get(OTHER_KEYS) and required == set(properties) and properties and self._standard():
+            body = self._with_other_members(body, list(properties), before=schema[OTHER_KEYS] == "around")
+        return F.sequence(F.const("{"), self.space, body, self.space, F.const("}"))
+
+    def _standard(self) -> bool:
+        return self.dialect.string_delims is None and not self.dialect.unquoted_keys and not self.dialect.python
+
+    def _with_other_members(self, body: F.Format, read: list[str], before: bool) -> F.Format:
+        """`body` (the members read, all required) with a member under another key before them and
+        one after, each optional, as chat templates write a call's id (Command R7B's
+        "tool_call_id" first, Mistral Nemo's "id" last): a string value. The key before may be any
+        string (a key read after it takes its value: JSON's last member wins); the key after is a
+        word that no read key is. (Any value, or any number of members, made qwen3's tag compile
+        2x slower, and random walks rarely end.)"""
+        value = self.string()
+        first = F.optional(F.sequence(self.string(), self.colon, value, self.comma)) if before else F.EMPTY
+        last = F.optional(F.sequence(self.comma, key_other_than(read), self.colon, value))
+        return F.sequence(first, body, last)
 
     def member(self, key: str, schema: Any, where: str) -> F.Format:
         return F.sequence(self._key(key), self.colon, self.value(schema, where))
@@ -425,3 +447,50 @@ def _raw_literal(value: Any, cast_types: tuple[str, ...], where: str, stripped: 
     if cast != value or type(cast) is not type(value):
         raise GrammarError(where, f"the enum value {value!r} cannot be written as text the cast gives back")
     return F.const(text)
+
+
+_WORD = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
+
+
+def key_other_than(words: list[str]) -> F.Format:
+    """A JSON key that is a word (`[A-Za-z0-9_]+`) and none of `words`, as EBNF: a trie of the
+    words, left at a character no word goes on with, or ended where no word ends. As in the string
+    automaton (strings.py), leaving it on a character no word holds is one rule all nodes share:
+    xgrammar passes over the vocabulary once per broad class, and every node has one."""
+    trie: dict = {}
+    for word in words:
+        if word and set(word) <= set(_WORD):
+            node = trie
+            for char in word:
+                node = node.setdefault(char, {})
+            node[""] = {}  # (a word ends here)
+    alphabet = sorted({char for word in words if set(word) <= set(_WORD) for char in word})
+    outside = "".join(c for c in _WORD if c not in alphabet)
+    rules = ['root ::= "\\"" key_0', 'key_free ::= [0-9A-Z_a-z] key_free | "\\""']
+    if outside:
+        rules.append(f"key_out ::= [{_spans(outside)}] key_free")
+    nodes = [trie]  # (breadth first: node i is rule key_i)
+    for number, node in enumerate(nodes):
+        children = {char: child for char, child in node.items() if char}
+        choices = [] if node is trie or "" in node else ['"\\""']
+        choices += ["key_out"] if outside else []
+        leave = "".join(c for c in alphabet if c not in children)
+        choices += [f"[{_spans(leave)}] key_free"] if leave else []
+        for char, child in children.items():
+            choices.append(f'"{char}" key_{len(nodes)}')
+            nodes.append(child)
+        rules.append(f"key_{number} ::= " + " | ".join(choices))
+    text = "\n".join(rules)
+    return {"type": "grammar", "grammar": text + "\n"}
+
+
+def _spans(chars: str) -> str:
+    """Sorted ASCII word characters as a class body, runs written as ranges (`0-9A-Z_a-mo-z`)."""
+    out, start = [], 0
+    for index in range(1, len(chars) + 1):
+        if index == len(chars) or ord(chars[index]) != ord(chars[index - 1]) + 1:
+            run = chars[start:index]
+            out.append(run if len(run) < 3 else f"{run[0]}-{run[-1]}")
+            start = index
+    return "".join(out)
+

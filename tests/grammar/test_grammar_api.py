@@ -294,7 +294,7 @@ def test_whitespace_written_outside_regions_spells_no_opener_with_what_follows(p
     assert not walker.accepts(grammar, ordinary_spelling(tokenizer, " >!| >" + call))[0]
     rng = __import__("random").Random(1)
     checked = 0
-    for _ in range(40):
+    for _ in range(80):
         ids, ended = walker.walk(grammar, rng, max_tokens=300)
         if ended:
             message = interpreter_parse(text_of(tokenizer, ids), template, prefix="<|a|>", tools=tools)
@@ -380,3 +380,47 @@ def test_a_closer_anchored_at_a_line_start_is_written_after_a_newline():
     template["fields"]["tool_calls"]["close_pattern"] = "^<a>"
     with pytest.raises(rtcompile.GrammarError, match=r"fields.tool_calls.close: .*only where the text starts"):
         rtcompile.structural_tag(template, tools, tool_choice="auto")
+
+
+def test_a_call_object_takes_one_member_under_another_key_before_and_after_the_read_ones():
+    """A call's id as chat templates write it: before the keys the transform reads (any key: a key
+    read after it wins, as in JSON) and after them (a key no read key is: it would win). An opener
+    whose lookahead reads into the content keeps the read keys first."""
+    from grammar_walk import END_OF_OUTPUT, ordinary_spelling
+
+    def accepts(template, prefix, text):
+        tokenizer, stops = family_tokenizer(template, (END_OF_OUTPUT,))
+        walker = Walker(tokenizer, stops)
+        tag = rtcompile.structural_tag(template, tools, tool_choice="required", prefix=prefix, stop_tokens=[END_OF_OUTPUT])
+        return walker.accepts(walker.compile(tag), ordinary_spelling(tokenizer, text))[0]
+
+    tools = [WEATHER]
+    call = '"name": "get_weather", "arguments": {"city": "Oslo"}'
+    template = {
+        "start_anchor": "<|a|>",
+        "fields": {"tool_calls": {"open": "<c>", "close": "</c>", "content": "json", "repeats": True,
+                                  "transform": {"type": "function", "function": "{content}"}}},
+    }
+    assert accepts(template, "<|a|>", "<c>{" + call + "}</c>")
+    assert accepts(template, "<|a|>", '<c>{"tool_call_id": "0", ' + call + "}</c>")
+    assert accepts(template, "<|a|>", '<c>{"name": "x", ' + call + ', "id": "abc123def"}</c>')
+    assert not accepts(template, "<|a|>", "<c>{" + call + ', "name": "x"}</c>')  # (it would win)
+    assert not accepts(template, "<|a|>", '<c>{"a": "b", "c": "d", ' + call + "}</c>")  # (one at most)
+    looking = rtcompile.template_for("llama3_json")
+    anchor = looking["start_anchor"]
+    arguments = '"name": "get_weather", "parameters": {"city": "Oslo"}'
+    assert accepts(looking, anchor, "{" + arguments + ', "id": "a"}<|eot_id|>')
+    assert not accepts(looking, anchor, '{"id": "a", ' + arguments + "}<|eot_id|>")  # (the opener looks for "name")
+
+
+@pytest.mark.parametrize("keys", [["name", "arguments"], ["id"], ["a", "ab", "abc"], []])
+def test_a_key_after_the_read_ones_is_any_word_but_a_read_key(keys):
+    from xgrammar.testing import _is_grammar_accept_string as xgrammar_accepts
+
+    from rtcompile.grammar.values import key_other_than
+
+    grammar = xgr.Grammar.from_ebnf(key_other_than(keys)["grammar"])
+    for word in ["name", "names", "nam", "n", "arguments", "argument", "id", "i", "ids", "a", "ab", "abc", "abcd", "b", "x_1", "Z"]:
+        assert xgrammar_accepts(grammar, f'"{word}"') is (word not in keys), word
+    for not_a_word in ['""', '"a b"', '"é"', "name"]:
+        assert not xgrammar_accepts(grammar, not_a_word)
