@@ -75,8 +75,13 @@ def test_the_construction_is_cached_per_request(monkeypatch):
     second = rtcompile.structural_tag("qwen3", [WEATHER], tool_choice="required")
     third = rtcompile.structural_tag("qwen3", [WEATHER], tool_choice="auto")
     assert first == second and first is not second and len(built) == 2 and third != first
-    second["format"] = None  # (a caller changing its copy changes no other)
-    assert rtcompile.structural_tag("qwen3", [WEATHER], tool_choice="required") == first
+    written = json.dumps(first)
+    deepest = second
+    while any(isinstance(v, (dict, list)) and v for v in (deepest.values() if isinstance(deepest, dict) else deepest)):
+        deepest = next(v for v in (deepest.values() if isinstance(deepest, dict) else deepest) if isinstance(v, (dict, list)) and v)
+    deepest.clear()  # (a caller changing its copy, however deep, changes no other)
+    second["format"] = None
+    assert json.dumps(rtcompile.structural_tag("qwen3", [WEATHER], tool_choice="required")) == json.dumps(first) == written
 
 
 def test_a_prompt_that_opens_the_reasoning_starts_the_grammar_inside_it():
