@@ -222,13 +222,18 @@ class JsonWriter:
     def _with_other_members(self, body: F.Format, read: list[str], before: bool) -> F.Format:
         """`body` (the members read, all required) with a member under another key before them and
         one after, each optional, as chat templates write a call's id (Command R7B's
-        "tool_call_id" first, Mistral Nemo's "id" last): a string value. The key before may be any
-        string (a key read after it takes its value: JSON's last member wins); the key after is a
-        word that no read key is. (Any value, or any number of members, made qwen3's tag compile
-        2x slower, and random walks rarely end.)"""
-        value = self.string()
-        first = F.optional(F.sequence(self.string(), self.colon, value, self.comma)) if before else F.EMPTY
-        last = F.optional(F.sequence(self.comma, key_other_than(read), self.colon, value))
+        "tool_call_id" first, Mistral Nemo's "id" last): a word key, an id's value (a string of
+        word characters and dashes). The key before may be any word (a key read after it takes
+        its value: JSON's last member wins); the key after is a word no read key is. None where a
+        closer could be written inside them. (Any string, or any value, or any number of members,
+        made qwen3's tag compile up to 2x slower, and random walks rarely end.)"""
+        if any(word and set(word) <= _ID_CHARS for word in self.dialect.excludes):
+            return body
+        space = f"[{escape_chars(self.dialect.space)}]*" if self.dialect.space else ""
+        first = F.optional(F.regex(f'"[0-9A-Z_a-z]+"{space}:{space}{ID_VALUE}{space},{space}')) if before else F.EMPTY
+        space_rule = f"ws ::= {space}" if space else 'ws ::= ""'
+        value = '"\\"" [0-9A-Z_a-z\\-]* "\\""'
+        last = F.optional(_grammar(f'root ::= ws "," ws key ws ":" ws {value}', space_rule, *key_other_than(read)))
         return F.sequence(first, body, last)
 
     def member(self, key: str, schema: Any, where: str) -> F.Format:
@@ -450,13 +455,15 @@ def _raw_literal(value: Any, cast_types: tuple[str, ...], where: str, stripped: 
 
 
 _WORD = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
+_ID_CHARS = set(_WORD + "-")
+ID_VALUE = '"[0-9A-Z_a-z\\-]*"'  # (a call id's value: Mistral's "abc123def", Cohere's "0")
 
 
-def key_other_than(words: list[str]) -> F.Format:
-    """A JSON key that is a word (`[A-Za-z0-9_]+`) and none of `words`, as EBNF: a trie of the
-    words, left at a character no word goes on with, or ended where no word ends. As in the string
-    automaton (strings.py), leaving it on a character no word holds is one rule all nodes share:
-    xgrammar passes over the vocabulary once per broad class, and every node has one."""
+def key_other_than(words: list[str]) -> list[str]:
+    """EBNF rules of `key`: a JSON key that is a word (`[A-Za-z0-9_]+`) and none of `words`. A
+    trie of the words, left at a character no word goes on with, or ended where no word ends. As in
+    the string automaton (strings.py), leaving it on a character no word holds is one rule all
+    nodes share: xgrammar passes over the vocabulary once per broad class."""
     trie: dict = {}
     for word in words:
         if word and set(word) <= set(_WORD):
@@ -466,7 +473,7 @@ def key_other_than(words: list[str]) -> F.Format:
             node[""] = {}  # (a word ends here)
     alphabet = sorted({char for word in words if set(word) <= set(_WORD) for char in word})
     outside = "".join(c for c in _WORD if c not in alphabet)
-    rules = ['root ::= "\\"" key_0', 'key_free ::= [0-9A-Z_a-z] key_free | "\\""']
+    rules = ['key ::= "\\"" key_0', 'key_free ::= [0-9A-Z_a-z] key_free | "\\""']
     if outside:
         rules.append(f"key_out ::= [{_spans(outside)}] key_free")
     nodes = [trie]  # (breadth first: node i is rule key_i)
@@ -480,9 +487,11 @@ def key_other_than(words: list[str]) -> F.Format:
             choices.append(f'"{char}" key_{len(nodes)}')
             nodes.append(child)
         rules.append(f"key_{number} ::= " + " | ".join(choices))
-    text = "\n".join(rules)
-    return {"type": "grammar", "grammar": text + "\n"}
+    return rules
 
+
+def _grammar(*rules: str) -> F.Format:
+    return {"type": "grammar", "grammar": "\n".join(rules) + "\n"}
 
 def _spans(chars: str) -> str:
     """Sorted ASCII word characters as a class body, runs written as ranges (`0-9A-Z_a-mo-z`)."""
