@@ -230,9 +230,9 @@ class JsonWriter:
         if any(word and set(word) <= _ID_CHARS for word in self.dialect.excludes):
             return body
         space = f"[{escape_chars(self.dialect.space)}]*" if self.dialect.space else ""
-        first = F.optional(F.regex(f'"[0-9A-Z_a-z]+"{space}:{space}{ID_VALUE}{space},{space}')) if before else F.EMPTY
+        first = F.optional(F.regex(f'"[0-9A-Z_a-z]+"{space}:{space}"{_ID_CLASS}*"{space},{space}')) if before else F.EMPTY
         space_rule = f"ws ::= {space}" if space else 'ws ::= ""'
-        value = '"\\"" [0-9A-Z_a-z\\-]* "\\""'
+        value = f'"\\"" {_ID_CLASS}* "\\""'
         last = F.optional(_grammar(f'root ::= ws "," ws key ws ":" ws {value}', space_rule, *key_other_than(read)))
         return F.sequence(first, body, last)
 
@@ -456,7 +456,7 @@ def _raw_literal(value: Any, cast_types: tuple[str, ...], where: str, stripped: 
 
 _WORD = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
 _ID_CHARS = set(_WORD + "-")
-ID_VALUE = '"[0-9A-Z_a-z\\-]*"'  # (a call id's value: Mistral's "abc123def", Cohere's "0")
+_ID_CLASS = "[0-9A-Z_a-z\\-]"  # (a call id's characters: Mistral's "abc123def", Cohere's "0")
 
 
 def key_other_than(words: list[str]) -> list[str]:
