@@ -49,6 +49,8 @@ class Written:
     # Lookaheads were left out: the literal text each requires next ("" if none is known); what
     # follows must satisfy them.
     assumes: tuple[str, ...] = field(default=())
+    # ... and each requires exactly that text (a lookahead of characters only).
+    assumes_exactly: bool = True
 
 
 def write_delimiter(
@@ -157,6 +159,7 @@ class _Converter:
         self.dotall = bool(syntax.flags & regex.DOTALL)
         self.where = where
         self.assumes: list[str] = []
+        self.assumes_exactly = True
         self.tails: list[C.CharClass] = []
 
     def written(self) -> Written:
@@ -167,7 +170,7 @@ class _Converter:
         at_line_start = anchors == {"start"} and bool(self.flags & regex.MULTILINE)
         body = self.sequence(items, [])
         tail = C.union(self.tails, False, self.where) if self.tails else None
-        return Written(body, bool(anchors), at_line_start, tail=tail, assumes=tuple(self.assumes))
+        return Written(body, bool(anchors), at_line_start, tail=tail, assumes=tuple(self.assumes), assumes_exactly=self.assumes_exactly)
 
     def sequence(self, items: list, follow: list, before: str = "") -> F.Format:
         """`before`: the text known to precede the sequence right before it ("" if unknown), which
@@ -284,6 +287,7 @@ class _Converter:
                     return F.EMPTY  # (what the grammar wrote right before decides it)
                 raise GrammarError(self.where, "a lookbehind that what is written before does not decide cannot be written")
             self.assumes.append(rs.literal_prefix(rs.Seq(tuple(unfactored(list(node.body.items))))) if not node.negated else "")
+            self.assumes_exactly &= not node.negated and all(isinstance(item, rs.Char) for item in node.body.items)
             return F.EMPTY
         if isinstance(node, (rs.Anchor, rs.Backref, rs.Conditional, rs.Atomic)):
             raise GrammarError(self.where, f"{rs.to_source(node)!r} in a pattern cannot be written")

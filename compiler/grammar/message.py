@@ -316,9 +316,13 @@ class MessageWriter:
             return None
         where = f"fields.{field.name}"
         opener = write_delimiter(field.open, self.speller, f"{where}.open")
+        if opener.assumes and not (opener.assumes_exactly and len(set(opener.assumes)) == 1):
+            return None  # (a lookahead free text could not be made to satisfy: never opened)
         close = closing(field.close, self.speller, f"{where}.close")
-        text = self.free_text(close.blocking, after_token=not _ends_in_text(opener.format))
-        body = F.sequence(opener.format, text)
+        # (a lookahead's text is written first: `(?=<a>)` opens only before `<a>`)
+        opened = F.sequence(opener.format, self.speller.write(opener.assumes[0])) if opener.assumes else opener.format
+        text = self.free_text(close.blocking, after_token=not _ends_in_text(opened))
+        body = F.sequence(opened, text)
         # (the free text writes the closer's leading whitespace: see CallWriter.opener)
         closer = without_leading_layout(close.written) if close.written is not None else None
         return Region(F.sequence(body, closer) if closer is not None else None, body)

@@ -429,3 +429,36 @@ def test_a_key_after_the_read_ones_is_any_word_but_a_read_key(keys):
         assert xgrammar_accepts(grammar, f'"{word}"') is (word not in keys), word
     for not_a_word in ['""', '"a b"', '"é"', "name"]:
         assert not xgrammar_accepts(grammar, not_a_word)
+
+
+def test_a_region_opened_by_a_lookahead_is_written_with_the_text_it_looks_for():
+    """The content opens on `(?=<a>)`: written as nothing, the opener did not open it, and the
+    closer `/` written after free text opened the other field instead. Its text is written
+    first; a lookahead no written text satisfies for sure (`(?=<a>\\d)`) leaves the field
+    unopened."""
+    from grammar_walk import END_OF_OUTPUT, text_of
+    from transformers.utils.chat_parsing import parse_response as interpreter_parse
+
+    template = {
+        "start_anchor": "<|a|>\n",
+        "fields": {
+            "tool_calls": {"open": "/", "close": "<a>"},
+            "content": {"open_pattern": "(?=<a>)", "close": "/"},
+        },
+    }
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    tokenizer, stops = family_tokenizer(template, (END_OF_OUTPUT,))
+    walker = Walker(tokenizer, stops)
+    tag = rtcompile.structural_tag(template, tools, tool_choice="none", prefix="<|a|>\n", stop_tokens=[END_OF_OUTPUT])
+    grammar = walker.compile(tag)
+    rng = __import__("random").Random(3)
+    opened = 0
+    for _ in range(30):
+        ids, ended = walker.walk(grammar, rng, max_tokens=100)
+        if ended:
+            message = interpreter_parse(text_of(tokenizer, ids), template, prefix="<|a|>\n", tools=tools)
+            assert "tool_calls" not in message, (text_of(tokenizer, ids), message)
+            opened += "content" in message
+    assert opened >= 5
+    template["fields"]["content"]["open_pattern"] = "(?=<a>\\d)"
+    assert '"<a>"' not in json.dumps(rtcompile.structural_tag(template, tools, tool_choice="none", prefix="<|a|>\n"))

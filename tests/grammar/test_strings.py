@@ -12,7 +12,7 @@ import xgrammar as xgr
 
 from rtcompile.grammar.strings import string_rules
 
-ALPHABET = '<>/|ab"\\\n\té中'
+ALPHABET = '<>/|abnt"\\\n\té中'
 words = st.lists(st.text(alphabet=ALPHABET, min_size=1, max_size=5), max_size=3)
 
 
@@ -31,6 +31,8 @@ def _json_text(text: str) -> str | None:
 
 @given(excluded=words, body=st.text(alphabet=ALPHABET, max_size=12), escaped=st.booleans())
 @example(excluded=["a\nb"], body="a\nx", escaped=False)  # (a word's newline is no raw newline to write)
+@example(excluded=["nx"], body="\nx", escaped=True)  # (the escape `\n` writes an `n` the parser reads)
+@example(excluded=["\\"], body="\\", escaped=True)  # (a backslash word: no escape)
 def test_a_json_string_is_accepted_exactly_when_its_text_holds_no_word(excluded, body, escaped):
     written = json.dumps(body, ensure_ascii=False) if escaped else f'"{body}"'
     meaning = _json_text(written)
