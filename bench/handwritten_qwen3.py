@@ -146,7 +146,8 @@ def _without_empty_values(message: dict) -> dict:
     return {
         key: value
         for key, value in message.items()
-        if key == "role" or not (value is None or (isinstance(value, (str, list, dict)) and not value))
+        if key == "role"
+        or not (value is None or (isinstance(value, (str, list, dict)) and not value))
     }
 
 

@@ -20,7 +20,9 @@ from strategies import chunkings
 
 DELIMITER = '<|"|>'
 DIALECT = {"unquoted_keys": True, "string_delims": [[DELIMITER, DELIMITER]]}
-NAMED_BY_PATH = {"each": False, "name": ("path", ("name",)), "arguments": ("path", ("arguments",)), "id": None}
+NAMED_BY_PATH = {
+    "each": False, "name": ("path", ("name",)), "arguments": ("path", ("arguments",)), "id": None
+}
 EACH = dict(NAMED_BY_PATH, each=True)
 
 
@@ -99,7 +101,9 @@ def regions(draw, dialect: bool) -> tuple[str, list[tuple[str, dict]]]:
         objects = [in_dialect({"name": name, "arguments": args}) for name, args in calls]
     else:
         indent = draw(st.sampled_from([None, 1]))
-        objects = [json.dumps({"name": name, "arguments": args}, indent=indent) for name, args in calls]
+        objects = [
+            json.dumps({"name": name, "arguments": args}, indent=indent) for name, args in calls
+        ]
     return objects, calls
 
 
@@ -140,7 +144,11 @@ def test_reports_are_the_whole_regions_calls_however_it_is_chunked(data, dialect
 # containers of no interest nested in a member, data after the region's value.
 _EDGE_TEXTS = [
     ({}, '{"name": "a\\"b", "arguments": {"k": "x\\\\y\\"", "n": [1, {"z": "]"}], "m": 2}}'),
-    (DIALECT, '{name:<|"|>a"b<|"|>,arguments:{k:<|"|>x\\y<|<|"|>,s:"p<|"|>q<|"|>r",n:[1,{z:<|"|>]<|"|>}],m:2}}'),
+    (
+        DIALECT,
+        '{name:<|"|>a"b<|"|>,arguments:{k:<|"|>x\\y<|<|"|>,s:"p<|"|>q<|"|>r",n:[1,{z:<|"|>]<|"|>}],'
+        "m:2}}",
+    ),
     (DIALECT, '{name:<|"|>f<|"|>,arguments:{k:<|"|>a<|"|>,w:<<|"|>b<|"|>}}'),
     ({}, '{"name": "f", "arguments": {"k": 1}} {"name": "g"}'),
 ]
@@ -151,7 +159,8 @@ def test_every_two_way_split_reports_what_the_whole_region_reports():
         whole, _ = scan([text], content_args, NAMED_BY_PATH)
         assert any(report[0] == "member" for report in whole), text
         for cut in range(len(text) + 1):
-            assert scan([text[:cut], text[cut:]], content_args, NAMED_BY_PATH)[0] == whole, (text, cut)
+            halves = [text[:cut], text[cut:]]
+            assert scan(halves, content_args, NAMED_BY_PATH)[0] == whole, (text, cut)
 
 
 def test_members_are_reported_when_complete_not_at_the_regions_end():

@@ -212,12 +212,14 @@ class JsonScanner:
     def _close_delimited(self, text: str, end: int) -> None:
         """A custom-delimited string's closer ended at `end`: a member's value it was ends too."""
         self.delim_close = None
-        if not self.in_string and not self.opaque and self.stack and self.stack[-1].vstate == _V_DELIMITED:
-            self._complete(self.stack[-1], text, end)
+        stack = self.stack
+        if not self.in_string and not self.opaque and stack and stack[-1].vstate == _V_DELIMITED:
+            self._complete(stack[-1], text, end)
 
     def feed(self, chunk: str) -> None:
-        # One loop, a regex jumping to the next structural character (in a string: quote, backslash).
-        # At a few characters a chunk a method call per state costs a tenth: only rare steps are.
+        # One loop, a regex jumping to the next structural character (in a string: quote or
+        # backslash). Only rare steps are methods: at a few characters a chunk, a method call
+        # per state would make the scan a tenth slower.
         text = self.carry + chunk if self.carry else chunk
         n = len(text)
         i = 0
