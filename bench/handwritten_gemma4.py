@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any
 
-from .handwritten_qwen3 import _WHITESPACE, _cast_arguments, _tool_properties
+from .handwritten_qwen3 import _WHITESPACE, _cast_arguments, _tool_properties, _without_empty_values
 
 ANCHORS = ("<|turn>model\n", "<tool_response|>")
 _REASONING_OPEN = "<|channel>thought\n"
@@ -56,12 +56,26 @@ def _arguments(body: str) -> Any:
     return json.loads("".join(pieces))
 
 
-def parse_response(text: str, *, prefix: str | None = None, tools: list | None = None) -> dict:
+def _whole_message(text: str, prefix: str | None) -> str:
+    """The prompt's text after its last start anchor, then the generation (a prefix is required,
+    as the interpreter requires it)."""
     if prefix is None:
         raise ValueError('prefix is required (pass prefix="" when the text holds the whole message)')
     if prefix:
         cut = max((found + len(anchor) for anchor in ANCHORS if (found := prefix.rfind(anchor)) >= 0), default=0)
         text = prefix[cut:] + text
+    return text
+
+
+def _call(name: str, body: str, properties: dict | None) -> dict:
+    call = {"type": "function", "function": {"name": name, "arguments": _arguments(body)}}
+    if properties:
+        _cast_arguments(call, properties)
+    return call
+
+
+def parse_response(text: str, *, prefix: str | None = None, tools: list | None = None) -> dict:
+    text = _whole_message(text, prefix)
     properties = _tool_properties(tools) if tools else None
     message: dict[str, Any] = {"role": "assistant"}
     find, startswith = text.find, text.startswith
@@ -114,14 +128,8 @@ def parse_response(text: str, *, prefix: str | None = None, tools: list | None =
         elif kind == "call":
             close = find("<tool_call|>", stop)
             body_end, pos = (end, end) if close < 0 else (close, close + 12)
-            call = {"type": "function", "function": {"name": text[name_start:name_end], "arguments": _arguments(text[stop:body_end])}}
-            if properties:
-                _cast_arguments(call, properties)
+            call = _call(text[name_start:name_end], text[stop:body_end], properties)
             message.setdefault("tool_calls", []).append(call)
         else:
             pos = stop
-    return {
-        key: value
-        for key, value in message.items()
-        if key == "role" or not (value is None or (isinstance(value, (str, list, dict)) and not value))
-    }
+    return _without_empty_values(message)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .handwritten_qwen3 import _WHITESPACE, _cast_arguments, _tool_properties
+from .handwritten_qwen3 import _WHITESPACE, _cast_arguments, _tool_properties, _without_empty_values
 
 ANCHOR = "<|start|>assistant"
 _ANALYSIS = "<|channel|>analysis<|message|>"
@@ -143,8 +143,4 @@ def parse_response(text: str, *, prefix: str | None = None, tools: list | None =
             if properties:
                 _cast_arguments(call, properties)
             message.setdefault("tool_calls", []).append(call)
-    return {
-        key: value
-        for key, value in message.items()
-        if key == "role" or not (value is None or (isinstance(value, (str, list, dict)) and not value))
-    }
+    return _without_empty_values(message)

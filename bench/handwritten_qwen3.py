@@ -140,6 +140,17 @@ def _cast(raw: str, types: tuple[str, ...]) -> Any:
     return raw
 
 
+def _without_empty_values(message: dict) -> dict:
+    """The finished message as the interpreter returns it: keys whose value is None or an empty
+    string, list or dict are left out, except the role."""
+    return {
+        key: value
+        for key, value in message.items()
+        if key == "role"
+        or not (value is None or (isinstance(value, (str, list, dict)) and not value))
+    }
+
+
 def _tool_properties(tools: list | None) -> dict[str, dict]:
     """Tool name -> JSON-schema `properties`, for tools given as JSON schemas (dicts)."""
     properties_by_tool: dict[str, dict] = {}
@@ -262,13 +273,7 @@ class ResponseParser:
         return self._finished_message(), events
 
     def _finished_message(self) -> dict:
-        message = self._message
-        return {
-            key: value
-            for key, value in message.items()
-            if key == "role"
-            or not (value is None or (isinstance(value, (str, list, dict)) and not value))
-        }
+        return _without_empty_values(self._message)
 
     def _emit(self, text: str, events: list[dict]) -> None:
         state = self._state

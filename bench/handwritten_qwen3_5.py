@@ -30,7 +30,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .handwritten_qwen3 import _WHITESPACE, _cast_arguments, _tool_properties, _whitespace_run_start
+from .handwritten_qwen3 import (
+    _WHITESPACE,
+    _cast_arguments,
+    _tool_properties,
+    _whitespace_run_start,
+    _without_empty_values,
+)
 
 ANCHOR = "<|im_start|>assistant\n"
 _END_MARKERS = ("<|im_end|>", "<|endoftext|>")
@@ -95,12 +101,19 @@ def _call_close(text: str, start: int) -> tuple[int, int]:
         search = function + 1
 
 
-def parse_response(text: str, *, prefix: str | None = None, tools: list | None = None) -> dict:
+def _whole_message(text: str, prefix: str | None) -> str:
+    """The prompt's text after its last start anchor, then the generation (a prefix is required,
+    as the interpreter requires it)."""
     if prefix is None:
         raise ValueError('prefix is required (pass prefix="" when the text holds the whole message)')
     if prefix:
         anchor = prefix.rfind(ANCHOR)
         text = (prefix[anchor + len(ANCHOR) :] if anchor >= 0 else prefix) + text
+    return text
+
+
+def parse_response(text: str, *, prefix: str | None = None, tools: list | None = None) -> dict:
+    text = _whole_message(text, prefix)
     properties = _tool_properties(tools) if tools else None
     message: dict[str, Any] = {"role": "assistant"}
     find, startswith = text.find, text.startswith
@@ -154,8 +167,4 @@ def parse_response(text: str, *, prefix: str | None = None, tools: list | None =
             message.setdefault("tool_calls", []).append(call)
         else:
             pos = stop
-    return {
-        key: value
-        for key, value in message.items()
-        if key == "role" or not (value is None or (isinstance(value, (str, list, dict)) and not value))
-    }
+    return _without_empty_values(message)

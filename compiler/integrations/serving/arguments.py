@@ -167,7 +167,7 @@ class JsonScanner:
         self.opaque = 0
         self.in_string = False
         self.delim_close: str | None = None
-        self.carry = ""
+        self.carry = ""  # the text held back for the next chunk
         self.active: list[_Capture] = []
         self.root_seen = False
 
@@ -194,22 +194,38 @@ class JsonScanner:
                 undecided = True
         return False if undecided else None
 
-    def _open_delimited(self, text: str, j: int) -> int | bool | None:
-        """At a first character of a string_delims opener: where the string's text starts (its
-        closer now awaited), False while the opener is undecided at the chunk's end, None if none
-        starts here."""
+    def _open_delimited(self, text: str, j: int) -> int | None:
+        """At a first character of a string_delims opener (inside a JSON string or between values):
+        where the delimited string's text starts (its closer now awaited; a member's value that it
+        is starts there), -1 while the opener is undecided at the text's end, None if none starts
+        at j."""
         pair = self._opener_at(text, j)
-        if pair is False or pair is None:
-            return pair
+        if pair is None:
+            return None
+        if pair is False:
+            return -1
         self.delim_close = pair[1]
+        if not self.in_string:
+            self._value_starts(_V_DELIMITED)
         return j + len(pair[0])
 
+    def _close_delimited(self, text: str, end: int) -> None:
+        """A custom-delimited string's closer ended at `end`: a member's value it was ends too."""
+        self.delim_close = None
+        stack = self.stack
+        if not self.in_string and not self.opaque and stack and stack[-1].vstate == _V_DELIMITED:
+            self._complete(stack[-1], text, end)
+
     def feed(self, chunk: str) -> None:
+        # One loop, a regex jumping to the next structural character (in a string: quote or
+        # backslash). Only rare steps are methods: at a few characters a chunk, a method call
+        # per state would make the scan a tenth slower.
         text = self.carry + chunk if self.carry else chunk
         n = len(text)
         i = 0
-        end = n
+        end = n  # where the text held for the next chunk starts (n: none is)
         firsts = self.opener_firsts
+        in_string = self.in_string
         while i < n:
             if self.delim_close is not None:  # inside a custom-delimited string: no escapes
                 closer = self.delim_close
@@ -218,61 +234,36 @@ class JsonScanner:
                     end = max(i, n - len(closer) + 1)  # the closer may straddle the boundary
                     break
                 i = j + len(closer)
-                self.delim_close = None
-                if (
-                    not self.in_string
-                    and not self.opaque
-                    and self.stack
-                    and self.stack[-1].vstate == _V_DELIMITED
-                ):
-                    self._complete(self.stack[-1], text, i)
+                self._close_delimited(text, i)
                 continue
-            if self.in_string:
-                m = self.string_stop.search(text, i)
-                if m is None:
-                    break
-                j = m.start()
-                c = text[j]
-                if firsts and c in firsts:
-                    opened = self._open_delimited(text, j)
-                    if opened is False:
-                        end = j
-                        break
-                    if opened is not None:
-                        i = opened
-                        continue
-                if c == "\\":
-                    if j + 1 >= n:
-                        end = j
-                        break
-                    i = j + 2
-                elif c == '"':
-                    self.in_string = False
-                    i = j + 1
-                    if not self.opaque and self.stack and self.stack[-1].vstate == _V_STRING:
-                        self._complete(self.stack[-1], text, i)
-                else:
-                    i = j + 1
-                continue
-            m = self.structural.search(text, i)
+            m = (self.string_stop if in_string else self.structural).search(text, i)
             if m is None:
                 break
             j = m.start()
             c = text[j]
             i = j + 1
             if firsts and c in firsts:
-                opened = self._open_delimited(text, j)
-                if opened is False:
-                    end = j
-                    break
-                if opened is not None:
-                    i = opened
-                    self._value_starts(_V_DELIMITED)
+                resume = self._open_delimited(text, j)
+                if resume is not None:
+                    if resume < 0:
+                        end = j
+                        break
+                    i = resume
                     continue
-            if c == '"':
-                self.in_string = True
+            if in_string:
+                if c == "\\":
+                    if i >= n:  # (the escaped character is in the next chunk)
+                        end = j
+                        break
+                    i += 1
+                elif c == '"':
+                    self.in_string = in_string = False
+                    if not self.opaque and self.stack and self.stack[-1].vstate == _V_STRING:
+                        self._complete(self.stack[-1], text, i)
+            elif c == '"':
+                self.in_string = in_string = True
                 self._value_starts(_V_STRING)
-            elif self.opaque:
+            elif self.opaque:  # a subtree of no interest: only its depth is counted
                 if c == "{" or c == "[":
                     self.opaque += 1
                 elif c == "}" or c == "]":
@@ -328,23 +319,30 @@ class JsonScanner:
         frame.key = None
         frame.vstate = _V_NONE
 
+    def _root_opens(self, c: str, j: int) -> None:
+        """The region's value opens with `c` at j: the transform_each list, the call object, or
+        (any other value, or extra data after the value, which the region will fail to parse) a
+        subtree of no interest."""
+        if self.root_seen:
+            self.opaque = 1
+            return
+        self.root_seen = True
+        if self.each:
+            if c == "[":
+                self.stack.append(_Frame("[", None, 0, _TRACK))
+            else:
+                self.opaque = 1
+        elif c == "{" and self._role(()) != _OPAQUE:
+            self._push_object((), 0, self._role(()), j)
+        else:
+            self.opaque = 1
+
     def _structural(self, c: str, text: str, j: int) -> None:
+        """A structural character outside strings and outside subtrees of no interest."""
         stack = self.stack
         if not stack:
             if c == "{" or c == "[":
-                if self.root_seen:  # extra data after the value: the region will fail to parse
-                    self.opaque = 1
-                    return
-                self.root_seen = True
-                if self.each:
-                    if c == "[":
-                        stack.append(_Frame("[", None, 0, _TRACK))
-                    else:
-                        self.opaque = 1
-                elif c == "{" and self._role(()) != _OPAQUE:
-                    self._push_object((), 0, self._role(()), j)
-                else:
-                    self.opaque = 1
+                self._root_opens(c, j)
             return
         frame = stack[-1]
         if c == "{" or c == "[":
