@@ -14,7 +14,9 @@ is outside that class (`Written.tail` carries the class to whatever follows the 
 Lookarounds are not written (what follows must satisfy them: the tests parse what the grammar
 accepts); a `^` or `\\A` at a pattern's start makes the delimiter one that only matches where the
 parser's text starts (`Written.at_start`), or, a MULTILINE `^`, where a line starts too
-(`Written.at_line_start`: a closer is written after a newline). Anything else (back references,
+(`Written.at_line_start`: a closer is written after a newline). A lazy repeat writes none of the
+first character of the fixed text after it (so the match ends there); a greedy one that could run
+over that text is refused. Anything else (back references,
 conditionals, `$`, `\\b`, classes that cannot be written exactly) is a GrammarError naming the
 delimiter.
 """
@@ -315,6 +317,9 @@ class _Converter:
                 cls = self.layout
                 if cls.is_empty():
                     return F.EMPTY if node.min == 0 else _refuse(self.where, "whitespace the region's closer is made of")
+            if node.max != node.min:
+                cls, high = self._repeat_bounded_by(cls, node, follow)
+                return F.regex(cls.source() + _quantifier(node.min, high)) if high != 0 else F.EMPTY
             return F.regex(cls.source() + _quantifier(node.min, node.max))
         # (a repeated body is followed by itself, then by what follows the repeat)
         body = self.sequence(list(items), [node] + follow)
@@ -325,6 +330,31 @@ class _Converter:
         if (node.min, node.max) == (1, None):
             return F.plus(body)
         return F.repeat(body, node.min, node.max)
+
+
+    def _repeat_bounded_by(self, cls: C.CharClass, node: rs.Repeat, follow: list) -> tuple[C.CharClass, int | None]:
+        """What a repeated class may write, and how many times at most, so that the pattern's
+        match ends where the grammar writes it. A lazy repeat stops at the first place the text
+        after it matches: it writes none of that text's first character (`<a>.*?<a>` is written
+        `<a>`, text without `<`, `<a>`), or, with nothing after it, only its minimum. A greedy
+        one that could run over the text after it would find a later one in what follows."""
+        after = rs.literal_prefix(rs.Seq(tuple(follow))) if follow else ""
+        if node.mode == "lazy":
+            if not follow:
+                return cls, node.min
+            if not after:
+                raise GrammarError(self.where, "a lazy repeat before text that is not fixed cannot be written")
+            if cls.contains(after[0]):
+                if cls.negated:
+                    cls = C.CharClass(cls.chars | {after[0]}, cls.ranges, True)
+                elif not cls.ranges:
+                    cls = cls.without(after[0])
+                else:
+                    raise GrammarError(self.where, f"a lazy repeat that could hold {after[0]!r} cannot be written")
+            return cls, node.max
+        if node.max is None and after and all(cls.contains(char) for char in after):
+            raise GrammarError(self.where, f"a repeat that could run over the {after!r} after it cannot be written")
+        return cls, node.max
 
 
 def opener_firsts(delimiter: ir.Delimiter, where: str) -> list[C.CharClass]:

@@ -462,3 +462,37 @@ def test_a_region_opened_by_a_lookahead_is_written_with_the_text_it_looks_for():
     assert opened >= 5
     template["fields"]["content"]["open_pattern"] = "(?=<a>\\d)"
     assert '"<a>"' not in json.dumps(rtcompile.structural_tag(template, tools, tool_choice="none", prefix="<|a|>\n"))
+
+
+def test_a_lazy_repeat_is_written_so_the_match_ends_where_the_grammar_ends_it():
+    """The closer `<a>.*?<a>` closes at the first `<a>` after its start: text written in its
+    `.*?` holds no `<` (else the closer would end early and the rest open another call). A greedy
+    `<a>.*<a>` would run over later text to a later `<a>`: refused."""
+    from grammar_walk import END_OF_OUTPUT, check_calls, ordinary_spelling, text_of
+    from transformers.utils.chat_parsing import parse_response as interpreter_parse
+
+    template = {
+        "start_anchor": "<|a|>\n",
+        "fields": {"tool_calls": {"repeats": True, "content": "json", "open": "<a>", "close_pattern": "<a>.*?<a>",
+                                  "transform": {"type": "function", "function": "{content}"}}},
+    }
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    tokenizer, stops = family_tokenizer(template, (END_OF_OUTPUT,))
+    walker = Walker(tokenizer, stops)
+    tag = rtcompile.structural_tag(template, tools, tool_choice="auto", parallel_tool_calls=False, prefix="<|a|>\n", stop_tokens=[END_OF_OUTPUT])
+    grammar = walker.compile(tag)
+    call = '<a>{"name": "a", "arguments": {}}'
+    assert walker.accepts(grammar, ordinary_spelling(tokenizer, call + "<a>x)<a>"))[0]
+    assert not walker.accepts(grammar, ordinary_spelling(tokenizer, call + "<a>x<a>)<a>"))[0]
+    rng = __import__("random").Random(2)
+    checked = 0
+    for _ in range(40):
+        ids, ended = walker.walk(grammar, rng, max_tokens=200)
+        if ended:
+            message = interpreter_parse(text_of(tokenizer, ids), template, prefix="<|a|>\n", tools=tools)
+            assert not check_calls(message, tools, "auto", False), (text_of(tokenizer, ids), message)
+            checked += 1
+    assert checked >= 10
+    template["fields"]["tool_calls"]["close_pattern"] = "<a>.*<a>"
+    with pytest.raises(rtcompile.GrammarError, match="a repeat that could run over the '<a>' after it"):
+        rtcompile.structural_tag(template, tools, tool_choice="auto")
