@@ -321,7 +321,8 @@ class OpenAIStream:
         template, plan = _template_and_plan(parser, template)
         self.parser = parser
         self.template = template
-        fields = template.get("fields", {})
+        self._plan = plan
+        fields = plan.fields
         if reasoning_field is None:
             reasoning_field = next(
                 (f for f in ("reasoning_content", "thinking") if f in fields), None
@@ -391,7 +392,7 @@ class OpenAIStream:
         return deltas
 
     def _check_calls(self, message: dict) -> None:
-        final = message_tool_calls(message, self.template, self._tool_field_name)
+        final = message_tool_calls(message, self._plan, self._tool_field_name)
         failed = {index for error in self.errors for index in error.get("calls", ())}
         sent = [(index, call) for index, call in enumerate(self._deltas.calls) if index not in failed]
         if len(final) != len(sent):

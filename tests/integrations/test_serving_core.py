@@ -529,13 +529,18 @@ def test_a_token_generation_refuses_text():
 
 
 def test_templates_a_server_cannot_serve_are_refused_in_one_line():
+    def served(fields: dict, **template: Any) -> str | None:
+        return served_fields(plan_for({"start_anchor": "<s>", "fields": fields, **template}))
+
     with pytest.raises(ValueError, match=r"fields rtcompile cannot serve: \['extra'\]") as refused:
-        served_fields({"fields": {"content": {}, "extra": {"open": "<x>", "close": "</x>"}}})
+        served({"content": {}, "extra": {"open": "<x>", "close": "</x>"}})
     assert "\n" not in str(refused.value)
+    with pytest.raises(ValueError, match=r"cannot serve: \['defaults.tone'\]"):
+        served({"content": {}}, defaults={"role": "assistant", "tone": "dry"})
     with pytest.raises(ValueError, match="both `reasoning_content` and `thinking`"):
-        served_fields({"fields": {"reasoning_content": {}, "thinking": {}}})
-    with pytest.raises(ValueError, match="no `fields` object"):
-        served_fields({"fields": []})
+        served({"reasoning_content": {"open": "<r>", "close": "</r>"}, "thinking": {"open": "<t>", "close": "</t>"}})
+    assert served({"thinking": {"open": "<t>", "close": "</t>"}, "content": {}}, defaults={"role": "assistant"}) == "thinking"
+    assert served({"content": {}}) is None
     with pytest.raises(ValueError, match="no response template") as missing:
         resolve_template(None, environment_variable="RTCOMPILE_TEST_NO_SUCH_VARIABLE")
     assert "\n" not in str(missing.value)

@@ -23,7 +23,7 @@ then `take()` gives the chunk's result. How each field is routed is the host's c
 - `message_keys` {field: key}: the text as the parser's final message has it (stripped at the
   region's edges, `join` separators, blank lines between texts of a field written twice, a default
   nothing replaced, other content parsers' values as text at the close) (OpenAIStream);
-- `verbatim_keys` {field: key}: a field built with `host.verbatim_tool_field`, passed on
+- `verbatim_keys` {field: key}: a field made plain text (`rtcompile.frontend.variants.verbatim_field`), passed on
   with its delimiters as the model wrote them (tool calls as text: tool parsing off, or for a
   server's tool parser to read);
 - `tool_field`: the field whose regions are tool calls (`calls.ToolCalls`); the text of one that
@@ -62,14 +62,14 @@ from rtcompile.runtime.token_parser import TokenIds
 
 from .arguments import to_json
 from .calls import ToolCalls
-from .plan import ServingPlan
+from .plan import FieldFacts, ServingPlan
 
 __all__ = ["OPENER_GROUP", "Generation", "Renderer", "as_id_list", "last_boundary", "text_of", "written_ids"]
 
 logger = logging.getLogger(__name__)
 
 # The named group around a tool-call opener pattern whose matched text is passed on verbatim
-# (host.verbatim_tool_field writes it).
+# (rtcompile.frontend.variants.verbatim_field writes it).
 OPENER_GROUP = "rtcompile_opener"
 
 
@@ -209,20 +209,23 @@ class _MessageText:
     joins two non-empty texts of a field without `repeats` with a blank line (the interpreter keeps
     only the last). The separator goes out with the next region's first text."""
 
-    def __init__(self, generation: "Generation", field: str, key: str, spec: dict, default: Any, keep_mode: bool):
+    def __init__(
+        self, generation: "Generation", field: str, key: str, facts: FieldFacts | None, default: Any, keep_mode: bool
+    ):
+        """`facts`: the field's (None: the template has no such field, only a default for it)."""
         self.generation = weakref.proxy(generation)
         self.field = field
         self.key = key
         self.renderer = generation.renderer
-        args = spec.get("content_args", {})
+        args = facts.content_args if facts is not None else {}
         # Text streams as it comes, unless a transform makes the value something else than the
         # region's text: then, as for the structured parsers, the value's text goes at the close.
-        self.streams = spec.get("content", "text") == "text" and spec.get("transform") in (None, "{content}")
+        self.streams = facts is None or (facts.content == "text" and facts.value_is_content)
         self.strip = bool(args.get("strip", True)) if isinstance(args, dict) else True
-        join = spec.get("join")
-        self.join = join if isinstance(join, str) and spec.get("repeats") else None
+        self.join = facts.join if facts is not None else None  # (only a field that repeats has one)
+        repeats = facts is not None and facts.repeats
         self.has_previous = self.join is not None and default is not None
-        self.blank_lines = keep_mode and self.join is None and not spec.get("repeats")
+        self.blank_lines = keep_mode and self.join is None and not repeats
         self.has_text = False  # (blank_lines) the field's value so far is a non-empty string
         self.parts: list[str] = []  # everything sent, for the check at the end
         self.started = False
@@ -330,31 +333,32 @@ def _without(text: str, pieces: list[str]) -> str:
 
 
 class _Verbatim:
-    """A field built with `verbatim_tool_field`: its regions go out under `key` with their delimiters,
+    """A field made plain text (`verbatim_field`): its regions go out under `key` with their delimiters,
     as the model wrote them. The opener an open pattern matched is read from the parser's captures
     while the region is open, else from the region's value at its close; until then the region's
     text waits. What a closer pattern matched comes with the close event (the parser reports
     closers); a literal closer goes out when the region closed by it (at the end of the output: when
     the parser held it back unread)."""
 
-    __slots__ = ("generation", "key", "spec", "pattern_closed", "send", "pending", "maker", "nothing")
+    __slots__ = ("generation", "key", "opener", "closer", "pattern_closed", "send", "pending", "maker", "nothing")
 
-    def __init__(self, generation: "Generation", key: str, spec: dict, pattern_closed: bool):
+    def __init__(self, generation: "Generation", key: str, facts: FieldFacts):
         self.generation = weakref.proxy(generation)
         self.key = key
-        self.spec = spec
-        self.pattern_closed = pattern_closed
+        # a single literal opener (closer) is known; otherwise the parser reports what matched
+        self.opener: str | None = facts.open[0] if len(facts.open) == 1 else None
+        self.closer: str | None = facts.close[0] if len(facts.close) == 1 else None
+        self.pattern_closed = facts.pattern_closed
         self.send = generation.renderer.text
         self.pending: list[str] | None = None  # the region's text while its opener is unknown
         self.maker: Callable[[str], Any] = _noop
         self.nothing: Callable[[], Any] = _noop
 
     def open(self, live: bool) -> None:
-        spec = self.spec
         generation = self.generation
-        if "open" in spec:
+        if self.opener is not None:
             self.pending = None
-            self.send(self.key, generation.cut_delimiter(spec["open"]))
+            self.send(self.key, generation.cut_delimiter(self.opener))
             return
         opener = generation.parser.region_captures.get(OPENER_GROUP) if live else None
         if isinstance(opener, str):
@@ -389,8 +393,8 @@ class _Verbatim:
         if self.pattern_closed:  # ("" if the end closed it)
             closer = generation.cut_delimiter(event.get("closer", ""))
         else:
-            closer = self.spec.get("close")
-            if not isinstance(closer, str) or (finalizing and not generation.unread_at_end.startswith(closer)):
+            closer = self.closer
+            if closer is None or (finalizing and not generation.unread_at_end.startswith(closer)):
                 return  # closed by the end of the output, its closer not written
             closer = generation.cut_delimiter(closer)
         if closer:
@@ -538,25 +542,25 @@ class Generation:
         plan, renderer = self.plan, self.renderer
         handlers: dict[str, Any] = {}
         for field, key in text_keys.items():
-            spec = plan.fields.get(field)
-            if spec is None:
+            facts = plan.fields.get(field)
+            if facts is None:
                 continue
             if key is None:
                 handlers[field] = _Dropped("", renderer)
-            elif isinstance(spec.get("join"), str) and spec.get("repeats"):
-                handlers[field] = _JoinedText(key, renderer, spec["join"])
+            elif facts.join is not None:  # (only a field that repeats has one)
+                handlers[field] = _JoinedText(key, renderer, facts.join)
             else:
                 handlers[field] = _RawText(key, renderer)
-        defaults = plan.template.get("defaults") or {}
+        defaults = plan.defaults
         self._message_text: dict[str, _MessageText] = {}
         for field, key in message_keys.items():
             if field in plan.fields or field in defaults:  # (a default alone is sent at the end)
                 keep_mode = getattr(self.parser, "errors", "strict") == "keep"
-                handler = _MessageText(self, field, key, plan.fields.get(field, {}), defaults.get(field), keep_mode)
+                handler = _MessageText(self, field, key, plan.fields.get(field), defaults.get(field), keep_mode)
                 handlers[field] = self._message_text[field] = handler
         for field, key in verbatim_keys.items():
             if field in plan.fields:
-                handlers[field] = _Verbatim(self, key, plan.fields[field], field in plan.pattern_closed)
+                handlers[field] = _Verbatim(self, key, plan.fields[field])
         self._tool_calls: ToolCalls | None = None
         if tool_field is not None and tool_field in plan.fields:
             handlers[tool_field] = self._tool_calls = ToolCalls(

@@ -340,8 +340,8 @@ class RtcompileReasoningParser(ResponseTemplateReasoningParser):
 
     def _closer_ids(self) -> list[list[int]] | None:
         """Token ids of each literal closer of reasoning, or None when they are not all literal."""
-        spec = self.reasoning.spec
-        if spec is None or spec.get("repeats") or "close" not in spec:
+        facts = self.reasoning.facts
+        if facts is None or facts.repeats:
             return None
         closers = self._field_literals("close")
         if not closers:
