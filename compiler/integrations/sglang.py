@@ -87,7 +87,7 @@ from sglang.srt.runtime_context import get_context
 import rtcompile
 from rtcompile.frontend import variants
 
-from .serving import OPENER_GROUP, Generation, Renderer, ServingPlan, WholeOutput, tool_dicts, unvalidated_builder
+from .serving import OPENER_GROUP, Generation, Renderer, Route, ServingPlan, WholeOutput, tool_dicts, unvalidated_builder
 from .serving.host import (
     CONTENT_FIELD,
     REASONING_FIELDS,
@@ -330,16 +330,10 @@ class RtcompileReasoningDetector(_KeptSignature, ResponseTemplateReasoningDetect
 
     def _new_generation(self, renderer: Renderer) -> Generation:
         plans = self.plans
-        keys = {CONTENT_FIELD: _NORMAL}
+        routes = {CONTENT_FIELD: Route.raw(_NORMAL), TOOL_FIELD: Route.verbatim(_NORMAL)}
         if plans.reasoning_field is not None:
-            keys[plans.reasoning_field] = _REASONING
-        return Generation(
-            plans.reasoning,
-            renderer,
-            prefix=self._rtc_prefix,
-            text_keys=keys,
-            verbatim_keys={TOOL_FIELD: _NORMAL},
-        )
+            routes[plans.reasoning_field] = Route.raw(_REASONING)
+        return Generation(plans.reasoning, renderer, routes, prefix=self._rtc_prefix)
 
     def detect_and_parse(self, text: str) -> ReasoningStreamingParseResult:
         texts = WholeOutput()
@@ -588,12 +582,13 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
         return Generation(
             self.plans.tools,
             renderer,
+            {
+                _NORMAL: Route.raw(_NORMAL),
+                **dict.fromkeys(self.plans.passed_through, Route.verbatim(_NORMAL)),
+                TOOL_FIELD: Route.calls(_NORMAL),  # (a call that fails to parse: normal text)
+            },
             prefix=self._rtc_prefix,
             tools=tool_dicts(tools, parsing_only=True),
-            text_keys={_NORMAL: _NORMAL},
-            verbatim_keys=dict.fromkeys(self.plans.passed_through, _NORMAL),
-            tool_field=TOOL_FIELD,
-            failed_key=_NORMAL,
         )
 
     def has_tool_call(self, text: str) -> bool:

@@ -27,6 +27,7 @@ from rtcompile.integrations.openai_stream import accumulate_deltas
 from rtcompile.integrations.serving import (
     Generation,
     Reasoning,
+    Route,
     ServingPlan,
     WholeOutput,
     call_parts,
@@ -102,10 +103,13 @@ def core_run(
     generation = Generation(
         plan_for(template),
         whole,
+        {
+            "content": Route.message("content"),
+            "reasoning_content": Route.message("reasoning"),
+            "tool_calls": Route.calls("content"),
+        },
         prefix=prefix,
         tools=tools,
-        message_keys={"content": "content", "reasoning_content": "reasoning"},
-        tool_field="tool_calls",
         **options,
     )
     for chunk in chunks:
@@ -212,15 +216,18 @@ def test_a_control_token_spelled_out_is_text_and_its_id_a_delimiter():
     assert (whole.joined("reasoning"), whole.joined("content")) == ("hi", "ok")
 
 
-def test_raw_text_keys_send_the_regions_text_as_written():
-    """`text_keys`: a region's text unstripped (vLLM's and SGLang's text), content and reasoning."""
+def test_raw_routes_send_the_regions_text_as_written():
+    """`Route.raw`: a region's text unstripped (vLLM's and SGLang's text), content and reasoning."""
     whole = WholeOutput()
     generation = Generation(
         plan_for(template_for("qwen3")),
         whole,
+        {
+            "content": Route.raw("content"),
+            "reasoning_content": Route.raw("reasoning"),
+            "tool_calls": Route.calls("content"),
+        },
         prefix=ANCHORS["qwen3"],
-        text_keys={"content": "content", "reasoning_content": "reasoning"},
-        tool_field="tool_calls",
     )
     for chunk in ["<think>\n plan", " \n</think>", "\n\n Hi ", "there<|im_end|>"]:
         generation.feed(chunk)
@@ -264,7 +271,7 @@ def test_has_tool_call_counts_a_call_the_prompt_left_open_and_a_failed_one():
     assert "{not json" in whole.joined("content")  # the failed region's text is kept
     generation, _ = core_run(template, ["no call here<|im_end|>"], prefix=ANCHORS["qwen3"])
     assert not generation.has_tool_call
-    without_field = Generation(plan_for(template), WholeOutput(), prefix=ANCHORS["qwen3"])
+    without_field = Generation(plan_for(template), WholeOutput(), {}, prefix=ANCHORS["qwen3"])
     without_field.feed("<tool_call>\n{}</tool_call>")
     without_field.finish()
     assert not without_field.has_tool_call  # (no tool field was given: nothing is tracked)
@@ -521,9 +528,9 @@ def test_a_token_generation_refuses_text():
     generation = Generation(
         plan_for(template_for("qwen3")),
         WholeOutput(),
+        {"content": Route.message("content")},
         tokenizer=tokenizer,
         prompt_token_ids=token_serving.encode("qwen3", ANCHORS["qwen3"]),
-        message_keys={"content": "content"},
     )
     with pytest.raises(TypeError, match="takes token ids"):
         generation.feed("text", "text")

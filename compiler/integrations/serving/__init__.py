@@ -27,7 +27,7 @@ by its own name, not from here).
 """
 
 from .calls import ToolCallPlan, call_parts
-from .generation import OPENER_GROUP, Generation, Renderer, as_id_list, last_boundary, text_of, written_ids
+from .generation import OPENER_GROUP, Generation, Renderer, Route, as_id_list, last_boundary, text_of, written_ids
 from .plan import FieldFacts, ServingPlan, message_tool_calls
 from .reasoning import Reasoning, ReasoningTokenCounter
 from .results import WholeCall, WholeOutput, same_as_validated, tool_dicts, unvalidated_builder
@@ -39,6 +39,7 @@ __all__ = [
     "Reasoning",
     "ReasoningTokenCounter",
     "Renderer",
+    "Route",
     "ServingPlan",
     "ToolCallPlan",
     "WholeCall",
