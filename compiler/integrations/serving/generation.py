@@ -56,8 +56,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from rtcompile.runtime.token_ids import MARKER, TokenIdDecoder
 from rtcompile.runtime.token_parser import TokenIds
@@ -78,10 +77,10 @@ OPENER_GROUP = "rtcompile_opener"
 RAW, DROPPED, MESSAGE, VERBATIM, CALLS = "raw", "dropped", "message", "verbatim", "calls"
 
 
-@dataclass(frozen=True)
-class Route:
+class Route(NamedTuple):
     """How one field's regions reach the host (module docstring): `how` (raw, dropped, message,
-    verbatim, calls) and the renderer's `key` (for calls: the key of a failed region's text)."""
+    verbatim, calls) and the renderer's `key` (for calls: the key of a failed region's text). A
+    tuple: hosts build their routes per request."""
 
     how: str
     key: str | None = None
