@@ -63,20 +63,36 @@ TEMPLATE = {
         "content": {"open": "<|START_RESPONSE|>", "close": "<|END_RESPONSE|>", "content": "text"},
     },
 }
-# What servers read of the template (rtcompile.frontend.facts), per field: its literal open and
-# close delimiters (none for a pattern), whether a pattern closes it, and where a call's parts
-# come from under its transform ((kind, value): literal, capture, path or unknown).
+# What servers read of the template (rtcompile.frontend.facts.field_facts), per field: its
+# delimiters, content parser, repeats, join, optional, and where a call's parts come from under
+# its transform ((kind, value): literal, capture, path or unknown).
 FIELD_FACTS = {
     "reasoning_content": {
         "open": ("<|START_THINKING|>",),
         "close": ("<|END_THINKING|>",),
+        "open_regex": "<\\|START_THINKING\\|>",
+        "close_regex": "<\\|END_THINKING\\|>",
         "pattern_closed": False,
+        "content": "text",
+        "content_args": {},
+        "value_is_content": True,
+        "repeats": False,
+        "join": None,
+        "optional": True,
         "call": None,
     },
     "tool_calls": {
         "open": ("<|START_ACTION|>",),
         "close": ("<|END_ACTION|>",),
+        "open_regex": "<\\|START_ACTION\\|>",
+        "close_regex": "<\\|END_ACTION\\|>",
         "pattern_closed": False,
+        "content": "json",
+        "content_args": {},
+        "value_is_content": False,
+        "repeats": False,
+        "join": None,
+        "optional": True,
         "call": {
             "each": True,
             "name": ("path", ("tool_name",)),
@@ -87,9 +103,22 @@ FIELD_FACTS = {
     "content": {
         "open": ("<|START_RESPONSE|>",),
         "close": ("<|END_RESPONSE|>",),
+        "open_regex": "<\\|START_RESPONSE\\|>",
+        "close_regex": "<\\|END_RESPONSE\\|>",
         "pattern_closed": False,
+        "content": "text",
+        "content_args": {},
+        "value_is_content": True,
+        "repeats": False,
+        "join": None,
+        "optional": True,
         "call": None,
     },
+}
+# ... and of the template as a whole: its literal start anchors and its defaults.
+TEMPLATE_FACTS = {
+    "start_anchor": ("<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",),
+    "defaults": {"role": "assistant"},
 }
 # Per field, literal closers that end with the next message's start anchor (closer, anchor).
 CLOSERS_ENDING_IN_ANCHOR = {}

@@ -64,28 +64,57 @@ TEMPLATE = {
         "content": {"close": ["<turn|>", "<|tool_response>", "<eos>"], "content": "text"},
     },
 }
-# What servers read of the template (rtcompile.frontend.facts), per field: its literal open and
-# close delimiters (none for a pattern), whether a pattern closes it, and where a call's parts
-# come from under its transform ((kind, value): literal, capture, path or unknown).
+# What servers read of the template (rtcompile.frontend.facts.field_facts), per field: its
+# delimiters, content parser, repeats, join, optional, and where a call's parts come from under
+# its transform ((kind, value): literal, capture, path or unknown).
 FIELD_FACTS = {
     "reasoning_content": {
         "open": ("<|channel>thought\n",),
         "close": ("<channel|>",),
+        "open_regex": "<\\|channel>thought\\\n",
+        "close_regex": "<channel\\|>",
         "pattern_closed": False,
+        "content": "text",
+        "content_args": {},
+        "value_is_content": True,
+        "repeats": False,
+        "join": None,
+        "optional": True,
         "call": None,
     },
     "tool_calls": {
         "open": (),
         "close": ("<tool_call|>",),
+        "open_regex": "<\\|tool_call>call:(?P<name>[^{<\\s]+)",
+        "close_regex": "<tool_call\\|>",
         "pattern_closed": False,
+        "content": "json",
+        "content_args": {"unquoted_keys": True, "string_delims": [['<|"|>', '<|"|>']]},
+        "value_is_content": False,
+        "repeats": True,
+        "join": None,
+        "optional": True,
         "call": {"each": False, "name": ("capture", "name"), "arguments": ("path", ()), "id": None},
     },
     "content": {
         "open": (),
         "close": ("<turn|>", "<|tool_response>", "<eos>"),
+        "open_regex": None,
+        "close_regex": "<\\|tool_response>|<turn\\|>|<eos>",
         "pattern_closed": False,
+        "content": "text",
+        "content_args": {},
+        "value_is_content": True,
+        "repeats": False,
+        "join": None,
+        "optional": True,
         "call": None,
     },
+}
+# ... and of the template as a whole: its literal start anchors and its defaults.
+TEMPLATE_FACTS = {
+    "start_anchor": ("<|turn>model\n", "<tool_response|>"),
+    "defaults": {"role": "assistant"},
 }
 # Per field, literal closers that end with the next message's start anchor (closer, anchor).
 CLOSERS_ENDING_IN_ANCHOR = {}

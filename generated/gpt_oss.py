@@ -67,29 +67,55 @@ TEMPLATE = {
         },
     },
 }
-# What servers read of the template (rtcompile.frontend.facts), per field: its literal open and
-# close delimiters (none for a pattern), whether a pattern closes it, and where a call's parts
-# come from under its transform ((kind, value): literal, capture, path or unknown).
+# What servers read of the template (rtcompile.frontend.facts.field_facts), per field: its
+# delimiters, content parser, repeats, join, optional, and where a call's parts come from under
+# its transform ((kind, value): literal, capture, path or unknown).
 FIELD_FACTS = {
     "reasoning_content": {
         "open": ("<|channel|>analysis<|message|>",),
         "close": ("<|end|>", "<|return|>", "<|call|>"),
+        "open_regex": "<\\|channel\\|>analysis<\\|message\\|>",
+        "close_regex": "<\\|return\\|>|<\\|call\\|>|<\\|end\\|>",
         "pattern_closed": False,
+        "content": "text",
+        "content_args": {},
+        "value_is_content": True,
+        "repeats": False,
+        "join": None,
+        "optional": True,
         "call": None,
     },
     "tool_calls": {
         "open": (),
         "close": ("<|call|>",),
+        "open_regex": "(?:<\\|start\\|>assistant)?\\s*(?:to=functions\\.(?P<name>[^<\\s]+)\\s*<\\|channel\\|>commentary|<\\|channel\\|>commentary\\s+to=functions\\.(?P<name>[^<\\s]+))[^<]*(?:<\\|constrain\\|>[^<]*)?<\\|message\\|>",
+        "close_regex": "<\\|call\\|>",
         "pattern_closed": False,
+        "content": "json",
+        "content_args": {},
+        "value_is_content": False,
+        "repeats": True,
+        "join": None,
+        "optional": True,
         "call": {"each": False, "name": ("capture", "name"), "arguments": ("path", ()), "id": None},
     },
     "content": {
         "open": ("<|channel|>final<|message|>",),
         "close": ("<|return|>", "<|end|>"),
+        "open_regex": "<\\|channel\\|>final<\\|message\\|>",
+        "close_regex": "<\\|return\\|>|<\\|end\\|>",
         "pattern_closed": False,
+        "content": "text",
+        "content_args": {},
+        "value_is_content": True,
+        "repeats": False,
+        "join": None,
+        "optional": True,
         "call": None,
     },
 }
+# ... and of the template as a whole: its literal start anchors and its defaults.
+TEMPLATE_FACTS = {"start_anchor": ("<|start|>assistant",), "defaults": {"role": "assistant"}}
 # Per field, literal closers that end with the next message's start anchor (closer, anchor).
 CLOSERS_ENDING_IN_ANCHOR = {}
 

@@ -61,14 +61,22 @@ TEMPLATE = {
         },
     },
 }
-# What servers read of the template (rtcompile.frontend.facts), per field: its literal open and
-# close delimiters (none for a pattern), whether a pattern closes it, and where a call's parts
-# come from under its transform ((kind, value): literal, capture, path or unknown).
+# What servers read of the template (rtcompile.frontend.facts.field_facts), per field: its
+# delimiters, content parser, repeats, join, optional, and where a call's parts come from under
+# its transform ((kind, value): literal, capture, path or unknown).
 FIELD_FACTS = {
     "tool_calls": {
         "open": (),
         "close": ("<|python_end|>", "<|eom|>", "<|eot|>"),
+        "open_regex": "^\\s*(?:<\\|python_start\\|>\\s*)?(?=\\[\\s*[A-Za-z_][A-Za-z0-9_.-]*\\s*\\(\\s*(?:\\)|[A-Za-z_][A-Za-z0-9_]*\\s*=))",
+        "close_regex": "<\\|python_end\\|>|<\\|eom\\|>|<\\|eot\\|>",
         "pattern_closed": False,
+        "content": "python-call-list",
+        "content_args": {},
+        "value_is_content": False,
+        "repeats": False,
+        "join": None,
+        "optional": True,
         "call": {
             "each": True,
             "name": ("path", ("name",)),
@@ -76,7 +84,25 @@ FIELD_FACTS = {
             "id": None,
         },
     },
-    "content": {"open": (), "close": (), "pattern_closed": True, "call": None},
+    "content": {
+        "open": (),
+        "close": (),
+        "open_regex": None,
+        "close_regex": "\\s*(?:<\\|eot\\|>|<\\|eom\\|>|<\\|end_of_text\\|>)",
+        "pattern_closed": True,
+        "content": "text",
+        "content_args": {},
+        "value_is_content": True,
+        "repeats": False,
+        "join": None,
+        "optional": True,
+        "call": None,
+    },
+}
+# ... and of the template as a whole: its literal start anchors and its defaults.
+TEMPLATE_FACTS = {
+    "start_anchor": ("<|header_start|>assistant<|header_end|>\n\n",),
+    "defaults": {"role": "assistant"},
 }
 # Per field, literal closers that end with the next message's start anchor (closer, anchor).
 CLOSERS_ENDING_IN_ANCHOR = {}

@@ -59,24 +59,55 @@ TEMPLATE = {
         "content": {"close": "</s>", "content": "text"},
     },
 }
-# What servers read of the template (rtcompile.frontend.facts), per field: its literal open and
-# close delimiters (none for a pattern), whether a pattern closes it, and where a call's parts
-# come from under its transform ((kind, value): literal, capture, path or unknown).
+# What servers read of the template (rtcompile.frontend.facts.field_facts), per field: its
+# delimiters, content parser, repeats, join, optional, and where a call's parts come from under
+# its transform ((kind, value): literal, capture, path or unknown).
 FIELD_FACTS = {
     "reasoning_content": {
         "open": ("[THINK]",),
         "close": ("[/THINK]",),
+        "open_regex": "\\[THINK\\]",
+        "close_regex": "\\[/THINK\\]",
         "pattern_closed": False,
+        "content": "text",
+        "content_args": {},
+        "value_is_content": True,
+        "repeats": False,
+        "join": None,
+        "optional": True,
         "call": None,
     },
     "tool_calls": {
         "open": (),
         "close": (),
+        "open_regex": "\\[TOOL_CALLS\\](?P<name>[^\\[\\]{}]+)\\[ARGS\\]",
+        "close_regex": "(?=\\[TOOL_CALLS\\])|</s>",
         "pattern_closed": True,
+        "content": "json",
+        "content_args": {},
+        "value_is_content": False,
+        "repeats": True,
+        "join": None,
+        "optional": True,
         "call": {"each": False, "name": ("capture", "name"), "arguments": ("path", ()), "id": None},
     },
-    "content": {"open": (), "close": ("</s>",), "pattern_closed": False, "call": None},
+    "content": {
+        "open": (),
+        "close": ("</s>",),
+        "open_regex": None,
+        "close_regex": "</s>",
+        "pattern_closed": False,
+        "content": "text",
+        "content_args": {},
+        "value_is_content": True,
+        "repeats": False,
+        "join": None,
+        "optional": True,
+        "call": None,
+    },
 }
+# ... and of the template as a whole: its literal start anchors and its defaults.
+TEMPLATE_FACTS = {"start_anchor": ("[/INST]", "[/TOOL_RESULTS]"), "defaults": {"role": "assistant"}}
 # Per field, literal closers that end with the next message's start anchor (closer, anchor).
 CLOSERS_ENDING_IN_ANCHOR = {}
 

@@ -58,14 +58,22 @@ TEMPLATE = {
         "content": {"close": "</s>", "content": "text"},
     },
 }
-# What servers read of the template (rtcompile.frontend.facts), per field: its literal open and
-# close delimiters (none for a pattern), whether a pattern closes it, and where a call's parts
-# come from under its transform ((kind, value): literal, capture, path or unknown).
+# What servers read of the template (rtcompile.frontend.facts.field_facts), per field: its
+# delimiters, content parser, repeats, join, optional, and where a call's parts come from under
+# its transform ((kind, value): literal, capture, path or unknown).
 FIELD_FACTS = {
     "tool_calls": {
         "open": ("[TOOL_CALLS]",),
         "close": ("</s>",),
+        "open_regex": "\\[TOOL_CALLS\\]",
+        "close_regex": "</s>",
         "pattern_closed": False,
+        "content": "json",
+        "content_args": {},
+        "value_is_content": False,
+        "repeats": False,
+        "join": None,
+        "optional": True,
         "call": {
             "each": True,
             "name": ("path", ("name",)),
@@ -73,8 +81,23 @@ FIELD_FACTS = {
             "id": None,
         },
     },
-    "content": {"open": (), "close": ("</s>",), "pattern_closed": False, "call": None},
+    "content": {
+        "open": (),
+        "close": ("</s>",),
+        "open_regex": None,
+        "close_regex": "</s>",
+        "pattern_closed": False,
+        "content": "text",
+        "content_args": {},
+        "value_is_content": True,
+        "repeats": False,
+        "join": None,
+        "optional": True,
+        "call": None,
+    },
 }
+# ... and of the template as a whole: its literal start anchors and its defaults.
+TEMPLATE_FACTS = {"start_anchor": ("[/INST]", "[/TOOL_RESULTS]"), "defaults": {"role": "assistant"}}
 # Per field, literal closers that end with the next message's start anchor (closer, anchor).
 CLOSERS_ENDING_IN_ANCHOR = {}
 

@@ -58,14 +58,22 @@ TEMPLATE = {
         "content": {"close_pattern": "\\s*(?:<\\|end\\|>|<\\|endoftext\\|>)", "content": "text"},
     },
 }
-# What servers read of the template (rtcompile.frontend.facts), per field: its literal open and
-# close delimiters (none for a pattern), whether a pattern closes it, and where a call's parts
-# come from under its transform ((kind, value): literal, capture, path or unknown).
+# What servers read of the template (rtcompile.frontend.facts.field_facts), per field: its
+# delimiters, content parser, repeats, join, optional, and where a call's parts come from under
+# its transform ((kind, value): literal, capture, path or unknown).
 FIELD_FACTS = {
     "tool_calls": {
         "open": (),
         "close": ("<|/tool_call|>",),
+        "open_regex": "\\s*<\\|tool_call\\|>",
+        "close_regex": "<\\|/tool_call\\|>",
         "pattern_closed": False,
+        "content": "json",
+        "content_args": {},
+        "value_is_content": False,
+        "repeats": True,
+        "join": None,
+        "optional": True,
         "call": {
             "each": False,
             "name": ("path", ("name",)),
@@ -73,8 +81,23 @@ FIELD_FACTS = {
             "id": None,
         },
     },
-    "content": {"open": (), "close": (), "pattern_closed": True, "call": None},
+    "content": {
+        "open": (),
+        "close": (),
+        "open_regex": None,
+        "close_regex": "\\s*(?:<\\|end\\|>|<\\|endoftext\\|>)",
+        "pattern_closed": True,
+        "content": "text",
+        "content_args": {},
+        "value_is_content": True,
+        "repeats": False,
+        "join": None,
+        "optional": True,
+        "call": None,
+    },
 }
+# ... and of the template as a whole: its literal start anchors and its defaults.
+TEMPLATE_FACTS = {"start_anchor": ("<|assistant|>",), "defaults": {"role": "assistant"}}
 # Per field, literal closers that end with the next message's start anchor (closer, anchor).
 CLOSERS_ENDING_IN_ANCHOR = {}
 

@@ -187,6 +187,76 @@ def test_the_private_regex_check_passes_the_public_module(line):
     assert not PRIVATE_REGEX_MODULES.search(line), line
 
 
+# The keys of a response template and of its fields (transformers' schema): a module that reads
+# one of them off a dict is walking a template's JSON.
+TEMPLATE_KEYS = {"version", "defaults", "fields", "start_anchor", "start_anchor_pattern"}
+FIELD_KEYS = {
+    "open", "open_pattern", "close", "close_pattern", "content", "content_args",
+    "repeats", "join", "optional", "transform", "transform_each",
+}
+
+
+def _template_key_reads(source: str) -> list[str]:
+    """Where `source` reads a template or field key off a mapping: `x["key"]` (not an assignment),
+    `x.get("key")` (`pop`, `setdefault`), `"key" in x`; or a field's raw entry (`.spec`)."""
+    reads = []
+    for node in ast.walk(ast.parse(source)):
+        key = None
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("get", "pop", "setdefault")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            key = node.args[0].value
+        elif (
+            isinstance(node, ast.Compare)
+            and isinstance(node.left, ast.Constant)
+            and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
+        ):
+            key = node.left.value
+        elif isinstance(node, ast.Attribute) and node.attr == "spec":
+            key = "spec"
+        if key in TEMPLATE_KEYS | FIELD_KEYS | {"spec"}:
+            reads.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return reads
+
+
+def test_the_integrations_read_template_facts_never_a_templates_json():
+    """The serving layer and the hosts read what the compiler computed from the validated IR (a
+    module's FIELD_FACTS and TEMPLATE_FACTS, through the serving plan); a served variant of a
+    template is made by the front end (frontend/variants.py). None of them reads a template's keys."""
+    readers = {
+        name: reads
+        for name, path in MODULES.items()
+        if _home(name) == "integrations" and (reads := _template_key_reads(path.read_text(encoding="utf-8")))
+    }
+    assert readers == {}, f"integrations reading a template's JSON: {readers}"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'spec.get("repeats")',
+        'x = plan.template["fields"]',
+        '"open_pattern" in spec',
+        'tool.pop("transform", None)',
+        "closer = self.spec",
+        'anchor = template.get("start_anchor", "")',
+    ],
+)
+def test_the_template_json_check_sees_every_read(line):
+    assert _template_key_reads(line), line
+
+
+@pytest.mark.parametrize("line", ['fields["content"] = text', 'event.get("text")', "facts.repeats", 'delta["role"]'])
+def test_the_template_json_check_passes_other_mappings(line):
+    assert not _template_key_reads(line), line
+
+
 def test_the_front_end_does_not_know_the_code_generator():
     assert not any(t.startswith("rtcompile.codegen") for n in MODULES if _home(n) == "frontend" for t in GRAPH[n])
 

@@ -569,27 +569,6 @@ def _scan_states(template: ir.Template, triggers: dict, leads: Leads) -> tuple[l
     return states, field_methods
 
 
-def _field_facts(template: ir.Template) -> dict[str, dict]:
-    """FIELD_FACTS of the generated module: the facts servers read, as plain data."""
-
-    def source(found: facts.Source | None) -> tuple | None:
-        return None if found is None else (found.kind, found.value)
-
-    out = {}
-    for field in template.fields:
-        call = None
-        if field.transform is not None:
-            shape = facts.call_shape(field)
-            call = {"each": shape.each, "name": source(shape.name), "arguments": source(shape.arguments), "id": source(shape.id)}
-        out[field.name] = {
-            "open": facts.delimiter_literals(field.open),
-            "close": facts.delimiter_literals(field.close),
-            "pattern_closed": field.name in facts.pattern_closed(template),
-            "call": call,
-        }
-    return out
-
-
 def one_shot_fallback(template: ir.Template) -> str | None:
     """Why `parse_response` of the template's module stays on the streaming machine's pass (a
     JSON path by field index and a reason), or None when it has the one-shot reader."""
@@ -640,7 +619,8 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         joins=tuple(f.join for f in fields),
         casts=tuple(cast_mode(f.content.parser, f.content.args) for f in fields),
         default_keys=tuple(template.defaults),
-        field_facts=_field_facts(template),
+        field_facts=facts.field_facts(template),
+        template_facts=facts.template_facts(template),
         closers_ending_in_anchor=facts.closers_ending_in_anchor(template),
         finishers=finishers,
         required=tuple(f.name for f in fields if not f.optional),

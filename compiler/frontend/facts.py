@@ -120,6 +120,52 @@ def closers_ending_in_anchor(template: ir.Template) -> dict[str, tuple[tuple[str
     return out
 
 
+def field_facts(template: ir.Template) -> dict[str, dict]:
+    """Per field, what servers read of it, as plain data (a generated module's FIELD_FACTS): its
+    literal delimiters (`open`, `close`: none for a pattern), the regex the interpreter compiles for
+    each (`open_regex`, `close_regex`: literals longest first; None without that delimiter),
+    whether a pattern closes it, its content parser and arguments (as given, `{}` by default),
+    whether its value is what the content parser gives (no transform, or `{content}`), `repeats`,
+    `join`, `optional`, and where a call's parts come from under its transform (`call`: None
+    without one; sources as (kind, value))."""
+    closed_by_pattern = pattern_closed(template)
+    return {field.name: _one_field_facts(field, field.name in closed_by_pattern) for field in template.fields}
+
+
+def _one_field_facts(field: ir.Field, closed_by_pattern: bool) -> dict:
+    call = None
+    if field.transform is not None:
+        shape = call_shape(field)
+        call = {"each": shape.each, "name": _pair(shape.name), "arguments": _pair(shape.arguments), "id": _pair(shape.id)}
+    return {
+        "open": delimiter_literals(field.open),
+        "close": delimiter_literals(field.close),
+        "open_regex": field.open.alternation if field.open is not None else None,
+        "close_regex": field.close.alternation if field.close is not None else None,
+        "pattern_closed": closed_by_pattern,
+        "content": field.content.parser,
+        "content_args": field.content.args,
+        "value_is_content": field.transform is None or field.transform == _WHOLE_CONTENT,
+        "repeats": field.repeats,
+        "join": field.join,
+        "optional": field.optional,
+        "call": call,
+    }
+
+
+_WHOLE_CONTENT = ir.Placeholder("content", "content", ())  # the transform "{content}"
+
+
+def _pair(found: Source | None) -> tuple | None:
+    return None if found is None else (found.kind, found.value)
+
+
+def template_facts(template: ir.Template) -> dict:
+    """What servers read of the template as a whole (a generated module's TEMPLATE_FACTS): the
+    literal strings of its start anchor (none for a pattern) and its defaults."""
+    return {"start_anchor": delimiter_literals(template.start_anchor), "defaults": template.defaults}
+
+
 def pattern_closed(template: ir.Template) -> frozenset[str]:
     """The fields whose close delimiter is a pattern."""
     return frozenset(f.name for f in template.fields if f.close is not None and f.close.pattern is not None)

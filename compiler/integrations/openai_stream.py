@@ -74,7 +74,7 @@ from typing import Any, Callable
 
 from rtcompile.runtime.coerce import tool_parameters
 
-from .serving import Generation, Renderer, ServingPlan, WholeOutput, call_parts, message_tool_calls, text_of
+from .serving import Generation, Renderer, Route, ServingPlan, WholeOutput, call_parts, message_tool_calls, text_of
 from .serving.arguments import to_json
 from .serving.calls import MISSING
 
@@ -321,23 +321,25 @@ class OpenAIStream:
         template, plan = _template_and_plan(parser, template)
         self.parser = parser
         self.template = template
-        fields = template.get("fields", {})
+        self._plan = plan
+        fields = plan.fields
         if reasoning_field is None:
             reasoning_field = next(
                 (f for f in ("reasoning_content", "thinking") if f in fields), None
             )
-        message_keys = {
-            field: key
+        routes = {
+            field: Route.message(key)
             for field, key in ((content_field, "content"), (reasoning_field, reasoning_key))
             if field is not None and field != tool_calls_field
         }
+        if tool_calls_field in fields:  # (a call that fails to parse: its text is content)
+            routes[tool_calls_field] = Route.calls("content")
         self._deltas = _Deltas(call_id or _call_ids(seed), tool_calls_field)
         self._generation = Generation(
             plan,
             self._deltas,
+            routes,
             parser=parser,
-            message_keys=message_keys,
-            tool_field=tool_calls_field if tool_calls_field in fields else None,
             tool_parameters=tool_parameters(tools) if tools is not None else None,
             complete_closers=False,
             send_prompt_text=True,
@@ -391,7 +393,7 @@ class OpenAIStream:
         return deltas
 
     def _check_calls(self, message: dict) -> None:
-        final = message_tool_calls(message, self.template, self._tool_field_name)
+        final = message_tool_calls(message, self._plan, self._tool_field_name)
         failed = {index for error in self.errors for index in error.get("calls", ())}
         sent = [(index, call) for index, call in enumerate(self._deltas.calls) if index not in failed]
         if len(final) != len(sent):

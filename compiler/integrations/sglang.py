@@ -63,7 +63,6 @@ detector as tool-call items with SGLang's serving bookkeeping (`_ToolResults`).
 
 from __future__ import annotations
 
-import copy
 import inspect
 import json
 import logging
@@ -86,19 +85,18 @@ from sglang.srt.parser.response_template import (
 from sglang.srt.runtime_context import get_context
 
 import rtcompile
+from rtcompile.frontend import variants
 
-from .serving import Generation, Renderer, ServingPlan, WholeOutput, tool_dicts, unvalidated_builder
+from .serving import OPENER_GROUP, Generation, Renderer, Route, ServingPlan, WholeOutput, tool_dicts, unvalidated_builder
 from .serving.host import (
     CONTENT_FIELD,
     REASONING_FIELDS,
     TOOL_FIELD,
-    has_opener,
     plan_for,
     reasoning_field_of,
     resolve_template,
     served_plan,
     thinking_named,
-    verbatim_tool_field,
 )
 
 logger = logging.getLogger(__name__)
@@ -136,10 +134,9 @@ def register() -> None:
 
 # ---- templates ----------------------------------------------------------------------------------
 
-# What SGLang's own classes cannot read in a field, and what a copy of the field keeps: its
-# delimiters (what their methods read: think tokens, message starts, constraints).
+# What SGLang's own classes cannot read in a field (which a copy then reads as plain text, its
+# delimiters kept: what their methods read, think tokens, message starts, constraints).
 _SGLANG_REFUSES = ("unknown content parser", "uses semantics that cannot be streamed")
-_FIELD_SEMANTICS = ("content", "content_args", "transform", "transform_each", "value_parser", "join")
 
 
 def _sglang_view(template: dict) -> dict:
@@ -149,7 +146,8 @@ def _sglang_view(template: dict) -> dict:
     transform, or `join`) read as plain text, its delimiters unchanged. Raises ValueError for
     anything else SGLang refuses."""
     view = thinking_named(template)
-    for _ in range(len(view["fields"]) + 1):
+    names = variants.field_names(view)
+    for _ in range(len(names) + 1):
         try:
             validate_response_template_for_serving(view)
             return view
@@ -158,7 +156,7 @@ def _sglang_view(template: dict) -> dict:
             broken = next(
                 (
                     name
-                    for name in view["fields"]
+                    for name in names
                     if any(reason in message for reason in _SGLANG_REFUSES)
                     and (f"Field {name!r}:" in message or f"field {name!r}" in message)
                 ),
@@ -166,36 +164,26 @@ def _sglang_view(template: dict) -> dict:
             )
             if broken is None:
                 raise
-            view = copy.deepcopy(view)
-            spec = view["fields"][broken]
-            for key in _FIELD_SEMANTICS:
-                spec.pop(key, None)
+            view = variants.plain_text_field(view, broken)
     raise ValueError("response_template: no copy SGLang can read")  # pragma: no cover
 
 
-def _passed_through_fields(template: dict) -> list[str]:
+def _passed_through_fields(plan: ServingPlan) -> list[str]:
     """The fields whose regions the tool detector passes on as normal text, delimiters included:
     reasoning, and content where it opens with a delimiter of its own. A call's text inside one of
     them is that field's text, as the template reads it, not a call."""
-    fields = template["fields"]
-    return [
-        name
-        for name in (*REASONING_FIELDS, CONTENT_FIELD)
-        if name in fields and has_opener(fields[name])
-    ]
+    fields = plan.fields
+    return [name for name in (*REASONING_FIELDS, CONTENT_FIELD) if name in fields and fields[name].has_opener]
 
 
-def _tool_detector_template(template: dict) -> dict:
+def _tool_detector_template(plan: ServingPlan) -> dict:
     """What the tool detector parses: the whole template, its calls parsed, everything else normal
     text as the model wrote it. Reasoning and a content field with an opener stay regions (passed
     on verbatim), so a call written inside them is not a call; text outside every region (content
     without an opener among it) is normal text."""
-    anchors = {key: template[key] for key in ("start_anchor", "start_anchor_pattern") if key in template}
-    fields: dict[str, Any] = {_NORMAL: {}}
-    for name in _passed_through_fields(template):
-        fields[name] = verbatim_tool_field(template["fields"][name])
-    fields[TOOL_FIELD] = {**copy.deepcopy(template["fields"][TOOL_FIELD]), "optional": True}
-    return {**anchors, "fields": fields}
+    return variants.regions_view(
+        plan.template, sink=_NORMAL, verbatim=_passed_through_fields(plan), parsed=TOOL_FIELD, capture=OPENER_GROUP
+    )
 
 
 class _Plans:
@@ -211,9 +199,9 @@ class _Plans:
         self.passed_through: list[str] = []
         if TOOL_FIELD in base.fields:
             self.tools = base.derived(
-                "sglang.tool_detector", lambda plan: plan_for(_tool_detector_template(plan.template))
+                "sglang.tool_detector", lambda plan: plan_for(_tool_detector_template(plan))
             )
-            self.passed_through = _passed_through_fields(base.template)
+            self.passed_through = _passed_through_fields(base)
 
     @classmethod
     def of(cls, template: dict) -> "_Plans":
@@ -342,16 +330,10 @@ class RtcompileReasoningDetector(_KeptSignature, ResponseTemplateReasoningDetect
 
     def _new_generation(self, renderer: Renderer) -> Generation:
         plans = self.plans
-        keys = {CONTENT_FIELD: _NORMAL}
+        routes = {CONTENT_FIELD: Route.raw(_NORMAL), TOOL_FIELD: Route.verbatim(_NORMAL)}
         if plans.reasoning_field is not None:
-            keys[plans.reasoning_field] = _REASONING
-        return Generation(
-            plans.reasoning,
-            renderer,
-            prefix=self._rtc_prefix,
-            text_keys=keys,
-            verbatim_keys={TOOL_FIELD: _NORMAL},
-        )
+            routes[plans.reasoning_field] = Route.raw(_REASONING)
+        return Generation(plans.reasoning, renderer, routes, prefix=self._rtc_prefix)
 
     def detect_and_parse(self, text: str) -> ReasoningStreamingParseResult:
         texts = WholeOutput()
@@ -540,14 +522,10 @@ def _prefix_past_reasoning(plans: _Plans, prefix: str) -> str:
         return prefix
     if parser_class(prefix, errors="keep").current_field != field:
         return prefix
-    spec = plans.base.fields[field]
     closers = plans.base.literals(field, "close")
     if closers:
         return prefix + closers[0]
-    opener = regex.compile(
-        spec.get("open_pattern") or "|".join(regex.escape(o) for o in plans.base.literals(field, "open")),
-        regex.DOTALL,
-    )
+    opener = regex.compile(plans.base.fields[field].open_regex, regex.DOTALL)
     for match in reversed(list(opener.finditer(prefix))):
         if parser_class(prefix[: match.start()], errors="keep").current_field != field:
             return prefix[: match.start()]
@@ -604,12 +582,13 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
         return Generation(
             self.plans.tools,
             renderer,
+            {
+                _NORMAL: Route.raw(_NORMAL),
+                **dict.fromkeys(self.plans.passed_through, Route.verbatim(_NORMAL)),
+                TOOL_FIELD: Route.calls(_NORMAL),  # (a call that fails to parse: normal text)
+            },
             prefix=self._rtc_prefix,
             tools=tool_dicts(tools, parsing_only=True),
-            text_keys={_NORMAL: _NORMAL},
-            verbatim_keys=dict.fromkeys(self.plans.passed_through, _NORMAL),
-            tool_field=TOOL_FIELD,
-            failed_key=_NORMAL,
         )
 
     def has_tool_call(self, text: str) -> bool:
@@ -729,9 +708,8 @@ class RtcompileToolDetector(_KeptSignature, ResponseTemplateToolDetector):
         behind a reasoning parser (its reasoning gate): without one, a template that reasons
         cannot be constrained (the prompt may open the reasoning, which changes what the output
         means)."""
-        template = self.plans.base.template
-        anchor = template.get("start_anchor", "")
-        anchor = anchor[0] if isinstance(anchor, list) else anchor
+        anchors = self.plans.base.start_anchor
+        anchor = anchors[0] if anchors else ""
         field = self.plans.reasoning_field
         if message_start or field is None:
             return anchor

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import pydantic
 import pytest
+import regex
 from hypothesis import assume, event, given, note
 from hypothesis import strategies as st
 
@@ -26,6 +27,7 @@ from rtcompile.integrations.openai_stream import accumulate_deltas
 from rtcompile.integrations.serving import (
     Generation,
     Reasoning,
+    Route,
     ServingPlan,
     WholeOutput,
     call_parts,
@@ -101,10 +103,13 @@ def core_run(
     generation = Generation(
         plan_for(template),
         whole,
+        {
+            "content": Route.message("content"),
+            "reasoning_content": Route.message("reasoning"),
+            "tool_calls": Route.calls("content"),
+        },
         prefix=prefix,
         tools=tools,
-        message_keys={"content": "content", "reasoning_content": "reasoning"},
-        tool_field="tool_calls",
         **options,
     )
     for chunk in chunks:
@@ -211,15 +216,18 @@ def test_a_control_token_spelled_out_is_text_and_its_id_a_delimiter():
     assert (whole.joined("reasoning"), whole.joined("content")) == ("hi", "ok")
 
 
-def test_raw_text_keys_send_the_regions_text_as_written():
-    """`text_keys`: a region's text unstripped (vLLM's and SGLang's text), content and reasoning."""
+def test_raw_routes_send_the_regions_text_as_written():
+    """`Route.raw`: a region's text unstripped (vLLM's and SGLang's text), content and reasoning."""
     whole = WholeOutput()
     generation = Generation(
         plan_for(template_for("qwen3")),
         whole,
+        {
+            "content": Route.raw("content"),
+            "reasoning_content": Route.raw("reasoning"),
+            "tool_calls": Route.calls("content"),
+        },
         prefix=ANCHORS["qwen3"],
-        text_keys={"content": "content", "reasoning_content": "reasoning"},
-        tool_field="tool_calls",
     )
     for chunk in ["<think>\n plan", " \n</think>", "\n\n Hi ", "there<|im_end|>"]:
         generation.feed(chunk)
@@ -263,7 +271,7 @@ def test_has_tool_call_counts_a_call_the_prompt_left_open_and_a_failed_one():
     assert "{not json" in whole.joined("content")  # the failed region's text is kept
     generation, _ = core_run(template, ["no call here<|im_end|>"], prefix=ANCHORS["qwen3"])
     assert not generation.has_tool_call
-    without_field = Generation(plan_for(template), WholeOutput(), prefix=ANCHORS["qwen3"])
+    without_field = Generation(plan_for(template), WholeOutput(), {}, prefix=ANCHORS["qwen3"])
     without_field.feed("<tool_call>\n{}</tool_call>")
     without_field.finish()
     assert not without_field.has_tool_call  # (no tool field was given: nothing is tracked)
@@ -520,22 +528,27 @@ def test_a_token_generation_refuses_text():
     generation = Generation(
         plan_for(template_for("qwen3")),
         WholeOutput(),
+        {"content": Route.message("content")},
         tokenizer=tokenizer,
         prompt_token_ids=token_serving.encode("qwen3", ANCHORS["qwen3"]),
-        message_keys={"content": "content"},
     )
     with pytest.raises(TypeError, match="takes token ids"):
         generation.feed("text", "text")
 
 
 def test_templates_a_server_cannot_serve_are_refused_in_one_line():
+    def served(fields: dict, **template: Any) -> str | None:
+        return served_fields(plan_for({"start_anchor": "<s>", "fields": fields, **template}))
+
     with pytest.raises(ValueError, match=r"fields rtcompile cannot serve: \['extra'\]") as refused:
-        served_fields({"fields": {"content": {}, "extra": {"open": "<x>", "close": "</x>"}}})
+        served({"content": {}, "extra": {"open": "<x>", "close": "</x>"}})
     assert "\n" not in str(refused.value)
+    with pytest.raises(ValueError, match=r"cannot serve: \['defaults.tone'\]"):
+        served({"content": {}}, defaults={"role": "assistant", "tone": "dry"})
     with pytest.raises(ValueError, match="both `reasoning_content` and `thinking`"):
-        served_fields({"fields": {"reasoning_content": {}, "thinking": {}}})
-    with pytest.raises(ValueError, match="no `fields` object"):
-        served_fields({"fields": []})
+        served({"reasoning_content": {"open": "<r>", "close": "</r>"}, "thinking": {"open": "<t>", "close": "</t>"}})
+    assert served({"thinking": {"open": "<t>", "close": "</t>"}, "content": {}}, defaults={"role": "assistant"}) == "thinking"
+    assert served({"content": {}}) is None
     with pytest.raises(ValueError, match="no response template") as missing:
         resolve_template(None, environment_variable="RTCOMPILE_TEST_NO_SUCH_VARIABLE")
     assert "\n" not in str(missing.value)
@@ -548,23 +561,35 @@ def test_a_plan_is_made_once_per_compiled_template():
     assert plan_for(template) is plan_for(template) is ServingPlan.of(rtcompile.load(template))
 
 
-@pytest.mark.parametrize("name", [entry["name"] for entry in rtcompile.list_templates()])
+BUNDLED = [entry["name"] for entry in rtcompile.list_templates()]
+
+
+@pytest.mark.parametrize("name", BUNDLED)
 def test_the_serving_plan_reads_the_facts_the_compiler_computed_from_the_ir(name):
     """The serving plan reads a template's facts off its compiled module (FIELD_FACTS,
-    CLOSERS_ENDING_IN_ANCHOR): what the front end computed from the validated IR, which the
-    parser and the grammar backend read too."""
+    TEMPLATE_FACTS, CLOSERS_ENDING_IN_ANCHOR): what the front end computed from the validated IR,
+    which the parser and the grammar backend read too."""
     from rtcompile.frontend import facts, lower
-    from rtcompile.integrations.serving import ServingPlan
 
     template = rtcompile.read_template(name)
     ir = lower(template)
     plan = ServingPlan.of(rtcompile.load(template))
     assert plan.pattern_closed == facts.pattern_closed(ir)
     assert plan.closers == facts.closers_ending_in_anchor(ir)
+    assert plan.start_anchor == facts.delimiter_literals(ir.start_anchor)
+    assert plan.defaults == ir.defaults
+    assert list(plan.fields) == [field.name for field in ir.fields]
     for field in ir.fields:
-        assert plan.literals(field.name, "open") == facts.delimiter_literals(field.open)
-        assert plan.literals(field.name, "close") == facts.delimiter_literals(field.close)
+        fact = plan.fields[field.name]
+        assert plan.literals(field.name, "open") == fact.open == facts.delimiter_literals(field.open)
+        assert plan.literals(field.name, "close") == fact.close == facts.delimiter_literals(field.close)
+        assert fact.open_regex == (field.open.alternation if field.open is not None else None)
+        assert fact.close_regex == (field.close.alternation if field.close is not None else None)
+        assert (fact.content, fact.content_args) == (field.content.parser, field.content.args)
+        assert (fact.repeats, fact.join, fact.optional) == (field.repeats, field.join, field.optional)
+        assert fact.transform_each == field.transform_each
         if field.transform is None:
+            assert fact.call is None and fact.value_is_content
             continue
         shape, calls = facts.call_shape(field), plan.tool_call_plan(field.name)
         assert calls.each == shape.each
@@ -573,3 +598,95 @@ def test_the_serving_plan_reads_the_facts_the_compiler_computed_from_the_ir(name
             expected = ("unknown", None) if source is None else (source.kind, source.value)
             assert (getattr(calls, part).kind, getattr(calls, part).value) == expected
     assert ServingPlan.for_template(template) is plan  # (one plan per compiled template)
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_the_facts_are_the_interpreters_reading_of_the_template(name):
+    """Every fact the serving layer reads is what transformers 5.25.0's interpreter reads off the
+    same template (its `load_response_template`): the fields in order, each delimiter's literals and
+    the strings its regex matches, content parser and arguments (defaults filled), repeats, join,
+    optional, transform_each, whether the value is the content as parsed; the start anchor's
+    literals and the defaults."""
+    template = rtcompile.read_template(name)
+    plan = plan_for(template)
+    assert_facts_are_the_interpreters(template, plan.fields, plan.start_anchor, plan.defaults)
+
+
+@given(data=st.data())
+def test_the_facts_of_random_templates_are_the_interpreters_reading(data):
+    """The same for generated templates, on the facts the front end computes (what the code
+    generator writes into FIELD_FACTS and TEMPLATE_FACTS)."""
+    from rtcompile.frontend import facts, lower
+    from rtcompile.integrations.serving import FieldFacts
+    from strategies import template_plans
+
+    template = data.draw(template_plans(tool_call=data.draw(st.booleans()), valid_only=True), label="plan").template
+    try:
+        ir = lower(template)
+    except ValueError:
+        assume(False)
+    fields = {name: FieldFacts(**fact) for name, fact in facts.field_facts(ir).items()}
+    whole = facts.template_facts(ir)
+    assert_facts_are_the_interpreters(template, fields, whole["start_anchor"], whole["defaults"])
+
+
+def assert_facts_are_the_interpreters(template: dict, fields: dict, start_anchor: tuple, defaults: dict) -> None:
+    from transformers.utils.chat_parsing.response_templates import load_response_template
+
+    loaded = load_response_template(template)
+    assert list(fields) == list(loaded.fields)
+    assert start_anchor == tuple(loaded.start_anchor_literals or ())
+    assert defaults == loaded.defaults
+    for field_name, interpreted in loaded.fields.items():
+        fact = fields[field_name]
+        assert fact.has_opener == (interpreted.open_re is not None)
+        assert fact.pattern_closed == (interpreted.close_re is not None and interpreted.close_literals is None)
+        for literals, regex_source, compiled, interpreted_literals in (
+            (fact.open, fact.open_regex, interpreted.open_re, interpreted.open_literals),
+            (fact.close, fact.close_regex, interpreted.close_re, interpreted.close_literals),
+        ):
+            assert (regex_source is None) == (compiled is None)
+            if compiled is None:
+                continue
+            assert literals == tuple(interpreted_literals or ())
+            if interpreted_literals is None:
+                assert regex_source == compiled.pattern
+            for literal in interpreted_literals or ():  # (the same alternative wins: longest first)
+                assert regex.match(regex_source, literal).group() == compiled.match(literal).group()
+        assert (fact.content, fact.content_args) == (interpreted.content, interpreted.content_args)
+        # (the interpreter keeps repeats and optional as written and tests their truth: the facts are bools)
+        assert (fact.repeats, fact.optional) == (bool(interpreted.repeats), bool(interpreted.optional))
+        assert fact.join == interpreted.join
+        assert fact.transform_each == interpreted.transform_each
+        assert fact.value_is_content == (interpreted.transform in (None, "{content}"))
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_a_servers_variant_keeps_each_fields_delimiters(name):
+    """The template a server parses with (made by the front end from the validated template): no
+    field required, text outside every region kept (unless a content field of its own has an
+    opener: the servers add one named content); every field as the template has it, or, the
+    tool-call field passed on verbatim, plain text between the same delimiters (an opener that is
+    no single literal captured, to be sent as written)."""
+    from dataclasses import replace
+
+    from rtcompile.integrations.serving import OPENER_GROUP
+    from rtcompile.integrations.serving.host import served_plan
+
+    base = plan_for(template_for(name))
+    for tool_calls in ("parse", "verbatim"):
+        served = served_plan(base, tool_calls=tool_calls)
+        assert served.implicit_field is not None or ("content" in base.fields and base.fields["content"].has_opener)
+        assert all(fact.optional for fact in served.fields.values())
+        assert served.start_anchor == base.start_anchor and served.defaults == base.defaults
+        for field, fact in base.fields.items():
+            got = served.fields[field]
+            if tool_calls == "parse" or field != "tool_calls":
+                assert got == replace(fact, optional=True)
+                continue
+            assert (got.content, got.repeats, got.close_regex) == ("text", fact.repeats, fact.close_regex)
+            if len(fact.open) == 1:
+                assert (got.open, got.value_is_content) == (fact.open, True)
+            else:
+                assert got.open_regex == f"(?P<{OPENER_GROUP}>{fact.open_regex})" and got.call is not None
+        assert set(served.fields) - set(base.fields) <= {"content"}

@@ -26,18 +26,20 @@ the compiler loads with it (except `host`, which compiles a template on first us
 by its own name, not from here).
 """
 
-from .calls import ToolCallPlan, call_parts, message_tool_calls
-from .generation import OPENER_GROUP, Generation, Renderer, as_id_list, last_boundary, text_of, written_ids
-from .plan import ServingPlan, literals
+from .calls import ToolCallPlan, call_parts
+from .generation import OPENER_GROUP, Generation, Renderer, Route, as_id_list, last_boundary, text_of, written_ids
+from .plan import FieldFacts, ServingPlan, message_tool_calls
 from .reasoning import Reasoning, ReasoningTokenCounter
 from .results import WholeCall, WholeOutput, same_as_validated, tool_dicts, unvalidated_builder
 
 __all__ = [
+    "FieldFacts",
     "OPENER_GROUP",
     "Generation",
     "Reasoning",
     "ReasoningTokenCounter",
     "Renderer",
+    "Route",
     "ServingPlan",
     "ToolCallPlan",
     "WholeCall",
@@ -45,7 +47,6 @@ __all__ = [
     "as_id_list",
     "call_parts",
     "last_boundary",
-    "literals",
     "message_tool_calls",
     "same_as_validated",
     "text_of",

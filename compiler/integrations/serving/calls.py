@@ -1,7 +1,7 @@
 """A tool-call field's regions turned into call operations: a call started with its name, argument
 fragments, the call done, or its region failed.
 
-`ToolCallPlan` reads off the field's spec, once per served template, where a call's name, id and
+`ToolCallPlan` reads off the field's facts, once per served template, where a call's name, id and
 arguments come from (the field's `transform`: "{content}", "{content.arguments}", "{name}" from an
 open-pattern capture, item keys under `transform_each`, literals) and which incremental reader
 (`arguments`) its content parser has. `ToolCalls` follows the field's regions through one
@@ -66,21 +66,6 @@ def call_parts(item: Any) -> tuple[str, Any, str | None] | None:
     )
 
 
-def message_tool_calls(message: dict, template: dict, field: str = "tool_calls") -> list[dict]:
-    """The call-shaped values of `message[field]`, flattened in stream order: a repeating field holds
-    one value per region, a `transform_each` region a list of values."""
-    spec = template.get("fields", {}).get(field) or {}
-    value = message.get(field)
-    if value is None:
-        return []
-    each = spec.get("transform_each") is True
-    regions = value if spec.get("repeats") and isinstance(value, list) else [value]
-    items: list = []
-    for region in regions:
-        items.extend(region if each and isinstance(region, list) else [region])
-    return [item for item in items if call_parts(item) is not None]
-
-
 # ---- where a call's parts come from ---------------------------------------------------------------
 
 
@@ -105,17 +90,17 @@ class ToolCallPlan:
     name, id and arguments come from, the field's JSON parser (for the values the JSON reader
     reports), and which incremental reader its regions get (`new_reader`)."""
 
-    def __init__(self, spec: dict, call: dict | None):
-        """`spec`: the field's template entry (its content parser and arguments); `call`: where
-        its transform takes a call's parts from, as the module's FIELD_FACTS give it (None: the
-        field has no transform)."""
+    def __init__(self, facts: Any):
+        """`facts`: the field's `FieldFacts` (its content parser and arguments, and where its
+        transform takes a call's parts from: `call`, None when the field has no transform)."""
+        call = facts.call
         self.each = bool(call and call["each"])
         self.name = _source(call and call["name"])
         self.arguments = _source(call and call["arguments"])
         self.has_id = bool(call) and call["id"] is not None
         self.id = _source(call and call["id"])
-        self.content = spec.get("content", "text")
-        args = spec.get("content_args", {})
+        self.content = facts.content
+        args = facts.content_args
         self.content_args = args
         self.json_parser = make_parser("json", args if isinstance(args, dict) else {})
         self.cast = cast_mode(self.content, args)  # how the tools' schemas cast its arguments

@@ -15,19 +15,20 @@ reports into operations on a `Renderer`, which builds the server's own result:
                                              announced) are closed, and `raw` follows as text of `key`
     region_closed(field)                     a region of `field` closed (after its other operations)
 
-then `take()` gives the chunk's result. How each field is routed is the host's choice:
+then `take()` gives the chunk's result. How each field is routed is the host's one declared
+contract, `routes` {field: Route} (a field without a route is not sent):
 
-- `text_keys` {field: key}: the region's text as the model wrote it (unstripped) under `key`, None
-  to drop it (vLLM's and SGLang's text); a field that repeats with `join` gets the join string
-  between two regions' texts, as its value has it;
-- `message_keys` {field: key}: the text as the parser's final message has it (stripped at the
-  region's edges, `join` separators, blank lines between texts of a field written twice, a default
-  nothing replaced, other content parsers' values as text at the close) (OpenAIStream);
-- `verbatim_keys` {field: key}: a field built with `host.verbatim_tool_field`, passed on
-  with its delimiters as the model wrote them (tool calls as text: tool parsing off, or for a
-  server's tool parser to read);
-- `tool_field`: the field whose regions are tool calls (`calls.ToolCalls`); the text of one that
-  fails goes to `failed_key`.
+- `Route.raw(key)`: the region's text as the model wrote it (unstripped) under `key` (vLLM's and
+  SGLang's text); a field that repeats with `join` gets the join string between two regions'
+  texts, as its value has it; `Route.dropped()`: not sent (vLLM's reasoning, include_reasoning off);
+- `Route.message(key)`: the text as the parser's final message has it (stripped at the region's
+  edges, `join` separators, blank lines between texts of a field written twice, a default nothing
+  replaced, other content parsers' values as text at the close) (OpenAIStream);
+- `Route.verbatim(key)`: a field made plain text (`rtcompile.frontend.variants.verbatim_field`),
+  passed on with its delimiters as the model wrote them (tool calls as text: tool parsing off, or
+  for a server's tool parser to read);
+- `Route.calls(failed_key)`: the field whose regions are tool calls (`calls.ToolCalls`, one field
+  at most); the text of a region that fails to parse goes out under `failed_key`.
 
 Token ids: a generation built with a tokenizer (`tokenizer=`, the prompt as `prompt_token_ids`), or
 around a token parser, parses the ids the model generated, as transformers 5.25.0 does
@@ -55,22 +56,54 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from rtcompile.runtime.token_ids import MARKER, TokenIdDecoder
 from rtcompile.runtime.token_parser import TokenIds
 
 from .arguments import to_json
 from .calls import ToolCalls
-from .plan import ServingPlan
+from .plan import FieldFacts, ServingPlan
 
-__all__ = ["OPENER_GROUP", "Generation", "Renderer", "as_id_list", "last_boundary", "text_of", "written_ids"]
+__all__ = ["OPENER_GROUP", "Generation", "Renderer", "Route", "as_id_list", "last_boundary", "text_of", "written_ids"]
 
 logger = logging.getLogger(__name__)
 
 # The named group around a tool-call opener pattern whose matched text is passed on verbatim
-# (host.verbatim_tool_field writes it).
+# (rtcompile.frontend.variants.verbatim_field writes it).
 OPENER_GROUP = "rtcompile_opener"
+
+
+RAW, DROPPED, MESSAGE, VERBATIM, CALLS = "raw", "dropped", "message", "verbatim", "calls"
+
+
+class Route(NamedTuple):
+    """How one field's regions reach the host (module docstring): `how` (raw, dropped, message,
+    verbatim, calls) and the renderer's `key` (for calls: the key of a failed region's text). A
+    tuple: hosts build their routes per request."""
+
+    how: str
+    key: str | None = None
+
+    @classmethod
+    def raw(cls, key: str) -> "Route":
+        return cls(RAW, key)
+
+    @classmethod
+    def dropped(cls) -> "Route":
+        return cls(DROPPED)
+
+    @classmethod
+    def message(cls, key: str) -> "Route":
+        return cls(MESSAGE, key)
+
+    @classmethod
+    def verbatim(cls, key: str) -> "Route":
+        return cls(VERBATIM, key)
+
+    @classmethod
+    def calls(cls, failed_key: str) -> "Route":
+        return cls(CALLS, failed_key)
 
 
 def text_of(value: Any) -> str:
@@ -209,20 +242,23 @@ class _MessageText:
     joins two non-empty texts of a field without `repeats` with a blank line (the interpreter keeps
     only the last). The separator goes out with the next region's first text."""
 
-    def __init__(self, generation: "Generation", field: str, key: str, spec: dict, default: Any, keep_mode: bool):
+    def __init__(
+        self, generation: "Generation", field: str, key: str, facts: FieldFacts | None, default: Any, keep_mode: bool
+    ):
+        """`facts`: the field's (None: the template has no such field, only a default for it)."""
         self.generation = weakref.proxy(generation)
         self.field = field
         self.key = key
         self.renderer = generation.renderer
-        args = spec.get("content_args", {})
+        args = facts.content_args if facts is not None else {}
         # Text streams as it comes, unless a transform makes the value something else than the
         # region's text: then, as for the structured parsers, the value's text goes at the close.
-        self.streams = spec.get("content", "text") == "text" and spec.get("transform") in (None, "{content}")
+        self.streams = facts is None or (facts.content == "text" and facts.value_is_content)
         self.strip = bool(args.get("strip", True)) if isinstance(args, dict) else True
-        join = spec.get("join")
-        self.join = join if isinstance(join, str) and spec.get("repeats") else None
+        self.join = facts.join if facts is not None else None  # (only a field that repeats has one)
+        repeats = facts is not None and facts.repeats
         self.has_previous = self.join is not None and default is not None
-        self.blank_lines = keep_mode and self.join is None and not spec.get("repeats")
+        self.blank_lines = keep_mode and self.join is None and not repeats
         self.has_text = False  # (blank_lines) the field's value so far is a non-empty string
         self.parts: list[str] = []  # everything sent, for the check at the end
         self.started = False
@@ -330,31 +366,32 @@ def _without(text: str, pieces: list[str]) -> str:
 
 
 class _Verbatim:
-    """A field built with `verbatim_tool_field`: its regions go out under `key` with their delimiters,
+    """A field made plain text (`verbatim_field`): its regions go out under `key` with their delimiters,
     as the model wrote them. The opener an open pattern matched is read from the parser's captures
     while the region is open, else from the region's value at its close; until then the region's
     text waits. What a closer pattern matched comes with the close event (the parser reports
     closers); a literal closer goes out when the region closed by it (at the end of the output: when
     the parser held it back unread)."""
 
-    __slots__ = ("generation", "key", "spec", "pattern_closed", "send", "pending", "maker", "nothing")
+    __slots__ = ("generation", "key", "opener", "closer", "pattern_closed", "send", "pending", "maker", "nothing")
 
-    def __init__(self, generation: "Generation", key: str, spec: dict, pattern_closed: bool):
+    def __init__(self, generation: "Generation", key: str, facts: FieldFacts):
         self.generation = weakref.proxy(generation)
         self.key = key
-        self.spec = spec
-        self.pattern_closed = pattern_closed
+        # a single literal opener (closer) is known; otherwise the parser reports what matched
+        self.opener: str | None = facts.open[0] if len(facts.open) == 1 else None
+        self.closer: str | None = facts.close[0] if len(facts.close) == 1 else None
+        self.pattern_closed = facts.pattern_closed
         self.send = generation.renderer.text
         self.pending: list[str] | None = None  # the region's text while its opener is unknown
         self.maker: Callable[[str], Any] = _noop
         self.nothing: Callable[[], Any] = _noop
 
     def open(self, live: bool) -> None:
-        spec = self.spec
         generation = self.generation
-        if "open" in spec:
+        if self.opener is not None:
             self.pending = None
-            self.send(self.key, generation.cut_delimiter(spec["open"]))
+            self.send(self.key, generation.cut_delimiter(self.opener))
             return
         opener = generation.parser.region_captures.get(OPENER_GROUP) if live else None
         if isinstance(opener, str):
@@ -389,8 +426,8 @@ class _Verbatim:
         if self.pattern_closed:  # ("" if the end closed it)
             closer = generation.cut_delimiter(event.get("closer", ""))
         else:
-            closer = self.spec.get("close")
-            if not isinstance(closer, str) or (finalizing and not generation.unread_at_end.startswith(closer)):
+            closer = self.closer
+            if closer is None or (finalizing and not generation.unread_at_end.startswith(closer)):
                 return  # closed by the end of the output, its closer not written
             closer = generation.cut_delimiter(closer)
         if closer:
@@ -435,7 +472,7 @@ def _nothing_maker(renderer: Renderer) -> Callable[[str], Any]:
 # ---- the generation ---------------------------------------------------------------------------------
 
 
-def _new_parser(plan: ServingPlan, prefix: str, tools: list | None, verbatim_keys: dict, prompt_token_ids: Any, tokenizer: Any) -> Any:
+def _new_parser(plan: ServingPlan, prefix: str, tools: list | None, routes: dict, prompt_token_ids: Any, tokenizer: Any) -> Any:
     """The compiled parser of a generation, built with the prompt: it reads token ids with a
     tokenizer (the prompt's ids when given), text otherwise."""
     options: dict[str, Any] = {}
@@ -451,7 +488,7 @@ def _new_parser(plan: ServingPlan, prefix: str, tools: list | None, verbatim_key
         tools=tools or None,
         errors="keep",
         # what a closer pattern matched, for a verbatim region closed by one
-        report_closers=any(field in plan.pattern_closed for field in verbatim_keys),
+        report_closers=any(field in plan.pattern_closed for field, route in routes.items() if route.how == VERBATIM),
         eager=True,
         **options,
     )
@@ -478,15 +515,11 @@ class Generation:
         self,
         plan: ServingPlan,
         renderer: Renderer,
+        routes: dict[str, Route],
         *,
         prefix: str = "",
         tools: list | None = None,
         parser: Any = None,
-        text_keys: dict[str, str | None] | None = None,
-        message_keys: dict[str, str] | None = None,
-        verbatim_keys: dict[str, str] | None = None,
-        tool_field: str | None = None,
-        failed_key: str = "content",
         tool_parameters: dict | None = None,
         complete_closers: bool = True,
         send_prompt_text: bool = False,
@@ -494,74 +527,61 @@ class Generation:
         tokenizer: Any = None,
         text_omits_stop_token: bool = False,
     ) -> None:
+        """`routes`: per field, how its regions reach the host (`Route`, module docstring)."""
         self.plan = plan
         self.renderer = renderer
-        self.failed_key = failed_key
         self.divergences: list[str] = []
         self.message: dict | None = None
         self.finished = False
         self.unread_at_end = ""
         self._tool_call_opened = False
-        verbatim_keys = verbatim_keys or {}
         if parser is None:
-            parser = _new_parser(plan, prefix, tools, verbatim_keys, prompt_token_ids, tokenizer)
+            parser = _new_parser(plan, prefix, tools, routes, prompt_token_ids, tokenizer)
         self.parser = parser
         self.reads_ids = isinstance(parser, TokenIds)
         if tool_parameters is None:  # (the parser's, from the tools it was built with)
             tool_parameters = getattr(parser, "tool_parameters", None) or {}
-        self._handlers = self._new_handlers(text_keys or {}, message_keys or {}, verbatim_keys, tool_field, tool_parameters)
+        self._handlers = self._new_handlers(routes, tool_parameters)
         self._makers = self._new_makers()
-
         self._feed = parser.feed
-        feed_text = getattr(parser, "feed_text", None)
-        self._feed_text = feed_text
-        self._omits_stop_token = text_omits_stop_token
+        self._feed_text = getattr(parser, "feed_text", None)
         self._feed_declined = getattr(parser, "feed_declined", parser.feed)
+        self._omits_stop_token = text_omits_stop_token
         self._closers = plan.closers if complete_closers else {}
-        # Prompt text the parser holds back at the prompt's end, while it is not resolved (see
-        # _without_prompt_text): output fed since (its decoded text, for ids: `_prompt_decoder`), what
-        # was cut, what a delimiter consumed of it.
-        self._prompt_held = ""
-        self._prompt_fed = 0
-        self._prompt_decoder: TokenIdDecoder | None = None
-        self._prompt_text_cut: list[str] = []
-        self._delimiter_cut = ""
-        self._cut_at = -1
         self._implicit_field = plan.implicit_field
         self._read_prompt(send_prompt_text)
-        self._fast = feed_text is not None and not self._prompt_held
 
-    def _new_handlers(
-        self, text_keys: dict, message_keys: dict, verbatim_keys: dict, tool_field: str | None, tool_parameters: dict
-    ) -> dict[str, Any]:
+    def _new_handlers(self, routes: dict[str, Route], tool_parameters: dict) -> dict[str, Any]:
         """Per field, what renders its events: raw text, message text, verbatim text, tool calls."""
         plan, renderer = self.plan, self.renderer
         handlers: dict[str, Any] = {}
-        for field, key in text_keys.items():
-            spec = plan.fields.get(field)
-            if spec is None:
-                continue
-            if key is None:
-                handlers[field] = _Dropped("", renderer)
-            elif isinstance(spec.get("join"), str) and spec.get("repeats"):
-                handlers[field] = _JoinedText(key, renderer, spec["join"])
-            else:
-                handlers[field] = _RawText(key, renderer)
-        defaults = plan.template.get("defaults") or {}
         self._message_text: dict[str, _MessageText] = {}
-        for field, key in message_keys.items():
-            if field in plan.fields or field in defaults:  # (a default alone is sent at the end)
-                keep_mode = getattr(self.parser, "errors", "strict") == "keep"
-                handler = _MessageText(self, field, key, plan.fields.get(field, {}), defaults.get(field), keep_mode)
-                handlers[field] = self._message_text[field] = handler
-        for field, key in verbatim_keys.items():
-            if field in plan.fields:
-                handlers[field] = _Verbatim(self, key, plan.fields[field], field in plan.pattern_closed)
         self._tool_calls: ToolCalls | None = None
-        if tool_field is not None and tool_field in plan.fields:
-            handlers[tool_field] = self._tool_calls = ToolCalls(
-                self, renderer, tool_field, plan.tool_call_plan(tool_field), tool_parameters
-            )
+        self.failed_key = "content"
+        for field, route in routes.items():
+            facts = plan.fields.get(field)
+            if route.how == MESSAGE:
+                if facts is not None or field in plan.defaults:  # (a default alone is sent at the end)
+                    keep_mode = getattr(self.parser, "errors", "strict") == "keep"
+                    handler = _MessageText(self, field, route.key, facts, plan.defaults.get(field), keep_mode)
+                    handlers[field] = self._message_text[field] = handler
+            elif facts is None:
+                continue
+            elif route.how == DROPPED:
+                handlers[field] = _Dropped("", renderer)
+            elif route.how == RAW and facts.join is not None:  # (only a field that repeats has one)
+                handlers[field] = _JoinedText(route.key, renderer, facts.join)
+            elif route.how == RAW:
+                handlers[field] = _RawText(route.key, renderer)
+            elif route.how == VERBATIM:
+                handlers[field] = _Verbatim(self, route.key, facts)
+            elif route.how == CALLS:
+                self.failed_key = route.key
+                handlers[field] = self._tool_calls = ToolCalls(
+                    self, renderer, field, plan.tool_call_plan(field), tool_parameters
+                )
+            else:
+                raise ValueError(f"unknown route for field {field!r}: {route.how!r}")
         return handlers
 
     def _new_makers(self) -> dict[str, Callable[[str], Any]]:
@@ -587,7 +607,16 @@ class Generation:
         return makers
 
     def _read_prompt(self, send_prompt_text: bool) -> None:
-        """What the parser reported of the prompt (`initial`), and what it holds back of it."""
+        """What the parser reported of the prompt (`initial`), and what it holds back of it: while
+        that is not resolved (see _without_prompt_text), the output fed since (its decoded text,
+        for ids: `_prompt_decoder`), what was cut, what a delimiter consumed of it. The fast path
+        is off until then."""
+        self._prompt_held = ""
+        self._prompt_fed = 0
+        self._prompt_decoder: TokenIdDecoder | None = None
+        self._prompt_text_cut: list[str] = []
+        self._delimiter_cut = ""
+        self._cut_at = -1
         parser, handlers = self.parser, self._handlers
         prompt_handlers = handlers if send_prompt_text else {
             field: handler for field, handler in handlers.items() if handler is self._tool_calls
@@ -604,6 +633,7 @@ class Generation:
         # text without reporting it (a close of a region that never opened reports nothing).
         boundary = last_boundary(initial_events) if initial_events else -1
         self._prompt_region_open = boundary >= 0 and initial_events[boundary]["type"] == "region_open"
+        self._fast = self._feed_text is not None and not self._prompt_held
 
     # ---- the server's side
     def feed(

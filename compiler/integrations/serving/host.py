@@ -8,8 +8,9 @@ the server:
    (`resolve_template`);
 2. check that every field reaches a client (`served_fields`: `content`, `tool_calls`, and reasoning
    named `reasoning_content`, as transformers' templates say, or `thinking`, as SGLang and vLLM say),
-   and derive the template a server parses with (`server_view`, `verbatim_tool_field`;
-   `thinking_named` for the server's own classes);
+   and derive the template a server parses with (`server_view`; `thinking_named` for the
+   server's own classes), both made by the front end (`rtcompile.frontend.variants`) from the
+   validated template: nothing here reads a template's JSON;
 3. find the template's serving plan (`plan_for`, and `served_plan` for a server's variant of it):
    compiled once, kept on the compiled module (`rtcompile.integrations.serving.ServingPlan`).
 
@@ -20,23 +21,20 @@ this module.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 from typing import Any
 
-import regex
-
 import rtcompile
+from rtcompile.frontend import variants
 
 from .generation import OPENER_GROUP
-from .plan import ServingPlan, literals
+from .plan import ServingPlan
 
 __all__ = [
     "CONTENT_FIELD",
     "REASONING_FIELDS",
     "TOOL_FIELD",
-    "has_opener",
     "model_type_of",
     "plan_for",
     "reasoning_field_of",
@@ -46,7 +44,6 @@ __all__ = [
     "server_view",
     "thinking_named",
     "tokenizer_template",
-    "verbatim_tool_field",
 ]
 
 CONTENT_FIELD = "content"
@@ -143,16 +140,14 @@ def as_template(value: Any) -> dict:
     )
 
 
-def served_fields(template: Any) -> str | None:
-    """Check that a server can send every field of `template` to a client; return the name of its
-    reasoning field (None when it has none). Raises `ValueError` otherwise."""
-    if not isinstance(template, dict) or not isinstance(template.get("fields"), dict):
-        raise ValueError("response_template has no `fields` object")
-    fields = template["fields"]
+def served_fields(plan: ServingPlan) -> str | None:
+    """Check that a server can send every field of the plan's template to a client; return the name
+    of its reasoning field (None when it has none). Raises `ValueError` otherwise."""
+    fields = plan.fields
     unsupported = sorted(
         (set(fields) - SERVED_FIELDS)
         # a default reaches no client either: a stream carries only what the model wrote
-        | {f"defaults.{name}" for name in set(template.get("defaults") or {}) - {"role"}}
+        | {f"defaults.{name}" for name in set(plan.defaults) - {"role"}}
     )
     if unsupported:
         raise ValueError(
@@ -171,70 +166,19 @@ def served_fields(template: Any) -> str | None:
 def thinking_named(template: dict) -> dict:
     """A copy of the template whose reasoning field is named `thinking` (the only name SGLang's and
     vLLM's own classes serve); the template itself when it already is."""
-    if "reasoning_content" not in template.get("fields", {}):
-        return template
-    renamed = copy.deepcopy(template)
-    fields = renamed["fields"]
-    renamed["fields"] = {
-        ("thinking" if name == "reasoning_content" else name): spec for name, spec in fields.items()
-    }
-    return renamed
-
-
-def has_opener(spec: Any) -> bool:
-    return isinstance(spec, dict) and ("open" in spec or "open_pattern" in spec)
-
-
-def verbatim_tool_field(tool: dict) -> dict:
-    """The tool-call field as plain text with its delimiters, for a parser that hands tool calls on
-    as text (to a tool parser, or as content when tool parsing is off). A literal opener or closer
-    is known; the text an open pattern matched is captured in `OPENER_GROUP` (a group around the
-    pattern; the parser reports captures while the region is open, and the region's value has it
-    at its close); what a closer pattern (or a list of closers) matched comes with the region's
-    close event from a parser built with `report_closers=True`."""
-    plain: dict[str, Any] = {key: tool[key] for key in ("repeats",) if key in tool}
-    opener = tool.get("open")
-    if isinstance(opener, str):
-        plain["open"] = opener
-    elif opener is not None or "open_pattern" in tool:
-        pattern = tool.get("open_pattern") or "|".join(regex.escape(o) for o in literals(opener))
-        plain["open_pattern"] = f"(?P<{OPENER_GROUP}>{pattern})"
-        groups = regex.compile(plain["open_pattern"]).groupindex
-        # every named group must be used by the transform (the compiler checks)
-        plain["transform"] = {"text": "{content}", **{g: "{" + g + "}" for g in groups}}
-    close = tool.get("close")
-    if isinstance(close, str):
-        plain["close"] = close  # sent when its region closes by it (not when the output ends in it)
-    else:
-        pattern = tool.get("close_pattern") or "|".join(regex.escape(c) for c in literals(close))
-        if pattern:
-            plain["close_pattern"] = pattern
-    return plain
+    return variants.renamed_field(template, "reasoning_content", "thinking")
 
 
 def server_view(template: dict, *, tool_calls: str = "parse") -> dict:
-    """The template as a server parses a generation with it: no field required (a response need
-    not write any field); a `content` field for the text outside every region when all fields have
-    openers, as the servers add one; with `tool_calls="verbatim"`, the tool-call field as plain
-    text with its delimiters (`verbatim_tool_field`: tool parsing off, or a reasoning parser that
-    hands calls on to the tool parser). The template itself when nothing changes, so that bundled
-    templates keep their checked-in parsers."""
-    fields = template["fields"]
-    verbatim = tool_calls == "verbatim" and TOOL_FIELD in fields
-    add_content = CONTENT_FIELD not in fields and all(
-        has_opener(spec) for spec in fields.values() if isinstance(spec, dict)
-    )
-    required = [name for name, spec in fields.items() if isinstance(spec, dict) and spec.get("optional") is False]
-    if not (verbatim or add_content or required):
-        return template
-    served = copy.deepcopy(template)
-    if verbatim:
-        served["fields"][TOOL_FIELD] = verbatim_tool_field(served["fields"][TOOL_FIELD])
-    if add_content:
-        served["fields"][CONTENT_FIELD] = {}
-    for name in required:
-        served["fields"][name]["optional"] = True
-    return served
+    """The template as a server parses a generation with it (`rtcompile.frontend.variants.
+    server_view`): no field required (a response need not write any field); a `content` field for
+    the text outside every region when all fields have openers, as the servers add one; with
+    `tool_calls="verbatim"`, the tool-call field as plain text with its delimiters (tool parsing
+    off, or a reasoning parser that hands calls on to the tool parser; an opener that is no single
+    literal is captured in `OPENER_GROUP`). The template itself when nothing changes, so that
+    bundled templates keep their checked-in parsers."""
+    verbatim = TOOL_FIELD if tool_calls == "verbatim" else None
+    return variants.server_view(template, sink=CONTENT_FIELD, verbatim=verbatim, capture=OPENER_GROUP)
 
 
 # ---- the plans ----------------------------------------------------------------------------------
@@ -255,5 +199,5 @@ def served_plan(plan: ServingPlan, *, tool_calls: str = "parse") -> ServingPlan:
 
 
 def reasoning_field_of(plan: ServingPlan) -> str | None:
-    """`served_fields` of the plan's template, checked once per plan: the reasoning field's name."""
-    return plan.derived("served_fields", lambda base: served_fields(base.template))
+    """`served_fields` of the plan, checked once per plan: the reasoning field's name."""
+    return plan.derived("served_fields", served_fields)

@@ -18,50 +18,89 @@ from __future__ import annotations
 
 import threading
 import types
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from .calls import ToolCallPlan
+from .calls import ToolCallPlan, call_parts
 
-__all__ = ["PLAN_ATTRIBUTE", "ServingPlan", "literals"]
+__all__ = ["PLAN_ATTRIBUTE", "FieldFacts", "ServingPlan", "message_tool_calls"]
 
 PLAN_ATTRIBUTE = "__rtcompile_serving_plan__"
 _LOCK = threading.Lock()
 
 
-def literals(value: Any) -> list[str]:
-    """The literal strings of a delimiter (`open`/`close`: a string or a list of strings), for a
-    host that builds a served variant of a template's JSON (the facts of a compiled template are
-    the plan's: `ServingPlan.literals`)."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [item for item in value if isinstance(item, str)]
-    return []
+@dataclass(frozen=True)
+class FieldFacts:
+    """What a generation reads of one field, as the compiler computed it from the validated IR
+    (`rtcompile.frontend.facts.field_facts`, written into the module's FIELD_FACTS).
+
+    `open`, `close`: its literal delimiters (none for a pattern); `open_regex`, `close_regex`: the
+    regex the parser searches for each (None without that delimiter); `pattern_closed`; `content`,
+    `content_args`: its content parser and arguments; `value_is_content`: no transform (or
+    `{content}`); `repeats`, `join`, `optional`; `call`: where a call's parts come from under its
+    transform (None without one)."""
+
+    open: tuple[str, ...]
+    close: tuple[str, ...]
+    open_regex: str | None
+    close_regex: str | None
+    pattern_closed: bool
+    content: str
+    content_args: Any
+    value_is_content: bool
+    repeats: bool
+    join: str | None
+    optional: bool
+    call: dict | None
+
+    @property
+    def has_opener(self) -> bool:
+        return self.open_regex is not None
+
+    @property
+    def transform_each(self) -> bool:
+        return self.call is not None and bool(self.call["each"])
+
+
+def _template_facts(start_anchor: tuple[str, ...], defaults: dict) -> tuple[tuple[str, ...], dict]:
+    """A module's TEMPLATE_FACTS, each checked present (and no other)."""
+    return start_anchor, defaults
 
 
 class ServingPlan:
     """What every generation of one compiled template reads off its module (`of(module)` finds or
     makes it; `for_template(template)` compiles a template first).
 
-    `template`, `fields`: the template the module was compiled from; `parser_class`: its
-    `ResponseParser`; `implicit_field`: the field text outside every region goes to (None: such
-    text is dropped); `pattern_closed`: fields closed by a pattern (what it matched comes with the
-    close event of a parser built with report_closers); `closers`: per field, literal closers that
-    end in the next message's start anchor; `literals(field, "open"|"close")`: a field's literal
-    delimiters; `tool_call_plan(field)`: where a call's parts come from. The facts are the ones
-    the compiler wrote into the module (FIELD_FACTS, CLOSERS_ENDING_IN_ANCHOR), computed from the
-    template's validated IR: the plan reads no template JSON of its own."""
+    `fields`: per field name, in the template's order, its `FieldFacts`; `start_anchor`: the
+    literal strings of the template's start anchor (none for a pattern); `defaults`: its defaults;
+    `parser_class`: its `ResponseParser`; `implicit_field`: the field text outside every region
+    goes to (None: such text is dropped); `pattern_closed`: fields closed by a pattern (what it
+    matched comes with the close event of a parser built with report_closers); `closers`: per
+    field, literal closers that end in the next message's start anchor; `literals(field,
+    "open"|"close")`: a field's literal delimiters; `tool_call_plan(field)`: where a call's parts
+    come from. Every fact is one the compiler wrote into the module (FIELD_FACTS, TEMPLATE_FACTS,
+    CLOSERS_ENDING_IN_ANCHOR), computed from the template's validated IR: the plan reads no
+    template JSON. `template` is the template as given, only handed on whole (to the front end,
+    which makes served variants of it, and to a server's own classes)."""
 
     def __init__(self, namespace: dict):
         """`namespace`: a generated module's (its TEMPLATE, ResponseParser and facts)."""
         self.template: dict = namespace["TEMPLATE"]
-        self.fields: dict = self.template["fields"]
         self.parser_class: type = namespace["ResponseParser"]
-        self.facts: dict[str, dict] = namespace["FIELD_FACTS"]
+        try:
+            self.fields: dict[str, FieldFacts] = {
+                name: FieldFacts(**fact) for name, fact in namespace["FIELD_FACTS"].items()
+            }
+            self.start_anchor, self.defaults = _template_facts(**namespace["TEMPLATE_FACTS"])
+        except (KeyError, TypeError):
+            raise ValueError(
+                "the parser module's facts are not the ones this rtcompile reads (it was generated by "
+                f"rtcompile {namespace.get('__rtcompile_version__')!r}): regenerate it"
+            ) from None
         names = self.parser_class.FIELD_NAMES
         implicit = self.parser_class.IMPLICIT
         self.implicit_field: str | None = names[implicit] if implicit is not None else None
-        self.pattern_closed = frozenset(name for name, fact in self.facts.items() if fact["pattern_closed"])
+        self.pattern_closed = frozenset(name for name, fact in self.fields.items() if fact.pattern_closed)
         self.closers: dict[str, tuple[tuple[str, str], ...]] = namespace["CLOSERS_ENDING_IN_ANCHOR"]
         self._tool_call_plans: dict[str, ToolCallPlan] = {}
         self._derived: dict[str, Any] = {}
@@ -88,13 +127,15 @@ class ServingPlan:
     def literals(self, field: str | None, key: str) -> tuple[str, ...]:
         """The literal strings of `field`'s `key` delimiter ("open" or "close"): none for a
         pattern, a field without that delimiter, or no field."""
-        fact = self.facts.get(field) if field is not None else None
-        return fact[key] if fact is not None else ()
+        fact = self.fields.get(field) if field is not None else None
+        if fact is None:
+            return ()
+        return fact.open if key == "open" else fact.close
 
     def tool_call_plan(self, field: str) -> ToolCallPlan:
         plan = self._tool_call_plans.get(field)
         if plan is None:
-            plan = self._tool_call_plans.setdefault(field, ToolCallPlan(self.fields[field], self.facts[field]["call"]))
+            plan = self._tool_call_plans.setdefault(field, ToolCallPlan(self.fields[field]))
         return plan
 
     def derived(self, name: str, make: Callable[["ServingPlan"], Any]) -> Any:
@@ -112,3 +153,20 @@ class ServingPlan:
 
 
 _ABSENT = object()
+
+
+def message_tool_calls(message: dict, template: Any, field: str = "tool_calls") -> list[dict]:
+    """The call-shaped values of `message[field]`, flattened in stream order: a repeating field holds
+    one value per region, a `transform_each` region a list of values. `template`: the template's
+    serving plan, or the template (its plan is found, compiling it on first use)."""
+    value = message.get(field)
+    if value is None:
+        return []
+    plan = template if isinstance(template, ServingPlan) else ServingPlan.for_template(template)
+    facts = plan.fields.get(field)
+    each = facts is not None and facts.transform_each
+    regions = value if facts is not None and facts.repeats and isinstance(value, list) else [value]
+    items: list = []
+    for region in regions:
+        items.extend(region if each and isinstance(region, list) else [region])
+    return [item for item in items if call_parts(item) is not None]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .plan import ServingPlan
+from .plan import FieldFacts, ServingPlan
 
 __all__ = ["Reasoning", "ReasoningTokenCounter"]
 
@@ -19,19 +19,15 @@ _CONTENT_FIELD = "content"
 _TOOL_FIELD = "tool_calls"
 
 
-def _has_opener(spec: Any) -> bool:
-    return isinstance(spec, dict) and ("open" in spec or "open_pattern" in spec)
-
-
 class Reasoning:
-    """The reasoning field of a plan (`field`, None when the template has none; `spec`), and the
-    fields with openers (made once per plan and field: `of`)."""
+    """The reasoning field of a plan (`field`, None when the template has none; `facts`, its
+    FieldFacts), and the fields with openers (made once per plan and field: `of`)."""
 
     def __init__(self, plan: ServingPlan, field: str | None):
         self.plan = plan
         self.field = field
-        self.spec: dict | None = plan.fields.get(field) if field else None
-        self.open_fields = frozenset(name for name, spec in plan.fields.items() if _has_opener(spec))
+        self.facts: FieldFacts | None = plan.fields.get(field) if field else None
+        self.open_fields = frozenset(name for name, facts in plan.fields.items() if facts.has_opener)
 
     @classmethod
     def of(cls, plan: ServingPlan, field: str | None) -> "Reasoning":
@@ -46,7 +42,7 @@ class Reasoning:
         field = self.field
         if field is None:
             return True
-        if self.spec.get("repeats"):
+        if self.facts.repeats:
             return False
         try:
             text = prompt_text() if callable(prompt_text) else prompt_text

@@ -83,6 +83,7 @@ from rtcompile.integrations.serving import (
     Reasoning,
     ReasoningTokenCounter,
     Renderer,
+    Route,
     ServingPlan,
     WholeOutput,
     as_id_list,
@@ -340,8 +341,8 @@ class RtcompileReasoningParser(ResponseTemplateReasoningParser):
 
     def _closer_ids(self) -> list[list[int]] | None:
         """Token ids of each literal closer of reasoning, or None when they are not all literal."""
-        spec = self.reasoning.spec
-        if spec is None or spec.get("repeats") or "close" not in spec:
+        facts = self.reasoning.facts
+        if facts is None or facts.repeats:
             return None
         closers = self._field_literals("close")
         if not closers:
@@ -576,13 +577,15 @@ class RtcompileParser(Parser):
             request, enable_auto_tools=enable_auto_tools
         )
         plan = self._plan if parse_tools else _plan_for(self.response_template, parse_tools=False)
-        text_keys: dict[str, str | None] = {CONTENT_FIELD: "content"}
+        routes = {CONTENT_FIELD: Route.raw("content")}
         reasoning = self._reasoning_field
         if reasoning is not None:
             if self._reasoning_parser is None:
-                text_keys[reasoning] = "content"
+                routes[reasoning] = Route.raw("content")
             else:
-                text_keys[reasoning] = "reasoning" if include_reasoning else None
+                routes[reasoning] = Route.raw("reasoning") if include_reasoning else Route.dropped()
+        # tool calls parsed (a region that fails to parse: its text is content), or passed on as content
+        routes[TOOL_FIELD] = Route.calls("content") if parse_tools else Route.verbatim("content")
         prompt: dict[str, Any] = {"prefix": self._prefix} if not reads_ids else {
             "tokenizer": self.model_tokenizer,
             "prompt_token_ids": self._prompt_token_ids or [],
@@ -590,11 +593,8 @@ class RtcompileParser(Parser):
         return Generation(
             plan,
             renderer or _DeltaMessages(self._stream_state),
+            routes,
             **prompt,
             tools=self._tools,
-            text_keys=text_keys,
-            verbatim_keys=None if parse_tools else {TOOL_FIELD: "content"},
-            tool_field=TOOL_FIELD if parse_tools else None,
-            failed_key="content",
             text_omits_stop_token=True,
         )
