@@ -13,6 +13,9 @@ import string
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rtcompile.frontend import facts
+from rtcompile.frontend.validate import lower
+from rtcompile.integrations.serving import FieldFacts
 from rtcompile.integrations.serving.arguments import JsonScanner, delimiter_pairs
 from rtcompile.integrations.serving.calls import ToolCallPlan
 
@@ -20,10 +23,17 @@ from strategies import chunkings
 
 DELIMITER = '<|"|>'
 DIALECT = {"unquoted_keys": True, "string_delims": [[DELIMITER, DELIMITER]]}
-NAMED_BY_PATH = {
-    "each": False, "name": ("path", ("name",)), "arguments": ("path", ("arguments",)), "id": None
-}
-EACH = dict(NAMED_BY_PATH, each=True)
+# How a call is read: one object with its name and arguments, or transform_each over a list.
+NAMED_BY_PATH, EACH = False, True
+
+
+def tool_call_plan(content_args: dict, each: bool) -> ToolCallPlan:
+    """The plan of a json tool-call field, from its facts as the front end computes them."""
+    name, arguments = ("{name}", "{arguments}") if each else ("{content.name}", "{content.arguments}")
+    field = {"open": "<c>", "close": "</c>", "content": "json", "content_args": content_args, "transform_each": each,
+             "transform": {"type": "function", "function": {"name": name, "arguments": arguments}}}
+    ir = lower({"start_anchor": "<s>", "fields": {"tool_calls": field}})
+    return ToolCallPlan(FieldFacts(**facts.field_facts(ir)["tool_calls"]))
 
 
 class Reports:
@@ -42,8 +52,8 @@ class Reports:
         self.seen.append(("element", slot))
 
 
-def scan(chunks: list[str], content_args: dict, call: dict) -> tuple[list[tuple], ToolCallPlan]:
-    plan = ToolCallPlan({"content": "json", "content_args": content_args}, call)
+def scan(chunks: list[str], content_args: dict, each: bool) -> tuple[list[tuple], ToolCallPlan]:
+    plan = tool_call_plan(content_args, each)
     reports = Reports()
     scanner = JsonScanner(
         reports,
@@ -165,7 +175,7 @@ def test_every_two_way_split_reports_what_the_whole_region_reports():
 
 def test_members_are_reported_when_complete_not_at_the_regions_end():
     text = '{"name": "f", "arguments": {"a": "x", "b": [1, 2], "c": 3, "d": true}}'
-    plan = ToolCallPlan({"content": "json"}, NAMED_BY_PATH)
+    plan = tool_call_plan({}, NAMED_BY_PATH)
     reports = Reports()
     scanner = JsonScanner(reports, plan, [], False)
     reported_after = {}
