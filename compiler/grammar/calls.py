@@ -133,6 +133,9 @@ class CallWriter:
         self.args = field.content.args
         if field.open is None:
             raise GrammarError(self.where, "a tool-call field without an open delimiter cannot be written")
+        if field.join is not None and field.repeats:
+            # (the parser joins the regions' values as text: a call, an object, fails to join)
+            raise GrammarError(f"{self.where}.join", "regions joined as text cannot hold tool calls")
         if self.shape.arguments.kind != facts.PATH:
             raise GrammarError(self.where, "the transform takes the arguments from no place in the content")
         if self.shape.name.kind not in (facts.PATH, facts.CAPTURE, facts.LITERAL):

@@ -496,3 +496,17 @@ def test_a_lazy_repeat_is_written_so_the_match_ends_where_the_grammar_ends_it():
     template["fields"]["tool_calls"]["close_pattern"] = "<a>.*<a>"
     with pytest.raises(rtcompile.GrammarError, match="a repeat that could run over the '<a>' after it"):
         rtcompile.structural_tag(template, tools, tool_choice="auto")
+
+
+def test_a_call_field_whose_regions_are_joined_as_text_is_refused():
+    from transformers.utils.chat_parsing import parse_response as interpreter_parse
+
+    template = {
+        "start_anchor": "<|a|>",
+        "fields": {"tool_calls": {"open": "<a>", "close": "</a>", "content": "json", "repeats": True, "join": "",
+                                  "transform": {"type": "function", "function": "{content}"}}},
+    }
+    with pytest.raises(ValueError, match="'join' requires each match to parse to a string"):  # (why)
+        interpreter_parse('<a>{"name": "a", "arguments": {}}</a>', template, prefix="<|a|>")
+    with pytest.raises(rtcompile.GrammarError, match=r"fields.tool_calls.join: regions joined as text cannot hold tool calls"):
+        rtcompile.structural_tag(template, [{"type": "function", "function": {"name": "a"}}], tool_choice="auto")
