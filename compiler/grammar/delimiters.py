@@ -215,7 +215,10 @@ class _Converter:
         for index, element in enumerate(out if self.checked else ()):  # (text no control token may straddle)
             if element.get("type") == "const_string":
                 before = out[index - 1] if index else None
-                after = out[index + 1] if index + 1 < len(out) else None
+                # (what the rest of the sequence may write, as one regex: a control token may
+                # straddle several pieces, `<a>` `\w+` `<a>` writing `<a>a<a>`)
+                following = _as_regex(out[index + 1 :])
+                after = {"type": "regex", "pattern": following} if following else None
                 self.speller.check_edges(before, element["value"], after, self.where)
         return F.sequence(*out)
 
@@ -419,6 +422,25 @@ def unfactored(items) -> list:
                 node = rs.Alternation(tuple(rs.Seq(tuple(run) + branch.items) for branch in node.branches))
         out.append(node)
     return out
+
+
+def _as_regex(formats: list) -> str:
+    """A regex of what the formats write in a row as text, as far as they can be read as one
+    (a control token by id, or a format of another kind, ends it)."""
+    out = []
+    for fmt in formats:
+        kind = fmt.get("type")
+        if kind == "const_string":
+            out.append(regex.escape(fmt["value"]))
+        elif kind == "regex":
+            out.append(f"(?:{fmt['pattern']})")
+        elif kind in ("optional", "star", "plus") and _as_regex([fmt["content"]]):
+            out.append(f"(?:{_as_regex([fmt['content']])})" + {"optional": "?", "star": "*", "plus": "+"}[kind])
+        elif kind == "sequence" and _as_regex(fmt["elements"]):
+            out.append(_as_regex(fmt["elements"]))
+        else:
+            break
+    return "".join(out)
 
 
 def _refuse(where: str, what: str) -> F.Format:

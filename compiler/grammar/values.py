@@ -222,18 +222,18 @@ class JsonWriter:
     def _with_other_members(self, body: F.Format, read: list[str], before: bool) -> F.Format:
         """`body` (the members read, all required) with a member under another key before them and
         one after, each optional, as chat templates write a call's id (Command R7B's
-        "tool_call_id" first, Mistral Nemo's "id" last): a word key, an id's value (a string of
-        word characters and dashes). The key before may be any word (a key read after it takes
-        its value: JSON's last member wins); the key after is a word no read key is. None where a
-        closer could be written inside them. (Any string, or any value, or any number of members,
-        made qwen3's tag compile up to 2x slower, and random walks rarely end.)"""
+        "tool_call_id" first, Mistral Nemo's "id" last): a word key that no read key is (a read
+        key twice is one call to JSON, its last value winning, and another to a reader that
+        streams the first), and an id's value (a string of word characters and dashes). None
+        where a closer could be written inside them. (Any string, or any value, or any number of
+        members, made qwen3's tag compile up to 2x slower, and random walks rarely end.)"""
         if any(word and set(word) <= _ID_CHARS for word in self.dialect.excludes):
             return body
-        space = f"[{escape_chars(self.dialect.space)}]*" if self.dialect.space else ""
-        first = F.optional(F.regex(f'"[0-9A-Z_a-z]+"{space}:{space}"{_ID_CLASS}*"{space},{space}')) if before else F.EMPTY
-        space_rule = f"ws ::= {space}" if space else 'ws ::= ""'
-        value = f'"\\"" {_ID_CLASS}* "\\""'
-        last = F.optional(_grammar(f'root ::= ws "," ws key ws ":" ws {value}', space_rule, *key_other_than(read)))
+        space = f"ws ::= [{escape_chars(self.dialect.space)}]*" if self.dialect.space else 'ws ::= ""'
+        # (one grammar text before and after: xgrammar compiles it once)
+        member = _grammar(f'root ::= key ws ":" ws "\\"" {_ID_CLASS}* "\\""', space, *key_other_than(read))
+        first = F.optional(F.sequence(member, self.comma)) if before else F.EMPTY
+        last = F.optional(F.sequence(self.comma, member))
         return F.sequence(first, body, last)
 
     def member(self, key: str, schema: Any, where: str) -> F.Format:

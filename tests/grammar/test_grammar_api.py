@@ -388,9 +388,10 @@ def test_a_closer_anchored_at_a_line_start_is_written_after_a_newline():
 
 
 def test_a_call_object_takes_one_member_under_another_key_before_and_after_the_read_ones():
-    """A call's id as chat templates write it: before the keys the transform reads (any key: a key
-    read after it wins, as in JSON) and after them (a key no read key is: it would win). An opener
-    whose lookahead reads into the content keeps the read keys first."""
+    """A call's id as chat templates write it, before the keys the transform reads and after them,
+    under a key no read key is (after them it would win, as in JSON; before them a reader that
+    streams the call would report it). An opener whose lookahead reads into the content keeps the
+    read keys first."""
     from grammar_walk import END_OF_OUTPUT, ordinary_spelling
 
     def accepts(template, prefix, text):
@@ -408,8 +409,9 @@ def test_a_call_object_takes_one_member_under_another_key_before_and_after_the_r
     }
     assert accepts(template, "<|a|>", "<c>{" + call + "}</c>")
     assert accepts(template, "<|a|>", '<c>{"tool_call_id": "0", ' + call + "}</c>")
-    assert accepts(template, "<|a|>", '<c>{"name": "x", ' + call + ', "id": "abc123def"}</c>')
+    assert accepts(template, "<|a|>", '<c>{"type": "x", ' + call + ', "id": "abc123def"}</c>')
     assert not accepts(template, "<|a|>", "<c>{" + call + ', "name": "x"}</c>')  # (it would win)
+    assert not accepts(template, "<|a|>", '<c>{"name": "x", ' + call + "}</c>")  # (streamed first)
     assert not accepts(template, "<|a|>", '<c>{"a": "b", "c": "d", ' + call + "}</c>")  # (one at most)
     looking = rtcompile.template_for("llama3_json")
     anchor = looking["start_anchor"]
@@ -510,3 +512,30 @@ def test_a_call_field_whose_regions_are_joined_as_text_is_refused():
         interpreter_parse('<a>{"name": "a", "arguments": {}}</a>', template, prefix="<|a|>")
     with pytest.raises(rtcompile.GrammarError, match=r"fields.tool_calls.join: regions joined as text cannot hold tool calls"):
         rtcompile.structural_tag(template, [{"type": "function", "function": {"name": "a"}}], tool_choice="auto")
+
+
+@pytest.mark.parametrize(
+    "opener, token",
+    [
+        ("<a>(?P<name>\\w+)<a>", "<a>a<a>"),  # (three pieces: `<a>`, the name, `<a>`)
+        ("<a>[^<]*<a>", "<a><a>"),  # (the class may write nothing)
+        ("<a>(?:=(?P<name>[\\w.]+))?<", "<a><"),  # (the group may write nothing)
+    ],
+)
+def test_a_control_token_that_pieces_of_a_delimiter_could_spell_is_refused(opener, token):
+    """By token ids, a control token whose text the opener's pieces could write together is one
+    the grammar (text to xgrammar's matcher) would let through as the opener, and the parser
+    would not read as it."""
+    from grammar_walk import END_OF_OUTPUT
+    from tokenizer_pool import AddedSpec, build_tokenizer
+
+    template = {
+        "start_anchor": "<|a|>\n",
+        "fields": {"tool_calls": {"open_pattern": opener, "close": "</call>", "content": "json", "repeats": True,
+                                  "transform": {"type": "function", "function": "{content}"}}},
+    }
+    # (`<a>` itself no token: the opener's pieces are text)
+    tokenizer = build_tokenizer("bpe", [AddedSpec(t, "special") for t in ("</call>", token, END_OF_OUTPUT)])
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    with pytest.raises(rtcompile.GrammarError, match=f"the control token {re.escape(repr(token))} could be spelled across"):
+        rtcompile.structural_tag(template, tools, tool_choice="required", tokenizer=tokenizer, stop_tokens=[END_OF_OUTPUT])
