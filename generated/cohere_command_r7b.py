@@ -181,7 +181,27 @@ class ResponseParser(Machine):
             if self._opened:
                 state = self._current
                 if state == 0:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("<|E" not in text and not text.endswith(("<", "<|")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "reasoning_content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                    elif text.endswith(("<", "<|")) and "<|E" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_0.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -192,7 +212,27 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 1:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("<|E" not in text and not text.endswith(("<", "<|")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": text,
+                                "dirty": True,
+                            }
+                        ]
+                    elif text.endswith(("<", "<|")) and "<|E" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_1.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -203,7 +243,27 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 2:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("<|E" not in text and not text.endswith(("<", "<|")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                    elif text.endswith(("<", "<|")) and "<|E" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_2.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -242,6 +302,63 @@ class ResponseParser(Machine):
                 if len(joined) < 16 and "<|END_RESPONSE|>".startswith(joined):
                     self._buf = joined
                     return []
+            if self._opened:
+                # (held text that, with the chunk, holds no key of the state's start literals: no
+                # delimiter starts in it, bar a proper prefix of one at its end, or a lead run)
+                if state == 0:
+                    joined = buf + text
+                    if "<|E" not in joined:
+                        run = CLOSE_0.hold(joined) if joined.endswith(("<", "<|")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "reasoning_content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
+                elif state == 1:
+                    joined = buf + text
+                    if "<|E" not in joined:
+                        run = CLOSE_1.hold(joined) if joined.endswith(("<", "<|")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "tool_calls",
+                                    "text": read,
+                                    "dirty": True,
+                                }
+                            ]
+                elif state == 2:
+                    joined = buf + text
+                    if "<|E" not in joined:
+                        run = CLOSE_2.hold(joined) if joined.endswith(("<", "<|")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
         return Machine.feed(self, text)
 
     @staticmethod
@@ -325,16 +442,21 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text:
+            if "<" not in text or ("<|S" not in text and not text.endswith(("<", "<|"))):
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined:
+        if "<" not in joined or ("<|S" not in joined and not joined.endswith(("<", "<|"))):
             hold = len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
-            hold = STARTS_SCAN_SINK.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
+            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
+            hold = (
+                STARTS_SCAN_SINK.hold(joined)
+                if "<|S" not in joined
+                else STARTS_SCAN_SINK.starts_at(joined)
+            )
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)
@@ -410,16 +532,17 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text:
+            if "<" not in text or ("<|E" not in text and not text.endswith(("<", "<|"))):
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined:
+        if "<" not in joined or ("<|E" not in joined and not joined.endswith(("<", "<|"))):
             hold = len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
-            hold = CLOSE_0.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
+            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
+            hold = CLOSE_0.hold(joined) if "<|E" not in joined else CLOSE_0.starts_at(joined)
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)
@@ -473,16 +596,17 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text:
+            if "<" not in text or ("<|E" not in text and not text.endswith(("<", "<|"))):
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined:
+        if "<" not in joined or ("<|E" not in joined and not joined.endswith(("<", "<|"))):
             hold = len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
-            hold = CLOSE_1.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
+            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
+            hold = CLOSE_1.hold(joined) if "<|E" not in joined else CLOSE_1.starts_at(joined)
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)
@@ -536,16 +660,17 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text:
+            if "<" not in text or ("<|E" not in text and not text.endswith(("<", "<|"))):
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined:
+        if "<" not in joined or ("<|E" not in joined and not joined.endswith(("<", "<|"))):
             hold = len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
-            hold = CLOSE_2.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
+            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
+            hold = CLOSE_2.hold(joined) if "<|E" not in joined else CLOSE_2.starts_at(joined)
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)

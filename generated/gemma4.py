@@ -191,7 +191,27 @@ class ResponseParser(Machine):
             if self._opened:
                 state = self._current
                 if state == 0:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("<ch" not in text and not text.endswith(("<", "<c")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "reasoning_content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                    elif text.endswith(("<", "<c")) and "<ch" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_0.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -202,7 +222,27 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 1:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("<to" not in text and not text.endswith(("<", "<t")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": text,
+                                "dirty": True,
+                            }
+                        ]
+                    elif text.endswith(("<", "<t")) and "<to" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_1.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -213,7 +253,40 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 2:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text
+                        or (
+                            "<eo" not in text
+                            and "<tu" not in text
+                            and "<|c" not in text
+                            and "<|t" not in text
+                            and not text.endswith(("<", "<e", "<t", "<|"))
+                        )
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                    elif (
+                        text.endswith(("<", "<e", "<t", "<|"))
+                        and "<eo" not in text
+                        and "<tu" not in text
+                        and "<|c" not in text
+                        and "<|t" not in text
+                    ):
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = STARTS_SCAN_SINK.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -248,6 +321,72 @@ class ResponseParser(Machine):
                 if len(joined) < 12 and "<tool_call|>".startswith(joined):
                     self._buf = joined
                     return []
+            if self._opened:
+                # (held text that, with the chunk, holds no key of the state's start literals: no
+                # delimiter starts in it, bar a proper prefix of one at its end, or a lead run)
+                if state == 0:
+                    joined = buf + text
+                    if "<ch" not in joined:
+                        run = CLOSE_0.hold(joined) if joined.endswith(("<", "<c")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "reasoning_content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
+                elif state == 1:
+                    joined = buf + text
+                    if "<to" not in joined:
+                        run = CLOSE_1.hold(joined) if joined.endswith(("<", "<t")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "tool_calls",
+                                    "text": read,
+                                    "dirty": True,
+                                }
+                            ]
+                elif state == 2:
+                    joined = buf + text
+                    if (
+                        "<eo" not in joined
+                        and "<tu" not in joined
+                        and "<|c" not in joined
+                        and "<|t" not in joined
+                    ):
+                        run = (
+                            STARTS_SCAN_SINK.hold(joined)
+                            if joined.endswith(("<", "<e", "<t", "<|"))
+                            else len(joined)
+                        )
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
         return Machine.feed(self, text)
 
     @staticmethod
@@ -337,16 +476,36 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text:
+            if "<" not in text or (
+                "<eo" not in text
+                and "<tu" not in text
+                and "<|c" not in text
+                and "<|t" not in text
+                and not text.endswith(("<", "<e", "<t", "<|"))
+            ):
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined:
+        if "<" not in joined or (
+            "<eo" not in joined
+            and "<tu" not in joined
+            and "<|c" not in joined
+            and "<|t" not in joined
+            and not joined.endswith(("<", "<e", "<t", "<|"))
+        ):
             hold = len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
-            hold = STARTS_SCAN_SINK.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
+            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
+            hold = (
+                STARTS_SCAN_SINK.hold(joined)
+                if "<eo" not in joined
+                and "<tu" not in joined
+                and "<|c" not in joined
+                and "<|t" not in joined
+                else STARTS_SCAN_SINK.starts_at(joined)
+            )
             if hold < 0:
                 # (a delimiter may match here: the scan decides, unless one is still being matched
                 # from the start of what is unread, which the scan would hold back with all after it)
@@ -455,16 +614,17 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text:
+            if "<" not in text or ("<ch" not in text and not text.endswith(("<", "<c"))):
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined:
+        if "<" not in joined or ("<ch" not in joined and not joined.endswith(("<", "<c"))):
             hold = len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
-            hold = CLOSE_0.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
+            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
+            hold = CLOSE_0.hold(joined) if "<ch" not in joined else CLOSE_0.starts_at(joined)
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)
@@ -518,16 +678,17 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text:
+            if "<" not in text or ("<to" not in text and not text.endswith(("<", "<t"))):
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined:
+        if "<" not in joined or ("<to" not in joined and not joined.endswith(("<", "<t"))):
             hold = len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
-            hold = CLOSE_1.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
+            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
+            hold = CLOSE_1.hold(joined) if "<to" not in joined else CLOSE_1.starts_at(joined)
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)

@@ -156,7 +156,27 @@ class ResponseParser(Machine):
             if self._opened:
                 state = self._current
                 if state == 0:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("<|/" not in text and not text.endswith(("<", "<|")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": text,
+                                "dirty": True,
+                            }
+                        ]
+                    elif text.endswith(("<", "<|")) and "<|/" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_0.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -167,7 +187,14 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 1:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text
+                        or (
+                            "<|e" not in text
+                            and "<|t" not in text
+                            and not text.endswith(("<", "<|"))
+                        )
+                    ) and text:
                         if text[-1] not in WHITESPACE:
                             self._parts.append(text)
                             return [
@@ -193,13 +220,38 @@ class ResponseParser(Machine):
                                 "dirty": False,
                             }
                         ]
+                    elif text.endswith(("<", "<|")) and "<|e" not in text and "<|t" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = STARTS_SCAN_SINK.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
         elif self._lead_held:
             if self._opened and not self._held:
                 # (what is unread is a run of lead characters, in one piece: a chunk with no first
                 # character reads it, and holds the chunk's own trailing run, if any, instead)
                 state = self._current
                 if state == 1:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text
+                        or (
+                            "<|e" not in text
+                            and "<|t" not in text
+                            and not text.endswith(("<", "<|"))
+                        )
+                    ) and text:
                         run = len(text.rstrip(WHITESPACE))
                         if run:
                             read = buf + text[:run]
@@ -213,6 +265,24 @@ class ResponseParser(Machine):
                                     "dirty": False,
                                 }
                             ]
+                    elif text.endswith(("<", "<|")) and "<|e" not in text and "<|t" not in text:
+                        # (a start literal may be starting at its end, after the run: as above)
+                        joined = buf + text
+                        run = STARTS_SCAN_SINK.hold(joined)
+                        self._buf = joined[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        read = joined[:run]
+                        self._parts.append(read)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": read,
+                                "dirty": False,
+                            }
+                        ]
         elif text and not self._lead_held and not self._halted:
             state = self._current
             # (held text that, with the chunk, is still a proper prefix of a literal delimiter of
@@ -232,6 +302,54 @@ class ResponseParser(Machine):
                 if len(joined) < 14 and "<|/tool_call|>".startswith(joined):
                     self._buf = joined
                     return []
+            if self._opened:
+                # (held text that, with the chunk, holds no key of the state's start literals: no
+                # delimiter starts in it, bar a proper prefix of one at its end, or a lead run)
+                if state == 0:
+                    joined = buf + text
+                    if "<|/" not in joined:
+                        run = CLOSE_0.hold(joined) if joined.endswith(("<", "<|")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "tool_calls",
+                                    "text": read,
+                                    "dirty": True,
+                                }
+                            ]
+                elif state == 1:
+                    joined = buf + text
+                    if "<|e" not in joined and "<|t" not in joined:
+                        run = (
+                            STARTS_SCAN_SINK.hold(joined)
+                            if joined.endswith(("<", "<|"))
+                            else len(joined)
+                        )
+                        if run == len(joined) and joined[-1] in WHITESPACE:
+                            run = len(
+                                joined.rstrip(WHITESPACE)
+                            )  # (the run is held where it starts)
+                            self._lead_held = True
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
         return Machine.feed(self, text)
 
     @staticmethod
@@ -320,21 +438,33 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text and text[-1] not in WHITESPACE:
+            if (
+                "<" not in text
+                or ("<|e" not in text and "<|t" not in text and not text.endswith(("<", "<|")))
+            ) and text[-1] not in WHITESPACE:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         elif self._lead_held:
             # (what is unread is a run of lead characters; more of them wait in pieces)
-            if "<" not in text or STARTS_SCAN_SINK.starts_nowhere(text):
+            if "<" not in text or (
+                "<|e" not in text and "<|t" not in text and not text.endswith(("<", "<|"))
+            ):
                 return self._lead_take(text, len(text.rstrip(WHITESPACE)))
             joined = buf + "".join(self._held) + text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined:
+        if "<" not in joined or (
+            "<|e" not in joined and "<|t" not in joined and not joined.endswith(("<", "<|"))
+        ):
             hold = len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
-            hold = STARTS_SCAN_SINK.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
+            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
+            hold = (
+                STARTS_SCAN_SINK.hold(joined)
+                if "<|e" not in joined and "<|t" not in joined
+                else STARTS_SCAN_SINK.starts_at(joined)
+            )
             if hold < 0:
                 return None  # (the scan decides)
         if hold == len(joined) and joined[-1] in WHITESPACE:
@@ -387,16 +517,17 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text:
+            if "<" not in text or ("<|/" not in text and not text.endswith(("<", "<|"))):
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined:
+        if "<" not in joined or ("<|/" not in joined and not joined.endswith(("<", "<|"))):
             hold = len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
-            hold = CLOSE_0.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
+            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
+            hold = CLOSE_0.hold(joined) if "<|/" not in joined else CLOSE_0.starts_at(joined)
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)
