@@ -442,21 +442,19 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text or ("<|S" not in text and not text.endswith(("<", "<|"))):
+            if "<" not in text:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined or ("<|S" not in joined and not joined.endswith(("<", "<|"))):
+        if "<" not in joined:
             hold = len(joined)
+        elif "<|S" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = STARTS_SCAN_SINK.hold(joined) if joined.endswith(("<", "<|")) else len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
-            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
-            hold = (
-                STARTS_SCAN_SINK.hold(joined)
-                if "<|S" not in joined
-                else STARTS_SCAN_SINK.starts_at(joined)
-            )
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = STARTS_SCAN_SINK.starts_at(joined)
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)
@@ -532,17 +530,19 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text or ("<|E" not in text and not text.endswith(("<", "<|"))):
+            if "<" not in text:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined or ("<|E" not in joined and not joined.endswith(("<", "<|"))):
+        if "<" not in joined:
             hold = len(joined)
+        elif "<|E" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_0.hold(joined) if joined.endswith(("<", "<|")) else len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
-            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
-            hold = CLOSE_0.hold(joined) if "<|E" not in joined else CLOSE_0.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = CLOSE_0.starts_at(joined)
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)
@@ -596,17 +596,19 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text or ("<|E" not in text and not text.endswith(("<", "<|"))):
+            if "<" not in text:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined or ("<|E" not in joined and not joined.endswith(("<", "<|"))):
+        if "<" not in joined:
             hold = len(joined)
+        elif "<|E" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_1.hold(joined) if joined.endswith(("<", "<|")) else len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
-            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
-            hold = CLOSE_1.hold(joined) if "<|E" not in joined else CLOSE_1.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = CLOSE_1.starts_at(joined)
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)
@@ -660,17 +662,19 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text or ("<|E" not in text and not text.endswith(("<", "<|"))):
+            if "<" not in text:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined or ("<|E" not in joined and not joined.endswith(("<", "<|"))):
+        if "<" not in joined:
             hold = len(joined)
+        elif "<|E" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_2.hold(joined) if joined.endswith(("<", "<|")) else len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
-            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
-            hold = CLOSE_2.hold(joined) if "<|E" not in joined else CLOSE_2.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = CLOSE_2.starts_at(joined)
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)

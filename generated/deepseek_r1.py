@@ -603,17 +603,19 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text or ("</t" not in text and not text.endswith(("<", "</"))):
+            if "<" not in text:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined or ("</t" not in joined and not joined.endswith(("<", "</"))):
+        if "<" not in joined:
             hold = len(joined)
+        elif "</t" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_0.hold(joined) if joined.endswith(("<", "</")) else len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
-            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
-            hold = CLOSE_0.hold(joined) if "</t" not in joined else CLOSE_0.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = CLOSE_0.starts_at(joined)
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)
@@ -673,7 +675,7 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "\n" not in text or ("\n``" not in text and not text.endswith(("\n", "\n`"))):
+            if "\n" not in text:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
@@ -686,16 +688,18 @@ class ResponseParser(Machine):
                 self._carried = (joined, carried[1], state)
                 if state.held:
                     return self._read_before(joined, 0)
-        if "\n" not in joined or ("\n``" not in joined and not joined.endswith(("\n", "\n`"))):
+        if "\n" not in joined:
             hold = len(joined)
-        else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
-            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
+        elif "\n``" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
             hold = (
                 STARTS_SCAN_IN_1_TOOL_CALLS.hold(joined)
-                if "\n``" not in joined
-                else STARTS_SCAN_IN_1_TOOL_CALLS.starts_at(joined)
+                if joined.endswith(("\n", "\n`"))
+                else len(joined)
             )
+        else:
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = STARTS_SCAN_IN_1_TOOL_CALLS.starts_at(joined)
             if hold < 0:
                 # (a delimiter may match here: the scan decides, unless one is still being matched
                 # from the start of what is unread, which the scan would hold back with all after it)

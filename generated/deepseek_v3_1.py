@@ -598,17 +598,19 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text or ("</t" not in text and not text.endswith(("<", "</"))):
+            if "<" not in text:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined or ("</t" not in joined and not joined.endswith(("<", "</"))):
+        if "<" not in joined:
             hold = len(joined)
+        elif "</t" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_0.hold(joined) if joined.endswith(("<", "</")) else len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
-            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
-            hold = CLOSE_0.hold(joined) if "</t" not in joined else CLOSE_0.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = CLOSE_0.starts_at(joined)
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)
@@ -662,17 +664,19 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text or ("<｜t" not in text and not text.endswith(("<", "<｜"))):
+            if "<" not in text:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined or ("<｜t" not in joined and not joined.endswith(("<", "<｜"))):
+        if "<" not in joined:
             hold = len(joined)
+        elif "<｜t" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_1.hold(joined) if joined.endswith(("<", "<｜")) else len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
-            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
-            hold = CLOSE_1.hold(joined) if "<｜t" not in joined else CLOSE_1.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = CLOSE_1.starts_at(joined)
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)

@@ -476,36 +476,28 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text or (
-                "<eo" not in text
-                and "<tu" not in text
-                and "<|c" not in text
-                and "<|t" not in text
-                and not text.endswith(("<", "<e", "<t", "<|"))
-            ):
+            if "<" not in text:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined or (
+        if "<" not in joined:
+            hold = len(joined)
+        elif (
             "<eo" not in joined
             and "<tu" not in joined
             and "<|c" not in joined
             and "<|t" not in joined
-            and not joined.endswith(("<", "<e", "<t", "<|"))
         ):
-            hold = len(joined)
-        else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
-            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
             hold = (
                 STARTS_SCAN_SINK.hold(joined)
-                if "<eo" not in joined
-                and "<tu" not in joined
-                and "<|c" not in joined
-                and "<|t" not in joined
-                else STARTS_SCAN_SINK.starts_at(joined)
+                if joined.endswith(("<", "<e", "<t", "<|"))
+                else len(joined)
             )
+        else:
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = STARTS_SCAN_SINK.starts_at(joined)
             if hold < 0:
                 # (a delimiter may match here: the scan decides, unless one is still being matched
                 # from the start of what is unread, which the scan would hold back with all after it)
@@ -614,17 +606,19 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text or ("<ch" not in text and not text.endswith(("<", "<c"))):
+            if "<" not in text:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined or ("<ch" not in joined and not joined.endswith(("<", "<c"))):
+        if "<" not in joined:
             hold = len(joined)
+        elif "<ch" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_0.hold(joined) if joined.endswith(("<", "<c")) else len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
-            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
-            hold = CLOSE_0.hold(joined) if "<ch" not in joined else CLOSE_0.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = CLOSE_0.starts_at(joined)
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)
@@ -678,17 +672,19 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if "<" not in text or ("<to" not in text and not text.endswith(("<", "<t"))):
+            if "<" not in text:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
-        if "<" not in joined or ("<to" not in joined and not joined.endswith(("<", "<t"))):
+        if "<" not in joined:
             hold = len(joined)
+        elif "<to" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_1.hold(joined) if joined.endswith(("<", "<t")) else len(joined)
         else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
-            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
-            hold = CLOSE_1.hold(joined) if "<to" not in joined else CLOSE_1.starts_at(joined)
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = CLOSE_1.starts_at(joined)
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)

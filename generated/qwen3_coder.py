@@ -530,15 +530,7 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if (
-                "<" not in text
-                or (
-                    "<to" not in text
-                    and "<|e" not in text
-                    and "<|i" not in text
-                    and not text.endswith(("<", "<t", "<|"))
-                )
-            ) and text[-1] not in WHITESPACE:
+            if "<" not in text and text[-1] not in WHITESPACE:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         elif self._lead_held:
@@ -561,21 +553,16 @@ class ResponseParser(Machine):
                 self._carried = (joined, carried[1], state)
                 if state.held:
                     return self._read_before(joined, 0)
-        if "<" not in joined or (
-            "<to" not in joined
-            and "<|e" not in joined
-            and "<|i" not in joined
-            and not joined.endswith(("<", "<t", "<|"))
-        ):
+        if "<" not in joined:
             hold = len(joined)
-        else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
-            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
+        elif "<to" not in joined and "<|e" not in joined and "<|i" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
             hold = (
-                STARTS_SCAN_SINK.hold(joined)
-                if "<to" not in joined and "<|e" not in joined and "<|i" not in joined
-                else STARTS_SCAN_SINK.starts_at(joined)
+                STARTS_SCAN_SINK.hold(joined) if joined.endswith(("<", "<t", "<|")) else len(joined)
             )
+        else:
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = STARTS_SCAN_SINK.starts_at(joined)
             if hold < 0:
                 # (a delimiter may match here: the scan decides, unless one is still being matched
                 # from the start of what is unread, which the scan would hold back with all after it)
@@ -695,9 +682,7 @@ class ResponseParser(Machine):
             return None
         buf = self._buf
         if not buf:
-            if ("<" not in text or ("</f" not in text and not text.endswith(("<", "</")))) and text[
-                -1
-            ] not in WHITESPACE:
+            if "<" not in text and text[-1] not in WHITESPACE:
                 return text  # (the common chunk: no delimiter can start in it)
             joined = text
         elif self._lead_held:
@@ -715,16 +700,18 @@ class ResponseParser(Machine):
                 self._carried = (joined, carried[1], state)
                 if state.held:
                     return self._read_before(joined, 0)
-        if "<" not in joined or ("</f" not in joined and not joined.endswith(("<", "</"))):
+        if "<" not in joined:
             hold = len(joined)
-        else:
-            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole):
-            # without a key, a proper prefix of a start literal ends the text (see QuickCheck.keys)
+        elif "</f" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
             hold = (
                 STARTS_SCAN_IN_0_TOOL_CALLS.hold(joined)
-                if "</f" not in joined
-                else STARTS_SCAN_IN_0_TOOL_CALLS.starts_at(joined)
+                if joined.endswith(("<", "</"))
+                else len(joined)
             )
+        else:
+            # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
+            hold = STARTS_SCAN_IN_0_TOOL_CALLS.starts_at(joined)
             if hold < 0:
                 # (a delimiter may match here: the scan decides, unless one is still being matched
                 # from the start of what is unread, which the scan would hold back with all after it)
