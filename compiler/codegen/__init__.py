@@ -458,8 +458,8 @@ class QuickCheck:
 
     def no_start(self, target: str) -> Code:
         """True when no delimiter can start in `target` (bar a trailing lead run): no first
-        character, or no start literal nor, at the end, a proper prefix of one (StartLiterals.
-        starts_nowhere): no key occurs, and no proper prefix of one ends it."""
+        character, or no key and no proper prefix of one at the end. That is StartLiterals.
+        starts_nowhere where no key occurs; where one does, False (an exact search decides)."""
         if self.starts is None:
             return self.absent(target)
         ends = f" and not {target}.endswith({py_literal(self.key_prefixes)})" if self.key_prefixes else ""
