@@ -364,9 +364,10 @@ class ResponseParser(Machine):
                 if len(joined) < 12 and "</tool_call>".startswith(joined):
                     self._buf = joined
                     return []
-            if self._opened:
+            if self._opened and len(buf) <= 4:
                 # (held text that, with the chunk, holds no key of the state's start literals: no
-                # delimiter starts in it, bar a proper prefix of one at its end, or a lead run)
+                # delimiter starts in it, bar a proper prefix of one at its end, or a lead run.
+                # Longer held text, a start literal being written, holds its key already)
                 if state == 0:
                     joined = buf + text
                     if "</t" not in joined:

@@ -38,6 +38,10 @@ MAX_FIND_CHAIN = 2
 # chained `in`; more with one alternation search.
 KEY_LENGTH = 3
 MAX_KEY_CHAIN = 4
+# The generated feed tests held text with a chunk for keys only while the held text is this short
+# (a start literal's first characters, after a short lead run): longer, it almost always holds a
+# key already, and the test would only delay the state's fast path.
+HELD_FOR_KEYS = KEY_LENGTH + 1
 
 
 class Code(str):
@@ -693,6 +697,7 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         field_methods=tuple(field_methods),
         state_commons=Code("(%s,)" % ", ".join(commons.get(f.index, Code("None")) for f in fields)),
         hot_states=_hot_states(template, states),
+        held_for_keys=HELD_FOR_KEYS,
         key_states=[(index, state) for index, state in _hot_states(template, states) if state.quick.keys],
         carried_states=_carried_states(template, states),
         literal_states=_literal_states(template, states),
