@@ -463,8 +463,14 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<|START_THINKING|>")
-                    and not may_start_at_front(joined, ("<|START_ACTION|>",), "")
-                    and not may_start_at_front(joined, ("<|START_RESPONSE|>",), "")
+                    and not (
+                        joined.startswith(("<|START_ACTION|>",))
+                        or "<|START_ACTION|>".startswith(joined)
+                    )
+                    and not (
+                        joined.startswith(("<|START_RESPONSE|>",))
+                        or "<|START_RESPONSE|>".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, 18, 0, True, None)))
                     return None
@@ -472,8 +478,14 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<|START_ACTION|>")
-                    and not may_start_at_front(joined, ("<|START_THINKING|>",), "")
-                    and not may_start_at_front(joined, ("<|START_RESPONSE|>",), "")
+                    and not (
+                        joined.startswith(("<|START_THINKING|>",))
+                        or "<|START_THINKING|>".startswith(joined)
+                    )
+                    and not (
+                        joined.startswith(("<|START_RESPONSE|>",))
+                        or "<|START_RESPONSE|>".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, 16, 1, True, None)))
                     return None
@@ -481,8 +493,14 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<|START_RESPONSE|>")
-                    and not may_start_at_front(joined, ("<|START_THINKING|>",), "")
-                    and not may_start_at_front(joined, ("<|START_ACTION|>",), "")
+                    and not (
+                        joined.startswith(("<|START_THINKING|>",))
+                        or "<|START_THINKING|>".startswith(joined)
+                    )
+                    and not (
+                        joined.startswith(("<|START_ACTION|>",))
+                        or "<|START_ACTION|>".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, 18, 2, True, None)))
                     return None

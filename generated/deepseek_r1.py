@@ -524,9 +524,13 @@ class ResponseParser(Machine):
                         m is not None
                         and m.start() == 0
                         and 0 < m.end() < len(joined)
-                        and not may_start_at_front(joined, ("<think>",), "")
-                        and not may_start_at_front(
-                            joined, ("<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>"), WHITESPACE
+                        and not (joined.startswith(("<think>",)) or "<think>".startswith(joined))
+                        and not (
+                            (unled := joined.lstrip(WHITESPACE)).startswith(
+                                ("<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>")
+                            )
+                            or "<｜tool▁calls▁end｜>".startswith(unled)
+                            or "<｜end▁of▁sentence｜>".startswith(unled)
                         )
                         and not moved_by_more(OPEN_1, joined, m, self._timeout)
                     ):
@@ -538,8 +542,12 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<think>")
-                    and not may_start_at_front(
-                        joined, ("<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>"), WHITESPACE
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(
+                            ("<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>")
+                        )
+                        or "<｜tool▁calls▁end｜>".startswith(unled)
+                        or "<｜end▁of▁sentence｜>".startswith(unled)
                     )
                     and not state.unknown
                 ):

@@ -577,11 +577,25 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<think>")
-                    and not may_start_at_front(joined, ("<tool_call>",), WHITESPACE)
-                    and not may_start_at_front(
-                        joined,
-                        ("<response>", "</response>", "<|im_end|>", "<|end_of_sentence|>", "</s>"),
-                        WHITESPACE,
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(("<tool_call>",))
+                        or "<tool_call>".startswith(unled)
+                    )
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(
+                            (
+                                "<response>",
+                                "</response>",
+                                "<|im_end|>",
+                                "<|end_of_sentence|>",
+                                "</s>",
+                            )
+                        )
+                        or "<response>".startswith(unled)
+                        or "</response>".startswith(unled)
+                        or "<|im_end|>".startswith(unled)
+                        or "<|end_of_sentence|>".startswith(unled)
+                        or "</s>".startswith(unled)
                     )
                 ):
                     self._found = (joined, (0, (0, 7, 0, True, None)))

@@ -521,8 +521,16 @@ class ResponseParser(Machine):
                     m is not None
                     and m.start() == 0
                     and 0 < m.end() < len(joined)
-                    and not may_start_at_front(joined, ("<|channel>thought\n",), "")
-                    and not may_start_at_front(joined, ("<turn|>", "<|tool_response>", "<eos>"), "")
+                    and not (
+                        joined.startswith(("<|channel>thought\n",))
+                        or "<|channel>thought\n".startswith(joined)
+                    )
+                    and not (
+                        joined.startswith(("<turn|>", "<|tool_response>", "<eos>"))
+                        or "<turn|>".startswith(joined)
+                        or "<|tool_response>".startswith(joined)
+                        or "<eos>".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, m.end(), 1, True, m)))
                     return None
@@ -530,8 +538,16 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<|channel>thought\n")
-                    and not may_start_at_front(joined, ("<|tool_call>call:",), "")
-                    and not may_start_at_front(joined, ("<turn|>", "<|tool_response>", "<eos>"), "")
+                    and not (
+                        joined.startswith(("<|tool_call>call:",))
+                        or "<|tool_call>call:".startswith(joined)
+                    )
+                    and not (
+                        joined.startswith(("<turn|>", "<|tool_response>", "<eos>"))
+                        or "<turn|>".startswith(joined)
+                        or "<|tool_response>".startswith(joined)
+                        or "<eos>".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, 18, 0, True, None)))
                     return None
@@ -539,8 +555,14 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<|tool_response>")
-                    and not may_start_at_front(joined, ("<|channel>thought\n",), "")
-                    and not may_start_at_front(joined, ("<|tool_call>call:",), "")
+                    and not (
+                        joined.startswith(("<|channel>thought\n",))
+                        or "<|channel>thought\n".startswith(joined)
+                    )
+                    and not (
+                        joined.startswith(("<|tool_call>call:",))
+                        or "<|tool_call>call:".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, 16, 2, False, None)))
                     return None
@@ -548,8 +570,14 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<turn|>")
-                    and not may_start_at_front(joined, ("<|channel>thought\n",), "")
-                    and not may_start_at_front(joined, ("<|tool_call>call:",), "")
+                    and not (
+                        joined.startswith(("<|channel>thought\n",))
+                        or "<|channel>thought\n".startswith(joined)
+                    )
+                    and not (
+                        joined.startswith(("<|tool_call>call:",))
+                        or "<|tool_call>call:".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, 7, 2, False, None)))
                     return None
@@ -557,8 +585,14 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<eos>")
-                    and not may_start_at_front(joined, ("<|channel>thought\n",), "")
-                    and not may_start_at_front(joined, ("<|tool_call>call:",), "")
+                    and not (
+                        joined.startswith(("<|channel>thought\n",))
+                        or "<|channel>thought\n".startswith(joined)
+                    )
+                    and not (
+                        joined.startswith(("<|tool_call>call:",))
+                        or "<|tool_call>call:".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, 5, 2, False, None)))
                     return None

@@ -586,9 +586,14 @@ class ResponseParser(Machine):
                     m is not None
                     and m.start() == 0
                     and 0 < m.end() < len(joined)
-                    and not may_start_at_front(joined, ("<think>",), "")
-                    and not may_start_at_front(
-                        joined, ("<|user|>", "<|observation|>", "<|endoftext|>"), WHITESPACE
+                    and not (joined.startswith(("<think>",)) or "<think>".startswith(joined))
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(
+                            ("<|user|>", "<|observation|>", "<|endoftext|>")
+                        )
+                        or "<|user|>".startswith(unled)
+                        or "<|observation|>".startswith(unled)
+                        or "<|endoftext|>".startswith(unled)
                     )
                 ):
                     self._found = (joined, (0, (0, m.end(), 1, True, m)))
@@ -597,9 +602,17 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<think>")
-                    and not may_start_at_front(joined, ("<tool_call>",), WHITESPACE)
-                    and not may_start_at_front(
-                        joined, ("<|user|>", "<|observation|>", "<|endoftext|>"), WHITESPACE
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(("<tool_call>",))
+                        or "<tool_call>".startswith(unled)
+                    )
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(
+                            ("<|user|>", "<|observation|>", "<|endoftext|>")
+                        )
+                        or "<|user|>".startswith(unled)
+                        or "<|observation|>".startswith(unled)
+                        or "<|endoftext|>".startswith(unled)
                     )
                 ):
                     self._found = (joined, (0, (0, 7, 0, True, None)))

@@ -543,8 +543,14 @@ class ResponseParser(Machine):
                         m is not None
                         and m.start() == 0
                         and 0 < m.end() < len(joined)
-                        and not may_start_at_front(joined, ("<|channel|>analysis<|message|>",), "")
-                        and not may_start_at_front(joined, ("<|channel|>final<|message|>",), "")
+                        and not (
+                            joined.startswith(("<|channel|>analysis<|message|>",))
+                            or "<|channel|>analysis<|message|>".startswith(joined)
+                        )
+                        and not (
+                            joined.startswith(("<|channel|>final<|message|>",))
+                            or "<|channel|>final<|message|>".startswith(joined)
+                        )
                         and not moved_by_more(OPEN_1, joined, m, self._timeout)
                     ):
                         self._found = (joined, (0, (0, m.end(), 1, True, m)))
@@ -555,7 +561,10 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<|channel|>analysis<|message|>")
-                    and not may_start_at_front(joined, ("<|channel|>final<|message|>",), "")
+                    and not (
+                        joined.startswith(("<|channel|>final<|message|>",))
+                        or "<|channel|>final<|message|>".startswith(joined)
+                    )
                     and not state.unknown
                 ):
                     self._found = (joined, (0, (0, 30, 0, True, None)))
@@ -564,7 +573,10 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<|channel|>final<|message|>")
-                    and not may_start_at_front(joined, ("<|channel|>analysis<|message|>",), "")
+                    and not (
+                        joined.startswith(("<|channel|>analysis<|message|>",))
+                        or "<|channel|>analysis<|message|>".startswith(joined)
+                    )
                     and not state.unknown
                 ):
                     self._found = (joined, (0, (0, 27, 2, True, None)))

@@ -619,15 +619,18 @@ class ResponseParser(Machine):
                     m is not None
                     and m.start() == 0
                     and 0 < m.end() < len(joined)
-                    and not may_start_at_front(joined, ("<think>",), "")
-                    and not may_start_at_front(
-                        joined,
-                        (
-                            "<|tool_calls_section_begin|>",
-                            "<|tool_calls_section_end|>",
-                            "<|im_end|>",
-                        ),
-                        WHITESPACE,
+                    and not (joined.startswith(("<think>",)) or "<think>".startswith(joined))
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(
+                            (
+                                "<|tool_calls_section_begin|>",
+                                "<|tool_calls_section_end|>",
+                                "<|im_end|>",
+                            )
+                        )
+                        or "<|tool_calls_section_begin|>".startswith(unled)
+                        or "<|tool_calls_section_end|>".startswith(unled)
+                        or "<|im_end|>".startswith(unled)
                     )
                     and not moved_by_more(OPEN_1, joined, m, self._timeout)
                 ):
@@ -637,15 +640,21 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<think>")
-                    and not may_start_at_front(joined, ("<|tool_call_begin|>",), "")
-                    and not may_start_at_front(
-                        joined,
-                        (
-                            "<|tool_calls_section_begin|>",
-                            "<|tool_calls_section_end|>",
-                            "<|im_end|>",
-                        ),
-                        WHITESPACE,
+                    and not (
+                        joined.startswith(("<|tool_call_begin|>",))
+                        or "<|tool_call_begin|>".startswith(joined)
+                    )
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(
+                            (
+                                "<|tool_calls_section_begin|>",
+                                "<|tool_calls_section_end|>",
+                                "<|im_end|>",
+                            )
+                        )
+                        or "<|tool_calls_section_begin|>".startswith(unled)
+                        or "<|tool_calls_section_end|>".startswith(unled)
+                        or "<|im_end|>".startswith(unled)
                     )
                 ):
                     self._found = (joined, (0, (0, 7, 0, True, None)))

@@ -515,9 +515,13 @@ class ResponseParser(Machine):
                         m is not None
                         and m.start() == 0
                         and 0 < m.end() < len(joined)
-                        and not may_start_at_front(joined, ("<think>",), "")
-                        and not may_start_at_front(
-                            joined, ("[e~[", "</minimax:tool_call>"), WHITESPACE
+                        and not (joined.startswith(("<think>",)) or "<think>".startswith(joined))
+                        and not (
+                            (unled := joined.lstrip(WHITESPACE)).startswith(
+                                ("[e~[", "</minimax:tool_call>")
+                            )
+                            or "[e~[".startswith(unled)
+                            or "</minimax:tool_call>".startswith(unled)
                         )
                         and not moved_by_more(OPEN_1, joined, m, self._timeout)
                     ):
@@ -529,7 +533,13 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<think>")
-                    and not may_start_at_front(joined, ("[e~[", "</minimax:tool_call>"), WHITESPACE)
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(
+                            ("[e~[", "</minimax:tool_call>")
+                        )
+                        or "[e~[".startswith(unled)
+                        or "</minimax:tool_call>".startswith(unled)
+                    )
                     and not state.unknown
                 ):
                     self._found = (joined, (0, (0, 7, 0, True, None)))

@@ -480,8 +480,8 @@ class ResponseParser(Machine):
                         m is not None
                         and m.start() == 0
                         and 0 < m.end() < len(joined)
-                        and not may_start_at_front(joined, ("[THINK]",), "")
-                        and not may_start_at_front(joined, ("</s>",), "")
+                        and not (joined.startswith(("[THINK]",)) or "[THINK]".startswith(joined))
+                        and not (joined.startswith(("</s>",)) or "</s>".startswith(joined))
                     ):
                         self._found = (joined, (0, (0, m.end(), 1, True, m)))
                         return None
@@ -489,8 +489,10 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("[THINK]")
-                    and not may_start_at_front(joined, ("[TOOL_CALLS]",), "")
-                    and not may_start_at_front(joined, ("</s>",), "")
+                    and not (
+                        joined.startswith(("[TOOL_CALLS]",)) or "[TOOL_CALLS]".startswith(joined)
+                    )
+                    and not (joined.startswith(("</s>",)) or "</s>".startswith(joined))
                 ):
                     self._found = (joined, (0, (0, 7, 0, True, None)))
                     return None
@@ -498,8 +500,10 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("</s>")
-                    and not may_start_at_front(joined, ("[THINK]",), "")
-                    and not may_start_at_front(joined, ("[TOOL_CALLS]",), "")
+                    and not (joined.startswith(("[THINK]",)) or "[THINK]".startswith(joined))
+                    and not (
+                        joined.startswith(("[TOOL_CALLS]",)) or "[TOOL_CALLS]".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, 4, 2, False, None)))
                     return None

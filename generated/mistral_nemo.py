@@ -375,15 +375,15 @@ class ResponseParser(Machine):
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)
-                if joined.startswith("[TOOL_CALLS]") and not may_start_at_front(
-                    joined, ("</s>",), ""
+                if joined.startswith("[TOOL_CALLS]") and not (
+                    joined.startswith(("</s>",)) or "</s>".startswith(joined)
                 ):
                     self._found = (joined, (0, (0, 12, 0, True, None)))
                     return None
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)
-                if joined.startswith("</s>") and not may_start_at_front(
-                    joined, ("[TOOL_CALLS]",), ""
+                if joined.startswith("</s>") and not (
+                    joined.startswith(("[TOOL_CALLS]",)) or "[TOOL_CALLS]".startswith(joined)
                 ):
                     self._found = (joined, (0, (0, 4, 1, False, None)))
                     return None

@@ -575,8 +575,17 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<think>")
-                    and not may_start_at_front(joined, ("<tool_call>",), WHITESPACE)
-                    and not may_start_at_front(joined, ("<|im_end|>", "<|endoftext|>"), WHITESPACE)
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(("<tool_call>",))
+                        or "<tool_call>".startswith(unled)
+                    )
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(
+                            ("<|im_end|>", "<|endoftext|>")
+                        )
+                        or "<|im_end|>".startswith(unled)
+                        or "<|endoftext|>".startswith(unled)
+                    )
                 ):
                     self._found = (joined, (0, (0, 7, 0, True, None)))
                     return None

@@ -606,8 +606,12 @@ class ResponseParser(Machine):
                         m is not None
                         and m.start() == 0
                         and 0 < m.end() < len(joined)
-                        and not may_start_at_front(
-                            joined, ("<|im_end|>", "<|endoftext|>"), WHITESPACE
+                        and not (
+                            (unled := joined.lstrip(WHITESPACE)).startswith(
+                                ("<|im_end|>", "<|endoftext|>")
+                            )
+                            or "<|im_end|>".startswith(unled)
+                            or "<|endoftext|>".startswith(unled)
                         )
                     ):
                         self._found = (joined, (0, (0, m.end(), 0, True, m)))

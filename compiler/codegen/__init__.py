@@ -98,6 +98,19 @@ def _region_chunk(field: ir.Field, text: str) -> Code:
 _ENV.globals["region_chunk"] = _region_chunk
 
 
+def may_start(literals: tuple[str, ...], lead: str) -> Code:
+    """scanning.may_start_at_front(joined, literals, lead) written out (a call per guard is a
+    third of the test): after the run of `lead` characters (the constant named `lead`, "" for
+    none), one of `literals` begins, or what is left is a proper prefix of one (or nothing)."""
+    rest = f"(unled := joined.lstrip({ident(lead)}))" if lead else "joined"
+    after = "unled" if lead else "joined"
+    partial = " or ".join(f"{py_literal(literal)}.startswith({after})" for literal in literals)
+    return Code(f"({rest}.startswith({py_literal(tuple(literals))}) or {partial})")
+
+
+_ENV.globals["may_start"] = may_start
+
+
 # ---- the model the templates render ------------------------------------------------------------
 
 

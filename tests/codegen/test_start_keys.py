@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import rtcompile
 from examples import scaled
-from rtcompile.codegen import KEY_LENGTH, MAX_KEY_CHAIN, QuickCheck
-from rtcompile.runtime.scanning import StartLiterals
+from rtcompile.codegen import KEY_LENGTH, MAX_KEY_CHAIN, QuickCheck, may_start
+from rtcompile.runtime.scanning import StartLiterals, may_start_at_front
 from test_fast_paths import _compare_run, _outcome, private_compile_cache  # noqa: F401 (its fixture)
 
 # A few first characters, and the rest drawn from few characters: literals share prefixes of every
@@ -127,3 +127,17 @@ def test_keyed_fast_paths_read_what_the_scan_reads(case, through_feed_text):
         return  # (delimiters the template rules refuse: no parser to compare)
     run = type("Run", (), {"prefix": "", "tools": None, "chunks": chunks})
     _compare_run(loaded[1].ResponseParser, run, through_feed_text)
+
+
+@given(
+    st.lists(_literals, min_size=1, max_size=4, unique=True),
+    st.sampled_from(["", " \n"]),
+    st.text(_FIRST + _REST + "x \n", max_size=12),
+)
+@settings(max_examples=scaled(1000), deadline=None)
+def test_written_guard_is_may_start_at_front(literals, lead, text):
+    """The commit guards the fast paths write out (codegen.may_start) say what the runtime's
+    may_start_at_front says."""
+    namespace = {"joined": text, "LEAD": lead}
+    written = eval(may_start(tuple(literals), "LEAD" if lead else ""), namespace)
+    assert written == may_start_at_front(text, tuple(literals), lead)
