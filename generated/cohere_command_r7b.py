@@ -199,7 +199,9 @@ class ResponseParser(Machine):
     def feed(self, text):
         """The commonest chunk first, tested here with the state's own characters: nothing held,
         no first character of the state's delimiters, no lead character at its end (one
-        region_chunk). Where the state holds a trailing run of lead characters (the \\s* of
+        region_chunk); or none of their start literals' keys (their first few characters: the
+        `<` of `<parameter=` is no `</function>`), held from a proper prefix of one at its end,
+        and the same for short held text with the chunk (see QuickCheck.keys). Where the state holds a trailing run of lead characters (the \\s* of
         \\s*<tool_call>), a chunk with no first character that ends in one, or that follows one
         held, is read here too (as Machine._read_lead reads it); and a chunk that leaves a
         pattern delimiter still matched from the start of the held text (its automaton read on
@@ -210,7 +212,27 @@ class ResponseParser(Machine):
             if self._opened:
                 state = self._current
                 if state == 0:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("<|E" not in text and not text.endswith(("<", "<|")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "reasoning_content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                    elif text.endswith(("<", "<|")) and "<|E" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_0.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -221,7 +243,27 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 1:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("<|E" not in text and not text.endswith(("<", "<|")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": text,
+                                "dirty": True,
+                            }
+                        ]
+                    elif text.endswith(("<", "<|")) and "<|E" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_1.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -232,7 +274,27 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 2:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("<|E" not in text and not text.endswith(("<", "<|")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                    elif text.endswith(("<", "<|")) and "<|E" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_2.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -271,6 +333,64 @@ class ResponseParser(Machine):
                 if len(joined) < 16 and "<|END_RESPONSE|>".startswith(joined):
                     self._buf = joined
                     return []
+            if self._opened and len(buf) <= 4:
+                # (held text that, with the chunk, holds no key of the state's start literals: no
+                # delimiter starts in it, bar a proper prefix of one at its end, or a lead run.
+                # Longer held text, a start literal being written, holds its key already)
+                if state == 0:
+                    joined = buf + text
+                    if "<|E" not in joined:
+                        run = CLOSE_0.hold(joined) if joined.endswith(("<", "<|")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "reasoning_content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
+                elif state == 1:
+                    joined = buf + text
+                    if "<|E" not in joined:
+                        run = CLOSE_1.hold(joined) if joined.endswith(("<", "<|")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "tool_calls",
+                                    "text": read,
+                                    "dirty": True,
+                                }
+                            ]
+                elif state == 2:
+                    joined = buf + text
+                    if "<|E" not in joined:
+                        run = CLOSE_2.hold(joined) if joined.endswith(("<", "<|")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
         return Machine.feed(self, text)
 
     @staticmethod
@@ -361,6 +481,9 @@ class ResponseParser(Machine):
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif "<|S" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = STARTS_SCAN_SINK.hold(joined) if joined.endswith(("<", "<|")) else len(joined)
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = STARTS_SCAN_SINK.starts_at(joined)
@@ -369,8 +492,14 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<|START_THINKING|>")
-                    and not may_start_at_front(joined, ("<|START_ACTION|>",), "")
-                    and not may_start_at_front(joined, ("<|START_RESPONSE|>",), "")
+                    and not (
+                        joined.startswith(("<|START_ACTION|>",))
+                        or "<|START_ACTION|>".startswith(joined)
+                    )
+                    and not (
+                        joined.startswith(("<|START_RESPONSE|>",))
+                        or "<|START_RESPONSE|>".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, 18, 0, True, None)))
                     return None
@@ -378,8 +507,14 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<|START_ACTION|>")
-                    and not may_start_at_front(joined, ("<|START_THINKING|>",), "")
-                    and not may_start_at_front(joined, ("<|START_RESPONSE|>",), "")
+                    and not (
+                        joined.startswith(("<|START_THINKING|>",))
+                        or "<|START_THINKING|>".startswith(joined)
+                    )
+                    and not (
+                        joined.startswith(("<|START_RESPONSE|>",))
+                        or "<|START_RESPONSE|>".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, 16, 1, True, None)))
                     return None
@@ -387,8 +522,14 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<|START_RESPONSE|>")
-                    and not may_start_at_front(joined, ("<|START_THINKING|>",), "")
-                    and not may_start_at_front(joined, ("<|START_ACTION|>",), "")
+                    and not (
+                        joined.startswith(("<|START_THINKING|>",))
+                        or "<|START_THINKING|>".startswith(joined)
+                    )
+                    and not (
+                        joined.startswith(("<|START_ACTION|>",))
+                        or "<|START_ACTION|>".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, 18, 2, True, None)))
                     return None
@@ -446,6 +587,9 @@ class ResponseParser(Machine):
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif "<|E" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_0.hold(joined) if joined.endswith(("<", "<|")) else len(joined)
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_0.starts_at(joined)
@@ -509,6 +653,9 @@ class ResponseParser(Machine):
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif "<|E" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_1.hold(joined) if joined.endswith(("<", "<|")) else len(joined)
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_1.starts_at(joined)
@@ -572,6 +719,9 @@ class ResponseParser(Machine):
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif "<|E" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_2.hold(joined) if joined.endswith(("<", "<|")) else len(joined)
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_2.starts_at(joined)

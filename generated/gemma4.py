@@ -209,7 +209,9 @@ class ResponseParser(Machine):
     def feed(self, text):
         """The commonest chunk first, tested here with the state's own characters: nothing held,
         no first character of the state's delimiters, no lead character at its end (one
-        region_chunk). Where the state holds a trailing run of lead characters (the \\s* of
+        region_chunk); or none of their start literals' keys (their first few characters: the
+        `<` of `<parameter=` is no `</function>`), held from a proper prefix of one at its end,
+        and the same for short held text with the chunk (see QuickCheck.keys). Where the state holds a trailing run of lead characters (the \\s* of
         \\s*<tool_call>), a chunk with no first character that ends in one, or that follows one
         held, is read here too (as Machine._read_lead reads it); and a chunk that leaves a
         pattern delimiter still matched from the start of the held text (its automaton read on
@@ -220,7 +222,27 @@ class ResponseParser(Machine):
             if self._opened:
                 state = self._current
                 if state == 0:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("<ch" not in text and not text.endswith(("<", "<c")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "reasoning_content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                    elif text.endswith(("<", "<c")) and "<ch" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_0.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -231,7 +253,27 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 1:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("<to" not in text and not text.endswith(("<", "<t")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": text,
+                                "dirty": True,
+                            }
+                        ]
+                    elif text.endswith(("<", "<t")) and "<to" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_1.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -242,7 +284,40 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 2:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text
+                        or (
+                            "<eo" not in text
+                            and "<tu" not in text
+                            and "<|c" not in text
+                            and "<|t" not in text
+                            and not text.endswith(("<", "<e", "<t", "<|"))
+                        )
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                    elif (
+                        text.endswith(("<", "<e", "<t", "<|"))
+                        and "<eo" not in text
+                        and "<tu" not in text
+                        and "<|c" not in text
+                        and "<|t" not in text
+                    ):
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = STARTS_SCAN_SINK.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -277,6 +352,73 @@ class ResponseParser(Machine):
                 if len(joined) < 12 and "<tool_call|>".startswith(joined):
                     self._buf = joined
                     return []
+            if self._opened and len(buf) <= 4:
+                # (held text that, with the chunk, holds no key of the state's start literals: no
+                # delimiter starts in it, bar a proper prefix of one at its end, or a lead run.
+                # Longer held text, a start literal being written, holds its key already)
+                if state == 0:
+                    joined = buf + text
+                    if "<ch" not in joined:
+                        run = CLOSE_0.hold(joined) if joined.endswith(("<", "<c")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "reasoning_content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
+                elif state == 1:
+                    joined = buf + text
+                    if "<to" not in joined:
+                        run = CLOSE_1.hold(joined) if joined.endswith(("<", "<t")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "tool_calls",
+                                    "text": read,
+                                    "dirty": True,
+                                }
+                            ]
+                elif state == 2:
+                    joined = buf + text
+                    if (
+                        "<eo" not in joined
+                        and "<tu" not in joined
+                        and "<|c" not in joined
+                        and "<|t" not in joined
+                    ):
+                        run = (
+                            STARTS_SCAN_SINK.hold(joined)
+                            if joined.endswith(("<", "<e", "<t", "<|"))
+                            else len(joined)
+                        )
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
         return Machine.feed(self, text)
 
     @staticmethod
@@ -373,6 +515,18 @@ class ResponseParser(Machine):
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif (
+            "<eo" not in joined
+            and "<tu" not in joined
+            and "<|c" not in joined
+            and "<|t" not in joined
+        ):
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = (
+                STARTS_SCAN_SINK.hold(joined)
+                if joined.endswith(("<", "<e", "<t", "<|"))
+                else len(joined)
+            )
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = STARTS_SCAN_SINK.starts_at(joined)
@@ -396,8 +550,16 @@ class ResponseParser(Machine):
                     m is not None
                     and m.start() == 0
                     and 0 < m.end() < len(joined)
-                    and not may_start_at_front(joined, ("<|channel>thought\n",), "")
-                    and not may_start_at_front(joined, ("<turn|>", "<|tool_response>", "<eos>"), "")
+                    and not (
+                        joined.startswith(("<|channel>thought\n",))
+                        or "<|channel>thought\n".startswith(joined)
+                    )
+                    and not (
+                        joined.startswith(("<turn|>", "<|tool_response>", "<eos>"))
+                        or "<turn|>".startswith(joined)
+                        or "<|tool_response>".startswith(joined)
+                        or "<eos>".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, m.end(), 1, True, m)))
                     return None
@@ -405,8 +567,16 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<|channel>thought\n")
-                    and not may_start_at_front(joined, ("<|tool_call>call:",), "")
-                    and not may_start_at_front(joined, ("<turn|>", "<|tool_response>", "<eos>"), "")
+                    and not (
+                        joined.startswith(("<|tool_call>call:",))
+                        or "<|tool_call>call:".startswith(joined)
+                    )
+                    and not (
+                        joined.startswith(("<turn|>", "<|tool_response>", "<eos>"))
+                        or "<turn|>".startswith(joined)
+                        or "<|tool_response>".startswith(joined)
+                        or "<eos>".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, 18, 0, True, None)))
                     return None
@@ -414,8 +584,14 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<|tool_response>")
-                    and not may_start_at_front(joined, ("<|channel>thought\n",), "")
-                    and not may_start_at_front(joined, ("<|tool_call>call:",), "")
+                    and not (
+                        joined.startswith(("<|channel>thought\n",))
+                        or "<|channel>thought\n".startswith(joined)
+                    )
+                    and not (
+                        joined.startswith(("<|tool_call>call:",))
+                        or "<|tool_call>call:".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, 16, 2, False, None)))
                     return None
@@ -423,8 +599,14 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<turn|>")
-                    and not may_start_at_front(joined, ("<|channel>thought\n",), "")
-                    and not may_start_at_front(joined, ("<|tool_call>call:",), "")
+                    and not (
+                        joined.startswith(("<|channel>thought\n",))
+                        or "<|channel>thought\n".startswith(joined)
+                    )
+                    and not (
+                        joined.startswith(("<|tool_call>call:",))
+                        or "<|tool_call>call:".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, 7, 2, False, None)))
                     return None
@@ -432,8 +614,14 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<eos>")
-                    and not may_start_at_front(joined, ("<|channel>thought\n",), "")
-                    and not may_start_at_front(joined, ("<|tool_call>call:",), "")
+                    and not (
+                        joined.startswith(("<|channel>thought\n",))
+                        or "<|channel>thought\n".startswith(joined)
+                    )
+                    and not (
+                        joined.startswith(("<|tool_call>call:",))
+                        or "<|tool_call>call:".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, 5, 2, False, None)))
                     return None
@@ -491,6 +679,9 @@ class ResponseParser(Machine):
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif "<ch" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_0.hold(joined) if joined.endswith(("<", "<c")) else len(joined)
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_0.starts_at(joined)
@@ -554,6 +745,9 @@ class ResponseParser(Machine):
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif "<to" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_1.hold(joined) if joined.endswith(("<", "<t")) else len(joined)
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_1.starts_at(joined)

@@ -144,6 +144,9 @@ STARTS_SCAN_SINK = StartLiterals(
 LITERALS_SCAN_SINK = LiteralSearch(
     ("<think>", "<|user|>", "<|observation|>", "<|endoftext|>")
 )  # a state's literals: where any first occurs
+KEYS_SCAN_SINK = re.compile(
+    "<th|<to|<\\|e|<\\|o|<\\|u"
+)  # the first characters of its start literals
 
 # ---- fields: content parser, then transform --------------------------------------------------
 
@@ -213,7 +216,9 @@ class ResponseParser(Machine):
     def feed(self, text):
         """The commonest chunk first, tested here with the state's own characters: nothing held,
         no first character of the state's delimiters, no lead character at its end (one
-        region_chunk). Where the state holds a trailing run of lead characters (the \\s* of
+        region_chunk); or none of their start literals' keys (their first few characters: the
+        `<` of `<parameter=` is no `</function>`), held from a proper prefix of one at its end,
+        and the same for short held text with the chunk (see QuickCheck.keys). Where the state holds a trailing run of lead characters (the \\s* of
         \\s*<tool_call>), a chunk with no first character that ends in one, or that follows one
         held, is read here too (as Machine._read_lead reads it); and a chunk that leaves a
         pattern delimiter still matched from the start of the held text (its automaton read on
@@ -224,7 +229,27 @@ class ResponseParser(Machine):
             if self._opened:
                 state = self._current
                 if state == 0:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("</t" not in text and not text.endswith(("<", "</")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "reasoning_content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                    elif text.endswith(("<", "</")) and "</t" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_0.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -235,7 +260,27 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 1:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("</t" not in text and not text.endswith(("<", "</")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": text,
+                                "dirty": True,
+                            }
+                        ]
+                    elif text.endswith(("<", "</")) and "</t" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_1.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -246,7 +291,13 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 2:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text
+                        or (
+                            KEYS_SCAN_SINK.search(text) is None
+                            and not text.endswith(("<", "<t", "<|"))
+                        )
+                    ) and text:
                         if text[-1] not in WHITESPACE:
                             self._parts.append(text)
                             return [
@@ -272,13 +323,37 @@ class ResponseParser(Machine):
                                 "dirty": False,
                             }
                         ]
+                    elif text.endswith(("<", "<t", "<|")) and KEYS_SCAN_SINK.search(text) is None:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = STARTS_SCAN_SINK.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
         elif self._lead_held:
             if self._opened and not self._held:
                 # (what is unread is a run of lead characters, in one piece: a chunk with no first
                 # character reads it, and holds the chunk's own trailing run, if any, instead)
                 state = self._current
                 if state == 2:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text
+                        or (
+                            KEYS_SCAN_SINK.search(text) is None
+                            and not text.endswith(("<", "<t", "<|"))
+                        )
+                    ) and text:
                         run = len(text.rstrip(WHITESPACE))
                         if run:
                             read = buf + text[:run]
@@ -292,6 +367,24 @@ class ResponseParser(Machine):
                                     "dirty": False,
                                 }
                             ]
+                    elif text.endswith(("<", "<t", "<|")) and KEYS_SCAN_SINK.search(text) is None:
+                        # (a start literal may be starting at its end, after the run: as above)
+                        joined = buf + text
+                        run = STARTS_SCAN_SINK.hold(joined)
+                        self._buf = joined[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        read = joined[:run]
+                        self._parts.append(read)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": read,
+                                "dirty": False,
+                            }
+                        ]
         elif text and not self._lead_held and not self._halted:
             state = self._current
             # (held text that, with the chunk, is still a proper prefix of a literal delimiter of
@@ -317,6 +410,73 @@ class ResponseParser(Machine):
                 if len(joined) < 12 and "</tool_call>".startswith(joined):
                     self._buf = joined
                     return []
+            if self._opened and len(buf) <= 4:
+                # (held text that, with the chunk, holds no key of the state's start literals: no
+                # delimiter starts in it, bar a proper prefix of one at its end, or a lead run.
+                # Longer held text, a start literal being written, holds its key already)
+                if state == 0:
+                    joined = buf + text
+                    if "</t" not in joined:
+                        run = CLOSE_0.hold(joined) if joined.endswith(("<", "</")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "reasoning_content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
+                elif state == 1:
+                    joined = buf + text
+                    if "</t" not in joined:
+                        run = CLOSE_1.hold(joined) if joined.endswith(("<", "</")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "tool_calls",
+                                    "text": read,
+                                    "dirty": True,
+                                }
+                            ]
+                elif state == 2:
+                    joined = buf + text
+                    if KEYS_SCAN_SINK.search(joined) is None:
+                        run = (
+                            STARTS_SCAN_SINK.hold(joined)
+                            if joined.endswith(("<", "<t", "<|"))
+                            else len(joined)
+                        )
+                        if run == len(joined) and joined[-1] in WHITESPACE:
+                            run = len(
+                                joined.rstrip(WHITESPACE)
+                            )  # (the run is held where it starts)
+                            self._lead_held = True
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
         return Machine.feed(self, text)
 
     @staticmethod
@@ -422,13 +582,20 @@ class ResponseParser(Machine):
             joined = text
         elif self._lead_held:
             # (what is unread is a run of lead characters; more of them wait in pieces)
-            if "<" not in text or STARTS_SCAN_SINK.starts_nowhere(text):
+            if "<" not in text or (
+                KEYS_SCAN_SINK.search(text) is None and not text.endswith(("<", "<t", "<|"))
+            ):
                 return self._lead_take(text, len(text.rstrip(WHITESPACE)))
             joined = buf + "".join(self._held) + text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif KEYS_SCAN_SINK.search(joined) is None:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = (
+                STARTS_SCAN_SINK.hold(joined) if joined.endswith(("<", "<t", "<|")) else len(joined)
+            )
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = STARTS_SCAN_SINK.starts_at(joined)
@@ -452,9 +619,14 @@ class ResponseParser(Machine):
                     m is not None
                     and m.start() == 0
                     and 0 < m.end() < len(joined)
-                    and not may_start_at_front(joined, ("<think>",), "")
-                    and not may_start_at_front(
-                        joined, ("<|user|>", "<|observation|>", "<|endoftext|>"), WHITESPACE
+                    and not (joined.startswith(("<think>",)) or "<think>".startswith(joined))
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(
+                            ("<|user|>", "<|observation|>", "<|endoftext|>")
+                        )
+                        or "<|user|>".startswith(unled)
+                        or "<|observation|>".startswith(unled)
+                        or "<|endoftext|>".startswith(unled)
                     )
                 ):
                     self._found = (joined, (0, (0, m.end(), 1, True, m)))
@@ -463,9 +635,17 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<think>")
-                    and not may_start_at_front(joined, ("<tool_call>",), WHITESPACE)
-                    and not may_start_at_front(
-                        joined, ("<|user|>", "<|observation|>", "<|endoftext|>"), WHITESPACE
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(("<tool_call>",))
+                        or "<tool_call>".startswith(unled)
+                    )
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(
+                            ("<|user|>", "<|observation|>", "<|endoftext|>")
+                        )
+                        or "<|user|>".startswith(unled)
+                        or "<|observation|>".startswith(unled)
+                        or "<|endoftext|>".startswith(unled)
                     )
                 ):
                     self._found = (joined, (0, (0, 7, 0, True, None)))
@@ -528,6 +708,9 @@ class ResponseParser(Machine):
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif "</t" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_0.hold(joined) if joined.endswith(("<", "</")) else len(joined)
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_0.starts_at(joined)
@@ -591,6 +774,9 @@ class ResponseParser(Machine):
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif "</t" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_1.hold(joined) if joined.endswith(("<", "</")) else len(joined)
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_1.starts_at(joined)

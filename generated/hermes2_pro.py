@@ -161,7 +161,9 @@ class ResponseParser(Machine):
     def feed(self, text):
         """The commonest chunk first, tested here with the state's own characters: nothing held,
         no first character of the state's delimiters, no lead character at its end (one
-        region_chunk). Where the state holds a trailing run of lead characters (the \\s* of
+        region_chunk); or none of their start literals' keys (their first few characters: the
+        `<` of `<parameter=` is no `</function>`), held from a proper prefix of one at its end,
+        and the same for short held text with the chunk (see QuickCheck.keys). Where the state holds a trailing run of lead characters (the \\s* of
         \\s*<tool_call>), a chunk with no first character that ends in one, or that follows one
         held, is read here too (as Machine._read_lead reads it); and a chunk that leaves a
         pattern delimiter still matched from the start of the held text (its automaton read on
@@ -172,7 +174,27 @@ class ResponseParser(Machine):
             if self._opened:
                 state = self._current
                 if state == 0:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("</t" not in text and not text.endswith(("<", "</")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": text,
+                                "dirty": True,
+                            }
+                        ]
+                    elif text.endswith(("<", "</")) and "</t" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_0.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -183,7 +205,15 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 1:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text
+                        or (
+                            "<to" not in text
+                            and "<|e" not in text
+                            and "<|i" not in text
+                            and not text.endswith(("<", "<t", "<|"))
+                        )
+                    ) and text:
                         if text[-1] not in WHITESPACE:
                             self._parts.append(text)
                             return [
@@ -209,13 +239,44 @@ class ResponseParser(Machine):
                                 "dirty": False,
                             }
                         ]
+                    elif (
+                        text.endswith(("<", "<t", "<|"))
+                        and "<to" not in text
+                        and "<|e" not in text
+                        and "<|i" not in text
+                    ):
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = STARTS_SCAN_SINK.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
         elif self._lead_held:
             if self._opened and not self._held:
                 # (what is unread is a run of lead characters, in one piece: a chunk with no first
                 # character reads it, and holds the chunk's own trailing run, if any, instead)
                 state = self._current
                 if state == 1:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text
+                        or (
+                            "<to" not in text
+                            and "<|e" not in text
+                            and "<|i" not in text
+                            and not text.endswith(("<", "<t", "<|"))
+                        )
+                    ) and text:
                         run = len(text.rstrip(WHITESPACE))
                         if run:
                             read = buf + text[:run]
@@ -229,6 +290,29 @@ class ResponseParser(Machine):
                                     "dirty": False,
                                 }
                             ]
+                    elif (
+                        text.endswith(("<", "<t", "<|"))
+                        and "<to" not in text
+                        and "<|e" not in text
+                        and "<|i" not in text
+                    ):
+                        # (a start literal may be starting at its end, after the run: as above)
+                        joined = buf + text
+                        run = STARTS_SCAN_SINK.hold(joined)
+                        self._buf = joined[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        read = joined[:run]
+                        self._parts.append(read)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": read,
+                                "dirty": False,
+                            }
+                        ]
         elif text and not self._lead_held and not self._halted:
             state = self._current
             # (held text that, with the chunk, is still a proper prefix of a literal delimiter of
@@ -249,6 +333,55 @@ class ResponseParser(Machine):
                 if len(joined) < 12 and "</tool_call>".startswith(joined):
                     self._buf = joined
                     return []
+            if self._opened and len(buf) <= 4:
+                # (held text that, with the chunk, holds no key of the state's start literals: no
+                # delimiter starts in it, bar a proper prefix of one at its end, or a lead run.
+                # Longer held text, a start literal being written, holds its key already)
+                if state == 0:
+                    joined = buf + text
+                    if "</t" not in joined:
+                        run = CLOSE_0.hold(joined) if joined.endswith(("<", "</")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "tool_calls",
+                                    "text": read,
+                                    "dirty": True,
+                                }
+                            ]
+                elif state == 1:
+                    joined = buf + text
+                    if "<to" not in joined and "<|e" not in joined and "<|i" not in joined:
+                        run = (
+                            STARTS_SCAN_SINK.hold(joined)
+                            if joined.endswith(("<", "<t", "<|"))
+                            else len(joined)
+                        )
+                        if run == len(joined) and joined[-1] in WHITESPACE:
+                            run = len(
+                                joined.rstrip(WHITESPACE)
+                            )  # (the run is held where it starts)
+                            self._lead_held = True
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
         return Machine.feed(self, text)
 
     @staticmethod
@@ -344,13 +477,23 @@ class ResponseParser(Machine):
             joined = text
         elif self._lead_held:
             # (what is unread is a run of lead characters; more of them wait in pieces)
-            if "<" not in text or STARTS_SCAN_SINK.starts_nowhere(text):
+            if "<" not in text or (
+                "<to" not in text
+                and "<|e" not in text
+                and "<|i" not in text
+                and not text.endswith(("<", "<t", "<|"))
+            ):
                 return self._lead_take(text, len(text.rstrip(WHITESPACE)))
             joined = buf + "".join(self._held) + text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif "<to" not in joined and "<|e" not in joined and "<|i" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = (
+                STARTS_SCAN_SINK.hold(joined) if joined.endswith(("<", "<t", "<|")) else len(joined)
+            )
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = STARTS_SCAN_SINK.starts_at(joined)
@@ -413,6 +556,9 @@ class ResponseParser(Machine):
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif "</t" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_0.hold(joined) if joined.endswith(("<", "</")) else len(joined)
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_0.starts_at(joined)

@@ -211,7 +211,9 @@ class ResponseParser(Machine):
     def feed(self, text):
         """The commonest chunk first, tested here with the state's own characters: nothing held,
         no first character of the state's delimiters, no lead character at its end (one
-        region_chunk). Where the state holds a trailing run of lead characters (the \\s* of
+        region_chunk); or none of their start literals' keys (their first few characters: the
+        `<` of `<parameter=` is no `</function>`), held from a proper prefix of one at its end,
+        and the same for short held text with the chunk (see QuickCheck.keys). Where the state holds a trailing run of lead characters (the \\s* of
         \\s*<tool_call>), a chunk with no first character that ends in one, or that follows one
         held, is read here too (as Machine._read_lead reads it); and a chunk that leaves a
         pattern delimiter still matched from the start of the held text (its automaton read on
@@ -222,7 +224,27 @@ class ResponseParser(Machine):
             if self._opened:
                 state = self._current
                 if state == 0:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("</t" not in text and not text.endswith(("<", "</")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "reasoning_content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                    elif text.endswith(("<", "</")) and "</t" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_0.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -233,7 +255,27 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 1:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("</i" not in text and not text.endswith(("<", "</")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": text,
+                                "dirty": True,
+                            }
+                        ]
+                    elif text.endswith(("<", "</")) and "</i" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_1.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -291,11 +333,11 @@ class ResponseParser(Machine):
                                 }
                             ]
         elif text and not self._lead_held and not self._halted:
+            state = self._current
             carried = self._carried
             if carried is not None and carried[0] is buf:
                 # (held text that a pattern delimiter of this state matches from its start)
                 automaton = carried[1]
-                state = self._current
                 if state == 2 and (automaton is OPEN_1.carry_or_none):
                     after = automaton.advance(carried[2], text)
                     if after.held:  # (still matched from the start, no complete match: held whole)
@@ -303,7 +345,6 @@ class ResponseParser(Machine):
                         self._buf = joined
                         self._carried = (joined, automaton, after)
                         return []
-            state = self._current
             # (held text that, with the chunk, is still a proper prefix of a literal delimiter of
             # this state, `<|channel|>anal`: a partial match at the start, which the scan holds
             # back with all after it whatever the other delimiters find)
@@ -326,6 +367,46 @@ class ResponseParser(Machine):
                 if len(joined) < 9 and "</invoke>".startswith(joined):
                     self._buf = joined
                     return []
+            if self._opened and len(buf) <= 4:
+                # (held text that, with the chunk, holds no key of the state's start literals: no
+                # delimiter starts in it, bar a proper prefix of one at its end, or a lead run.
+                # Longer held text, a start literal being written, holds its key already)
+                if state == 0:
+                    joined = buf + text
+                    if "</t" not in joined:
+                        run = CLOSE_0.hold(joined) if joined.endswith(("<", "</")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "reasoning_content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
+                elif state == 1:
+                    joined = buf + text
+                    if "</i" not in joined:
+                        run = CLOSE_1.hold(joined) if joined.endswith(("<", "</")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "tool_calls",
+                                    "text": read,
+                                    "dirty": True,
+                                }
+                            ]
         return Machine.feed(self, text)
 
     @staticmethod
@@ -446,20 +527,34 @@ class ResponseParser(Machine):
                     self._carried = (joined, automaton, state)
                     return self._read_before(joined, 0)
                 if state.unknown:  # (a complete match somewhere: the regex's partial search says)
-                    m = (OPEN_1.compiled_or_none or OPEN_1.compiled()).search(
-                        joined, partial=True, timeout=self._timeout
-                    )
-                    if m is not None and m.start() == 0 and (m.partial or m.end() == len(joined)):
-                        return self._read_before(joined, 0)
+                    # (which tries complete matches first: a complete match at the start, which the
+                    # plain engine finds faster where time is not bounded, is its answer)
+                    m = OPEN_1.plain().match(joined) if self._timeout is None else None
+                    if m is None:
+                        m = (OPEN_1.compiled_or_none or OPEN_1.compiled()).search(
+                            joined, partial=True, timeout=self._timeout
+                        )
+                        if (
+                            m is not None
+                            and m.start() == 0
+                            and (m.partial or m.end() == len(joined))
+                        ):
+                            return self._read_before(joined, 0)
+                    elif m.end() == len(joined):
+                        return self._read_before(joined, 0)  # (held, as the scan holds it)
                     # (a complete match at the start, where no other delimiter may match: the scan's
                     # commit, which Machine._commit_found makes without the scan)
                     if (
                         m is not None
                         and m.start() == 0
                         and 0 < m.end() < len(joined)
-                        and not may_start_at_front(joined, ("<think>",), "")
-                        and not may_start_at_front(
-                            joined, ("[e~[", "</minimax:tool_call>"), WHITESPACE
+                        and not (joined.startswith(("<think>",)) or "<think>".startswith(joined))
+                        and not (
+                            (unled := joined.lstrip(WHITESPACE)).startswith(
+                                ("[e~[", "</minimax:tool_call>")
+                            )
+                            or "[e~[".startswith(unled)
+                            or "</minimax:tool_call>".startswith(unled)
                         )
                         and not moved_by_more(OPEN_1, joined, m, self._timeout)
                     ):
@@ -471,7 +566,13 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<think>")
-                    and not may_start_at_front(joined, ("[e~[", "</minimax:tool_call>"), WHITESPACE)
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(
+                            ("[e~[", "</minimax:tool_call>")
+                        )
+                        or "[e~[".startswith(unled)
+                        or "</minimax:tool_call>".startswith(unled)
+                    )
                     and not state.unknown
                 ):
                     self._found = (joined, (0, (0, 7, 0, True, None)))
@@ -483,13 +584,16 @@ class ResponseParser(Machine):
             return self._read_before(joined, len(joined.rstrip(WHITESPACE)), True)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
-        if hold == 0:
-            # (all of it held, a start literal being written: where a carried pattern matches it
-            # from its start, its automaton reads the next chunks on from here, carry.py)
+        if hold < len(joined):
+            # (a start literal being written is held: where a carried pattern matches it from its
+            # start, its automaton reads the next chunks on from here, carry.py)
+            read = self._read_before(joined, hold)
+            rest = self._buf
             automaton = OPEN_1.carry_or_none or OPEN_1.carried()
-            state = automaton.advance(automaton.start, joined)
+            state = automaton.advance(automaton.start, rest)
             if state.held:
-                self._carried = (joined, automaton, state)
+                self._carried = (rest, automaton, state)
+            return read
         return self._read_before(joined, hold)
 
     def _scan_in_0_reasoning_content(self, buf, pos, eos):
@@ -541,6 +645,9 @@ class ResponseParser(Machine):
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif "</t" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_0.hold(joined) if joined.endswith(("<", "</")) else len(joined)
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_0.starts_at(joined)
@@ -604,6 +711,9 @@ class ResponseParser(Machine):
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif "</i" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_1.hold(joined) if joined.endswith(("<", "</")) else len(joined)
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_1.starts_at(joined)

@@ -202,7 +202,9 @@ class ResponseParser(Machine):
     def feed(self, text):
         """The commonest chunk first, tested here with the state's own characters: nothing held,
         no first character of the state's delimiters, no lead character at its end (one
-        region_chunk). Where the state holds a trailing run of lead characters (the \\s* of
+        region_chunk); or none of their start literals' keys (their first few characters: the
+        `<` of `<parameter=` is no `</function>`), held from a proper prefix of one at its end,
+        and the same for short held text with the chunk (see QuickCheck.keys). Where the state holds a trailing run of lead characters (the \\s* of
         \\s*<tool_call>), a chunk with no first character that ends in one, or that follows one
         held, is read here too (as Machine._read_lead reads it); and a chunk that leaves a
         pattern delimiter still matched from the start of the held text (its automaton read on
@@ -213,7 +215,27 @@ class ResponseParser(Machine):
             if self._opened:
                 state = self._current
                 if state == 0:
-                    if "[" not in text and text:
+                    if (
+                        "[" not in text or ("[/T" not in text and not text.endswith(("[", "[/")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "reasoning_content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                    elif text.endswith(("[", "[/")) and "[/T" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_0.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -224,7 +246,39 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 2:
-                    if "<" not in text and "[" not in text and text:
+                    if (
+                        "<" not in text
+                        and "[" not in text
+                        or (
+                            "</s" not in text
+                            and "[TH" not in text
+                            and "[TO" not in text
+                            and not text.endswith(("<", "</", "[", "[T"))
+                        )
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                    elif (
+                        text.endswith(("<", "</", "[", "[T"))
+                        and "</s" not in text
+                        and "[TH" not in text
+                        and "[TO" not in text
+                    ):
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = STARTS_SCAN_SINK.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -235,11 +289,11 @@ class ResponseParser(Machine):
                             }
                         ]
         elif text and not self._lead_held and not self._halted:
+            state = self._current
             carried = self._carried
             if carried is not None and carried[0] is buf:
                 # (held text that a pattern delimiter of this state matches from its start)
                 automaton = carried[1]
-                state = self._current
                 if state == 2 and (automaton is OPEN_1.carry_or_none):
                     after = automaton.advance(carried[2], text)
                     if after.held:  # (still matched from the start, no complete match: held whole)
@@ -247,7 +301,6 @@ class ResponseParser(Machine):
                         self._buf = joined
                         self._carried = (joined, automaton, after)
                         return []
-            state = self._current
             # (held text that, with the chunk, is still a proper prefix of a literal delimiter of
             # this state, `<|channel|>anal`: a partial match at the start, which the scan holds
             # back with all after it whatever the other delimiters find)
@@ -263,6 +316,50 @@ class ResponseParser(Machine):
                 if len(joined) < 8 and "[/THINK]".startswith(joined):
                     self._buf = joined
                     return []
+            if self._opened and len(buf) <= 4:
+                # (held text that, with the chunk, holds no key of the state's start literals: no
+                # delimiter starts in it, bar a proper prefix of one at its end, or a lead run.
+                # Longer held text, a start literal being written, holds its key already)
+                if state == 0:
+                    joined = buf + text
+                    if "[/T" not in joined:
+                        run = CLOSE_0.hold(joined) if joined.endswith(("[", "[/")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "reasoning_content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
+                elif state == 2:
+                    joined = buf + text
+                    if "</s" not in joined and "[TH" not in joined and "[TO" not in joined:
+                        run = (
+                            STARTS_SCAN_SINK.hold(joined)
+                            if joined.endswith(("<", "</", "[", "[T"))
+                            else len(joined)
+                        )
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
         return Machine.feed(self, text)
 
     @staticmethod
@@ -364,6 +461,13 @@ class ResponseParser(Machine):
                     return self._read_before(joined, 0)
         if "<" not in joined and "[" not in joined:
             hold = len(joined)
+        elif "</s" not in joined and "[TH" not in joined and "[TO" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = (
+                STARTS_SCAN_SINK.hold(joined)
+                if joined.endswith(("<", "</", "[", "[T"))
+                else len(joined)
+            )
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = STARTS_SCAN_SINK.starts_at(joined)
@@ -380,29 +484,35 @@ class ResponseParser(Machine):
                     self._carried = (joined, automaton, state)
                     return self._read_before(joined, 0)
                 if state.unknown:  # (a complete match somewhere: the regex's partial search says)
-                    m = (
-                        (OPEN_1.compiled_or_none or OPEN_1.compiled()).match(
-                            joined, partial=True, timeout=self._timeout
+                    # (which tries complete matches first: a complete match at the start, which the
+                    # plain engine finds faster where time is not bounded, is its answer)
+                    m = OPEN_1.plain().match(joined) if self._timeout is None else None
+                    if m is None:
+                        m = (
+                            (OPEN_1.compiled_or_none or OPEN_1.compiled()).match(
+                                joined, partial=True, timeout=self._timeout
+                            )
+                            if joined.count("[TOOL_CALLS]") < 2
+                            else (OPEN_1.compiled_or_none or OPEN_1.compiled()).search(
+                                joined, partial=True, timeout=self._timeout
+                            )
                         )
-                        if joined.count("[TOOL_CALLS]") < 2
-                        else (OPEN_1.compiled_or_none or OPEN_1.compiled()).search(
-                            joined, partial=True, timeout=self._timeout
-                        )
-                    )
-                    if (
-                        m is not None
-                        and m.start() == 0
-                        and (m.partial or m.end() == len(joined) and not self._eager)
-                    ):
-                        return self._read_before(joined, 0)
+                        if (
+                            m is not None
+                            and m.start() == 0
+                            and (m.partial or m.end() == len(joined) and not self._eager)
+                        ):
+                            return self._read_before(joined, 0)
+                    elif m.end() == len(joined) and not self._eager:
+                        return self._read_before(joined, 0)  # (held, as the scan holds it)
                     # (a complete match at the start, where no other delimiter may match: the scan's
                     # commit, which Machine._commit_found makes without the scan)
                     if (
                         m is not None
                         and m.start() == 0
                         and 0 < m.end() < len(joined)
-                        and not may_start_at_front(joined, ("[THINK]",), "")
-                        and not may_start_at_front(joined, ("</s>",), "")
+                        and not (joined.startswith(("[THINK]",)) or "[THINK]".startswith(joined))
+                        and not (joined.startswith(("</s>",)) or "</s>".startswith(joined))
                     ):
                         self._found = (joined, (0, (0, m.end(), 1, True, m)))
                         return None
@@ -410,8 +520,10 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("[THINK]")
-                    and not may_start_at_front(joined, ("[TOOL_CALLS]",), "")
-                    and not may_start_at_front(joined, ("</s>",), "")
+                    and not (
+                        joined.startswith(("[TOOL_CALLS]",)) or "[TOOL_CALLS]".startswith(joined)
+                    )
+                    and not (joined.startswith(("</s>",)) or "</s>".startswith(joined))
                 ):
                     self._found = (joined, (0, (0, 7, 0, True, None)))
                     return None
@@ -419,21 +531,26 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("</s>")
-                    and not may_start_at_front(joined, ("[THINK]",), "")
-                    and not may_start_at_front(joined, ("[TOOL_CALLS]",), "")
+                    and not (joined.startswith(("[THINK]",)) or "[THINK]".startswith(joined))
+                    and not (
+                        joined.startswith(("[TOOL_CALLS]",)) or "[TOOL_CALLS]".startswith(joined)
+                    )
                 ):
                     self._found = (joined, (0, (0, 4, 2, False, None)))
                     return None
                 return None  # (the scan decides)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
-        if hold == 0:
-            # (all of it held, a start literal being written: where a carried pattern matches it
-            # from its start, its automaton reads the next chunks on from here, carry.py)
+        if hold < len(joined):
+            # (a start literal being written is held: where a carried pattern matches it from its
+            # start, its automaton reads the next chunks on from here, carry.py)
+            read = self._read_before(joined, hold)
+            rest = self._buf
             automaton = OPEN_1.carry_or_none or OPEN_1.carried()
-            state = automaton.advance(automaton.start, joined)
+            state = automaton.advance(automaton.start, rest)
             if state.held:
-                self._carried = (joined, automaton, state)
+                self._carried = (rest, automaton, state)
+            return read
         return self._read_before(joined, hold)
 
     def _scan_in_0_reasoning_content(self, buf, pos, eos):
@@ -485,6 +602,9 @@ class ResponseParser(Machine):
             joined = buf + text
         if "[" not in joined:
             hold = len(joined)
+        elif "[/T" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_0.hold(joined) if joined.endswith(("[", "[/")) else len(joined)
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_0.starts_at(joined)

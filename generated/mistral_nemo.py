@@ -163,7 +163,9 @@ class ResponseParser(Machine):
     def feed(self, text):
         """The commonest chunk first, tested here with the state's own characters: nothing held,
         no first character of the state's delimiters, no lead character at its end (one
-        region_chunk). Where the state holds a trailing run of lead characters (the \\s* of
+        region_chunk); or none of their start literals' keys (their first few characters: the
+        `<` of `<parameter=` is no `</function>`), held from a proper prefix of one at its end,
+        and the same for short held text with the chunk (see QuickCheck.keys). Where the state holds a trailing run of lead characters (the \\s* of
         \\s*<tool_call>), a chunk with no first character that ends in one, or that follows one
         held, is read here too (as Machine._read_lead reads it); and a chunk that leaves a
         pattern delimiter still matched from the start of the held text (its automaton read on
@@ -174,7 +176,27 @@ class ResponseParser(Machine):
             if self._opened:
                 state = self._current
                 if state == 0:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("</s" not in text and not text.endswith(("<", "</")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": text,
+                                "dirty": True,
+                            }
+                        ]
+                    elif text.endswith(("<", "</")) and "</s" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_0.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -185,7 +207,37 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 1:
-                    if "<" not in text and "[" not in text and text:
+                    if (
+                        "<" not in text
+                        and "[" not in text
+                        or (
+                            "</s" not in text
+                            and "[TO" not in text
+                            and not text.endswith(("<", "</", "[", "[T"))
+                        )
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                    elif (
+                        text.endswith(("<", "</", "[", "[T"))
+                        and "</s" not in text
+                        and "[TO" not in text
+                    ):
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = STARTS_SCAN_SINK.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -212,6 +264,50 @@ class ResponseParser(Machine):
                 if len(joined) < 4 and "</s>".startswith(joined):
                     self._buf = joined
                     return []
+            if self._opened and len(buf) <= 4:
+                # (held text that, with the chunk, holds no key of the state's start literals: no
+                # delimiter starts in it, bar a proper prefix of one at its end, or a lead run.
+                # Longer held text, a start literal being written, holds its key already)
+                if state == 0:
+                    joined = buf + text
+                    if "</s" not in joined:
+                        run = CLOSE_0.hold(joined) if joined.endswith(("<", "</")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "tool_calls",
+                                    "text": read,
+                                    "dirty": True,
+                                }
+                            ]
+                elif state == 1:
+                    joined = buf + text
+                    if "</s" not in joined and "[TO" not in joined:
+                        run = (
+                            STARTS_SCAN_SINK.hold(joined)
+                            if joined.endswith(("<", "</", "[", "[T"))
+                            else len(joined)
+                        )
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
         return Machine.feed(self, text)
 
     @staticmethod
@@ -289,21 +385,28 @@ class ResponseParser(Machine):
             joined = buf + text
         if "<" not in joined and "[" not in joined:
             hold = len(joined)
+        elif "</s" not in joined and "[TO" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = (
+                STARTS_SCAN_SINK.hold(joined)
+                if joined.endswith(("<", "</", "[", "[T"))
+                else len(joined)
+            )
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = STARTS_SCAN_SINK.starts_at(joined)
             if hold < 0:
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)
-                if joined.startswith("[TOOL_CALLS]") and not may_start_at_front(
-                    joined, ("</s>",), ""
+                if joined.startswith("[TOOL_CALLS]") and not (
+                    joined.startswith(("</s>",)) or "</s>".startswith(joined)
                 ):
                     self._found = (joined, (0, (0, 12, 0, True, None)))
                     return None
                 # (a literal delimiter's literal at the start, where no other delimiter may match:
                 # the scan's commit, which Machine._commit_found makes without the scan)
-                if joined.startswith("</s>") and not may_start_at_front(
-                    joined, ("[TOOL_CALLS]",), ""
+                if joined.startswith("</s>") and not (
+                    joined.startswith(("[TOOL_CALLS]",)) or "[TOOL_CALLS]".startswith(joined)
                 ):
                     self._found = (joined, (0, (0, 4, 1, False, None)))
                     return None
@@ -361,6 +464,9 @@ class ResponseParser(Machine):
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif "</s" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_0.hold(joined) if joined.endswith(("<", "</")) else len(joined)
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_0.starts_at(joined)

@@ -185,7 +185,9 @@ class ResponseParser(Machine):
     def feed(self, text):
         """The commonest chunk first, tested here with the state's own characters: nothing held,
         no first character of the state's delimiters, no lead character at its end (one
-        region_chunk). Where the state holds a trailing run of lead characters (the \\s* of
+        region_chunk); or none of their start literals' keys (their first few characters: the
+        `<` of `<parameter=` is no `</function>`), held from a proper prefix of one at its end,
+        and the same for short held text with the chunk (see QuickCheck.keys). Where the state holds a trailing run of lead characters (the \\s* of
         \\s*<tool_call>), a chunk with no first character that ends in one, or that follows one
         held, is read here too (as Machine._read_lead reads it); and a chunk that leaves a
         pattern delimiter still matched from the start of the held text (its automaton read on
@@ -196,7 +198,27 @@ class ResponseParser(Machine):
             if self._opened:
                 state = self._current
                 if state == 0:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("</t" not in text and not text.endswith(("<", "</")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "reasoning_content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
+                    elif text.endswith(("<", "</")) and "</t" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_0.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -207,7 +229,27 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 1:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("</t" not in text and not text.endswith(("<", "</")))
+                    ) and text:
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": text,
+                                "dirty": True,
+                            }
+                        ]
+                    elif text.endswith(("<", "</")) and "</t" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = CLOSE_1.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
                         self._parts.append(text)
                         return [
                             {
@@ -218,7 +260,16 @@ class ResponseParser(Machine):
                             }
                         ]
                 elif state == 2:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text
+                        or (
+                            "<th" not in text
+                            and "<to" not in text
+                            and "<|e" not in text
+                            and "<|i" not in text
+                            and not text.endswith(("<", "<t", "<|"))
+                        )
+                    ) and text:
                         if text[-1] not in WHITESPACE:
                             self._parts.append(text)
                             return [
@@ -244,13 +295,46 @@ class ResponseParser(Machine):
                                 "dirty": False,
                             }
                         ]
+                    elif (
+                        text.endswith(("<", "<t", "<|"))
+                        and "<th" not in text
+                        and "<to" not in text
+                        and "<|e" not in text
+                        and "<|i" not in text
+                    ):
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = STARTS_SCAN_SINK.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
         elif self._lead_held:
             if self._opened and not self._held:
                 # (what is unread is a run of lead characters, in one piece: a chunk with no first
                 # character reads it, and holds the chunk's own trailing run, if any, instead)
                 state = self._current
                 if state == 2:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text
+                        or (
+                            "<th" not in text
+                            and "<to" not in text
+                            and "<|e" not in text
+                            and "<|i" not in text
+                            and not text.endswith(("<", "<t", "<|"))
+                        )
+                    ) and text:
                         run = len(text.rstrip(WHITESPACE))
                         if run:
                             read = buf + text[:run]
@@ -264,6 +348,30 @@ class ResponseParser(Machine):
                                     "dirty": False,
                                 }
                             ]
+                    elif (
+                        text.endswith(("<", "<t", "<|"))
+                        and "<th" not in text
+                        and "<to" not in text
+                        and "<|e" not in text
+                        and "<|i" not in text
+                    ):
+                        # (a start literal may be starting at its end, after the run: as above)
+                        joined = buf + text
+                        run = STARTS_SCAN_SINK.hold(joined)
+                        self._buf = joined[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        read = joined[:run]
+                        self._parts.append(read)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": read,
+                                "dirty": False,
+                            }
+                        ]
         elif text and not self._lead_held and not self._halted:
             state = self._current
             # (held text that, with the chunk, is still a proper prefix of a literal delimiter of
@@ -289,6 +397,78 @@ class ResponseParser(Machine):
                 if len(joined) < 12 and "</tool_call>".startswith(joined):
                     self._buf = joined
                     return []
+            if self._opened and len(buf) <= 4:
+                # (held text that, with the chunk, holds no key of the state's start literals: no
+                # delimiter starts in it, bar a proper prefix of one at its end, or a lead run.
+                # Longer held text, a start literal being written, holds its key already)
+                if state == 0:
+                    joined = buf + text
+                    if "</t" not in joined:
+                        run = CLOSE_0.hold(joined) if joined.endswith(("<", "</")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "reasoning_content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
+                elif state == 1:
+                    joined = buf + text
+                    if "</t" not in joined:
+                        run = CLOSE_1.hold(joined) if joined.endswith(("<", "</")) else len(joined)
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "tool_calls",
+                                    "text": read,
+                                    "dirty": True,
+                                }
+                            ]
+                elif state == 2:
+                    joined = buf + text
+                    if (
+                        "<th" not in joined
+                        and "<to" not in joined
+                        and "<|e" not in joined
+                        and "<|i" not in joined
+                    ):
+                        run = (
+                            STARTS_SCAN_SINK.hold(joined)
+                            if joined.endswith(("<", "<t", "<|"))
+                            else len(joined)
+                        )
+                        if run == len(joined) and joined[-1] in WHITESPACE:
+                            run = len(
+                                joined.rstrip(WHITESPACE)
+                            )  # (the run is held where it starts)
+                            self._lead_held = True
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
         return Machine.feed(self, text)
 
     @staticmethod
@@ -395,13 +575,29 @@ class ResponseParser(Machine):
             joined = text
         elif self._lead_held:
             # (what is unread is a run of lead characters; more of them wait in pieces)
-            if "<" not in text or STARTS_SCAN_SINK.starts_nowhere(text):
+            if "<" not in text or (
+                "<th" not in text
+                and "<to" not in text
+                and "<|e" not in text
+                and "<|i" not in text
+                and not text.endswith(("<", "<t", "<|"))
+            ):
                 return self._lead_take(text, len(text.rstrip(WHITESPACE)))
             joined = buf + "".join(self._held) + text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif (
+            "<th" not in joined
+            and "<to" not in joined
+            and "<|e" not in joined
+            and "<|i" not in joined
+        ):
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = (
+                STARTS_SCAN_SINK.hold(joined) if joined.endswith(("<", "<t", "<|")) else len(joined)
+            )
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = STARTS_SCAN_SINK.starts_at(joined)
@@ -410,8 +606,17 @@ class ResponseParser(Machine):
                 # the scan's commit, which Machine._commit_found makes without the scan)
                 if (
                     joined.startswith("<think>")
-                    and not may_start_at_front(joined, ("<tool_call>",), WHITESPACE)
-                    and not may_start_at_front(joined, ("<|im_end|>", "<|endoftext|>"), WHITESPACE)
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(("<tool_call>",))
+                        or "<tool_call>".startswith(unled)
+                    )
+                    and not (
+                        (unled := joined.lstrip(WHITESPACE)).startswith(
+                            ("<|im_end|>", "<|endoftext|>")
+                        )
+                        or "<|im_end|>".startswith(unled)
+                        or "<|endoftext|>".startswith(unled)
+                    )
                 ):
                     self._found = (joined, (0, (0, 7, 0, True, None)))
                     return None
@@ -473,6 +678,9 @@ class ResponseParser(Machine):
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif "</t" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_0.hold(joined) if joined.endswith(("<", "</")) else len(joined)
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_0.starts_at(joined)
@@ -536,6 +744,9 @@ class ResponseParser(Machine):
             joined = buf + text
         if "<" not in joined:
             hold = len(joined)
+        elif "</t" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = CLOSE_1.hold(joined) if joined.endswith(("<", "</")) else len(joined)
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = CLOSE_1.starts_at(joined)

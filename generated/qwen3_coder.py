@@ -193,7 +193,9 @@ class ResponseParser(Machine):
     def feed(self, text):
         """The commonest chunk first, tested here with the state's own characters: nothing held,
         no first character of the state's delimiters, no lead character at its end (one
-        region_chunk). Where the state holds a trailing run of lead characters (the \\s* of
+        region_chunk); or none of their start literals' keys (their first few characters: the
+        `<` of `<parameter=` is no `</function>`), held from a proper prefix of one at its end,
+        and the same for short held text with the chunk (see QuickCheck.keys). Where the state holds a trailing run of lead characters (the \\s* of
         \\s*<tool_call>), a chunk with no first character that ends in one, or that follows one
         held, is read here too (as Machine._read_lead reads it); and a chunk that leaves a
         pattern delimiter still matched from the start of the held text (its automaton read on
@@ -204,7 +206,9 @@ class ResponseParser(Machine):
             if self._opened:
                 state = self._current
                 if state == 0:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("</f" not in text and not text.endswith(("<", "</")))
+                    ) and text:
                         if text[-1] not in WHITESPACE:
                             self._parts.append(text)
                             return [
@@ -230,8 +234,34 @@ class ResponseParser(Machine):
                                 "dirty": True,
                             }
                         ]
+                    elif text.endswith(("<", "</")) and "</f" not in text:
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = STARTS_SCAN_IN_0_TOOL_CALLS.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": text,
+                                "dirty": True,
+                            }
+                        ]
                 elif state == 1:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text
+                        or (
+                            "<to" not in text
+                            and "<|e" not in text
+                            and "<|i" not in text
+                            and not text.endswith(("<", "<t", "<|"))
+                        )
+                    ) and text:
                         if text[-1] not in WHITESPACE:
                             self._parts.append(text)
                             return [
@@ -257,13 +287,38 @@ class ResponseParser(Machine):
                                 "dirty": False,
                             }
                         ]
+                    elif (
+                        text.endswith(("<", "<t", "<|"))
+                        and "<to" not in text
+                        and "<|e" not in text
+                        and "<|i" not in text
+                    ):
+                        # (no key, a proper prefix of one at the end: a start literal may be starting
+                        # there, held with the lead run before it, StartLiterals.hold)
+                        run = STARTS_SCAN_SINK.hold(text)
+                        self._buf = text[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        text = text[:run]
+                        self._parts.append(text)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": text,
+                                "dirty": False,
+                            }
+                        ]
         elif self._lead_held:
             if self._opened and not self._held:
                 # (what is unread is a run of lead characters, in one piece: a chunk with no first
                 # character reads it, and holds the chunk's own trailing run, if any, instead)
                 state = self._current
                 if state == 0:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text or ("</f" not in text and not text.endswith(("<", "</")))
+                    ) and text:
                         run = len(text.rstrip(WHITESPACE))
                         if run:
                             read = buf + text[:run]
@@ -277,8 +332,34 @@ class ResponseParser(Machine):
                                     "dirty": True,
                                 }
                             ]
+                    elif text.endswith(("<", "</")) and "</f" not in text:
+                        # (a start literal may be starting at its end, after the run: as above)
+                        joined = buf + text
+                        run = STARTS_SCAN_IN_0_TOOL_CALLS.hold(joined)
+                        self._buf = joined[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        read = joined[:run]
+                        self._parts.append(read)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "tool_calls",
+                                "text": read,
+                                "dirty": True,
+                            }
+                        ]
                 elif state == 1:
-                    if "<" not in text and text:
+                    if (
+                        "<" not in text
+                        or (
+                            "<to" not in text
+                            and "<|e" not in text
+                            and "<|i" not in text
+                            and not text.endswith(("<", "<t", "<|"))
+                        )
+                    ) and text:
                         run = len(text.rstrip(WHITESPACE))
                         if run:
                             read = buf + text[:run]
@@ -292,12 +373,35 @@ class ResponseParser(Machine):
                                     "dirty": False,
                                 }
                             ]
+                    elif (
+                        text.endswith(("<", "<t", "<|"))
+                        and "<to" not in text
+                        and "<|e" not in text
+                        and "<|i" not in text
+                    ):
+                        # (a start literal may be starting at its end, after the run: as above)
+                        joined = buf + text
+                        run = STARTS_SCAN_SINK.hold(joined)
+                        self._buf = joined[run:]
+                        self._lead_held = False
+                        if not run:
+                            return []
+                        read = joined[:run]
+                        self._parts.append(read)
+                        return [
+                            {
+                                "type": "region_chunk",
+                                "field": "content",
+                                "text": read,
+                                "dirty": False,
+                            }
+                        ]
         elif text and not self._lead_held and not self._halted:
+            state = self._current
             carried = self._carried
             if carried is not None and carried[0] is buf:
                 # (held text that a pattern delimiter of this state matches from its start)
                 automaton = carried[1]
-                state = self._current
                 if (state == 1 and (automaton is OPEN_0.carry_or_none)) or (
                     state == 0 and (automaton is CLOSE_0.carry_or_none)
                 ):
@@ -307,7 +411,6 @@ class ResponseParser(Machine):
                         self._buf = joined
                         self._carried = (joined, automaton, after)
                         return []
-            state = self._current
             # (held text that, with the chunk, is still a proper prefix of a literal delimiter of
             # this state, `<|channel|>anal`: a partial match at the start, which the scan holds
             # back with all after it whatever the other delimiters find)
@@ -318,6 +421,64 @@ class ResponseParser(Machine):
                 ):
                     self._buf = joined
                     return []
+            if self._opened and len(buf) <= 4:
+                # (held text that, with the chunk, holds no key of the state's start literals: no
+                # delimiter starts in it, bar a proper prefix of one at its end, or a lead run.
+                # Longer held text, a start literal being written, holds its key already)
+                if state == 0:
+                    joined = buf + text
+                    if "</f" not in joined:
+                        run = (
+                            STARTS_SCAN_IN_0_TOOL_CALLS.hold(joined)
+                            if joined.endswith(("<", "</"))
+                            else len(joined)
+                        )
+                        if run == len(joined) and joined[-1] in WHITESPACE:
+                            run = len(
+                                joined.rstrip(WHITESPACE)
+                            )  # (the run is held where it starts)
+                            self._lead_held = True
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "tool_calls",
+                                    "text": read,
+                                    "dirty": True,
+                                }
+                            ]
+                elif state == 1:
+                    joined = buf + text
+                    if "<to" not in joined and "<|e" not in joined and "<|i" not in joined:
+                        run = (
+                            STARTS_SCAN_SINK.hold(joined)
+                            if joined.endswith(("<", "<t", "<|"))
+                            else len(joined)
+                        )
+                        if run == len(joined) and joined[-1] in WHITESPACE:
+                            run = len(
+                                joined.rstrip(WHITESPACE)
+                            )  # (the run is held where it starts)
+                            self._lead_held = True
+                        if run >= 0:
+                            self._buf = joined[run:]
+                            if not run:
+                                return []
+                            read = joined[:run]
+                            self._parts.append(read)
+                            return [
+                                {
+                                    "type": "region_chunk",
+                                    "field": "content",
+                                    "text": read,
+                                    "dirty": False,
+                                }
+                            ]
         return Machine.feed(self, text)
 
     @staticmethod
@@ -402,7 +563,12 @@ class ResponseParser(Machine):
             joined = text
         elif self._lead_held:
             # (what is unread is a run of lead characters; more of them wait in pieces)
-            if "<" not in text or STARTS_SCAN_SINK.starts_nowhere(text):
+            if "<" not in text or (
+                "<to" not in text
+                and "<|e" not in text
+                and "<|i" not in text
+                and not text.endswith(("<", "<t", "<|"))
+            ):
                 return self._lead_take(text, len(text.rstrip(WHITESPACE)))
             joined = buf + "".join(self._held) + text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
@@ -417,6 +583,11 @@ class ResponseParser(Machine):
                     return self._read_before(joined, 0)
         if "<" not in joined:
             hold = len(joined)
+        elif "<to" not in joined and "<|e" not in joined and "<|i" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = (
+                STARTS_SCAN_SINK.hold(joined) if joined.endswith(("<", "<t", "<|")) else len(joined)
+            )
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = STARTS_SCAN_SINK.starts_at(joined)
@@ -433,29 +604,39 @@ class ResponseParser(Machine):
                     self._carried = (joined, automaton, state)
                     return self._read_before(joined, 0)
                 if state.unknown:  # (a complete match somewhere: the regex's partial search says)
-                    m = (
-                        (OPEN_0.compiled_or_none or OPEN_0.compiled()).match(
-                            joined, partial=True, timeout=self._timeout
+                    # (which tries complete matches first: a complete match at the start, which the
+                    # plain engine finds faster where time is not bounded, is its answer)
+                    m = OPEN_0.plain().match(joined) if self._timeout is None else None
+                    if m is None:
+                        m = (
+                            (OPEN_0.compiled_or_none or OPEN_0.compiled()).match(
+                                joined, partial=True, timeout=self._timeout
+                            )
+                            if joined.count("<tool_call>") < 2
+                            else (OPEN_0.compiled_or_none or OPEN_0.compiled()).search(
+                                joined, partial=True, timeout=self._timeout
+                            )
                         )
-                        if joined.count("<tool_call>") < 2
-                        else (OPEN_0.compiled_or_none or OPEN_0.compiled()).search(
-                            joined, partial=True, timeout=self._timeout
-                        )
-                    )
-                    if (
-                        m is not None
-                        and m.start() == 0
-                        and (m.partial or m.end() == len(joined) and not self._eager)
-                    ):
-                        return self._read_before(joined, 0)
+                        if (
+                            m is not None
+                            and m.start() == 0
+                            and (m.partial or m.end() == len(joined) and not self._eager)
+                        ):
+                            return self._read_before(joined, 0)
+                    elif m.end() == len(joined) and not self._eager:
+                        return self._read_before(joined, 0)  # (held, as the scan holds it)
                     # (a complete match at the start, where no other delimiter may match: the scan's
                     # commit, which Machine._commit_found makes without the scan)
                     if (
                         m is not None
                         and m.start() == 0
                         and 0 < m.end() < len(joined)
-                        and not may_start_at_front(
-                            joined, ("<|im_end|>", "<|endoftext|>"), WHITESPACE
+                        and not (
+                            (unled := joined.lstrip(WHITESPACE)).startswith(
+                                ("<|im_end|>", "<|endoftext|>")
+                            )
+                            or "<|im_end|>".startswith(unled)
+                            or "<|endoftext|>".startswith(unled)
                         )
                     ):
                         self._found = (joined, (0, (0, m.end(), 0, True, m)))
@@ -467,13 +648,16 @@ class ResponseParser(Machine):
             return self._read_before(joined, len(joined.rstrip(WHITESPACE)), True)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
-        if hold == 0:
-            # (all of it held, a start literal being written: where a carried pattern matches it
-            # from its start, its automaton reads the next chunks on from here, carry.py)
+        if hold < len(joined):
+            # (a start literal being written is held: where a carried pattern matches it from its
+            # start, its automaton reads the next chunks on from here, carry.py)
+            read = self._read_before(joined, hold)
+            rest = self._buf
             automaton = OPEN_0.carry_or_none or OPEN_0.carried()
-            state = automaton.advance(automaton.start, joined)
+            state = automaton.advance(automaton.start, rest)
             if state.held:
-                self._carried = (joined, automaton, state)
+                self._carried = (rest, automaton, state)
+            return read
         return self._read_before(joined, hold)
 
     def _scan_in_0_tool_calls(self, buf, pos, eos):
@@ -535,7 +719,7 @@ class ResponseParser(Machine):
             joined = text
         elif self._lead_held:
             # (what is unread is a run of lead characters; more of them wait in pieces)
-            if "<" not in text or STARTS_SCAN_IN_0_TOOL_CALLS.starts_nowhere(text):
+            if "<" not in text or ("</f" not in text and not text.endswith(("<", "</"))):
                 return self._lead_take(text, len(text.rstrip(WHITESPACE)))
             joined = buf + "".join(self._held) + text
         else:  # (held text, a possible delimiter start, and the chunk that may show it is none)
@@ -550,6 +734,13 @@ class ResponseParser(Machine):
                     return self._read_before(joined, 0)
         if "<" not in joined:
             hold = len(joined)
+        elif "</f" not in joined:
+            # (no start literal: a proper prefix of one may end the text, see QuickCheck.keys)
+            hold = (
+                STARTS_SCAN_IN_0_TOOL_CALLS.hold(joined)
+                if joined.endswith(("<", "</"))
+                else len(joined)
+            )
         else:
             # Where a delimiter may still be starting at the end (-1: a start literal occurs whole)
             hold = STARTS_SCAN_IN_0_TOOL_CALLS.starts_at(joined)
@@ -566,21 +757,27 @@ class ResponseParser(Machine):
                     self._carried = (joined, automaton, state)
                     return self._read_before(joined, 0)
                 if state.unknown:  # (a complete match somewhere: the regex's partial search says)
-                    m = (
-                        (CLOSE_0.compiled_or_none or CLOSE_0.compiled()).match(
-                            joined, partial=True, timeout=self._timeout
+                    # (which tries complete matches first: a complete match at the start, which the
+                    # plain engine finds faster where time is not bounded, is its answer)
+                    m = CLOSE_0.plain().match(joined) if self._timeout is None else None
+                    if m is None:
+                        m = (
+                            (CLOSE_0.compiled_or_none or CLOSE_0.compiled()).match(
+                                joined, partial=True, timeout=self._timeout
+                            )
+                            if joined.count("</function>") < 2
+                            else (CLOSE_0.compiled_or_none or CLOSE_0.compiled()).search(
+                                joined, partial=True, timeout=self._timeout
+                            )
                         )
-                        if joined.count("</function>") < 2
-                        else (CLOSE_0.compiled_or_none or CLOSE_0.compiled()).search(
-                            joined, partial=True, timeout=self._timeout
-                        )
-                    )
-                    if (
-                        m is not None
-                        and m.start() == 0
-                        and (m.partial or m.end() == len(joined) and not self._eager)
-                    ):
-                        return self._read_before(joined, 0)
+                        if (
+                            m is not None
+                            and m.start() == 0
+                            and (m.partial or m.end() == len(joined) and not self._eager)
+                        ):
+                            return self._read_before(joined, 0)
+                    elif m.end() == len(joined) and not self._eager:
+                        return self._read_before(joined, 0)  # (held, as the scan holds it)
                     # (a complete match at the start, where no other delimiter may match: the scan's
                     # commit, which Machine._commit_found makes without the scan)
                     if m is not None and m.start() == 0 and 0 < m.end() < len(joined):
@@ -593,13 +790,16 @@ class ResponseParser(Machine):
             return self._read_before(joined, len(joined.rstrip(WHITESPACE)), True)
         if hold == len(joined) and not buf:
             return joined  # (nothing was held, nothing is held now)
-        if hold == 0:
-            # (all of it held, a start literal being written: where a carried pattern matches it
-            # from its start, its automaton reads the next chunks on from here, carry.py)
+        if hold < len(joined):
+            # (a start literal being written is held: where a carried pattern matches it from its
+            # start, its automaton reads the next chunks on from here, carry.py)
+            read = self._read_before(joined, hold)
+            rest = self._buf
             automaton = CLOSE_0.carry_or_none or CLOSE_0.carried()
-            state = automaton.advance(automaton.start, joined)
+            state = automaton.advance(automaton.start, rest)
             if state.held:
-                self._carried = (joined, automaton, state)
+                self._carried = (rest, automaton, state)
+            return read
         return self._read_before(joined, hold)
 
 

@@ -199,25 +199,13 @@ class Machine:
         the text read (the chunk, less what it holds back, plus held text the chunk shows is no
         delimiter); it returns None for any other chunk, which the general path reads
         (`_feed_scanned`: the state's scan decides)."""
-        if self._trigger not in text and text and self._opened and (self._lead_held or not self._buf):
-            read = self._read_lead(text)
-        else:
-            read = None
+        read = self._read_fast(text)
         if read is None:
-            common = self._common
-            if common is None:  # (None once finalized or failed, and in states without one)
-                return self._feed_scanned(text)
-            try:
-                read = common(self, text)
-            except BaseException as e:  # (a regex time bound; no chunk of text raises otherwise)
-                self._fail(e)
-                raise
-            if read is None:
-                found = self._found
-                if found is not None:  # (the fast path found the delimiter to commit: see there)
-                    self._found = None
-                    return self._commit_found(found)
-                return self._feed_scanned(text)
+            found = self._found
+            if found is not None:  # (the fast path found the delimiter to commit: see there)
+                self._found = None
+                return self._commit_found(found)
+            return self._feed_scanned(text)
         if not read:
             return []
         if self._opened:
@@ -294,25 +282,30 @@ class Machine:
         if self._trigger not in text and text and not self._buf and text[-1] not in self._lead_chars:
             self._parts.append(text)  # (the commonest chunk, as in feed)
             return self._chunk_field, text
-        if self._trigger not in text and text and (self._lead_held or not self._buf):
-            read = self._read_lead(text)
-        else:
-            read = None
+        read = self._read_fast(text)
         if read is None:
-            common = self._common
-            if common is None:
-                return None
-            try:
-                read = common(self, text)
-            except BaseException as e:  # (a regex time bound; no chunk of text raises otherwise)
-                self._fail(e)
-                raise
-            if read is None:
-                self._found = None  # (the chunk stays unread: feed_declined scans it)
-                return None
+            self._found = None  # (the chunk stays unread: feed_declined scans it)
+            return None
         if read:
             self._parts.append(read)
         return self._chunk_field, read
+
+    def _read_fast(self, text: str) -> str | None:
+        """feed's and feed_text's reading of a chunk without a scan: by _read_lead, else by the
+        current state's fast path (`_common`). The text read; None where neither reads it (the
+        fast path may have found the delimiter to commit then, in `_found`)."""
+        if self._trigger not in text and text and self._opened and (self._lead_held or not self._buf):
+            read = self._read_lead(text)
+            if read is not None:
+                return read
+        common = self._common
+        if common is None:  # (None once finalized or failed, and in states without one)
+            return None
+        try:
+            return common(self, text)
+        except BaseException as e:  # (a regex time bound; no chunk of text raises otherwise)
+            self._fail(e)
+            raise
 
     def _read_lead(self, text: str) -> str | None:
         """feed's and feed_text's reading of a chunk in which no delimiter of the state starts (it

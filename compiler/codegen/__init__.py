@@ -32,6 +32,16 @@ RUNTIME_ABI = 15  # must equal rtcompile.runtime.RUNTIME_ABI (checked by a test)
 # Sets of first characters up to this size are checked with chained str.find; larger ones with
 # one character-class search.
 MAX_FIND_CHAIN = 2
+# A start literal's key: its first characters, which tell it from the region's own text where its
+# first character alone does not (the `<` of `</function>` begins every `<parameter=...>` and
+# `</parameter>` inside a call; `</f` begins neither). Up to this many keys are tested with
+# chained `in`; more with one alternation search.
+KEY_LENGTH = 3
+MAX_KEY_CHAIN = 4
+# The generated feed tests held text with a chunk for keys only while the held text is this short
+# (a start literal's first characters, after a short lead run): longer, it almost always holds a
+# key already, and the test would only delay the state's fast path.
+HELD_FOR_KEYS = KEY_LENGTH + 1
 
 
 class Code(str):
@@ -77,6 +87,28 @@ _ENV = jinja2.Environment(
 )
 _ENV.filters["py"] = py_literal
 _ENV.filters["ident"] = ident
+
+
+def _region_chunk(field: ir.Field, text: str) -> Code:
+    """The region_chunk event of the open region `field`, of the text in variable `text`."""
+    name, dirty = py_literal(field.name), py_literal(field.dirty)
+    return Code(f'{{"type": "region_chunk", "field": {name}, "text": {ident(text)}, "dirty": {dirty}}}')
+
+
+_ENV.globals["region_chunk"] = _region_chunk
+
+
+def may_start(literals: tuple[str, ...], lead: str) -> Code:
+    """scanning.may_start_at_front(joined, literals, lead) written out (a call per guard is a
+    third of the test): after the run of `lead` characters (the constant named `lead`, "" for
+    none), one of `literals` begins, or what is left is a proper prefix of one (or nothing)."""
+    rest = f"(unled := joined.lstrip({ident(lead)}))" if lead else "joined"
+    after = "unled" if lead else "joined"
+    partial = " or ".join(f"{py_literal(literal)}.startswith({after})" for literal in literals)
+    return Code(f"({rest}.startswith({py_literal(tuple(literals))}) or {partial})")
+
+
+_ENV.globals["may_start"] = may_start
 
 
 # ---- the model the templates render ------------------------------------------------------------
@@ -163,6 +195,14 @@ class Watch:
         return Code(f"({match} if joined.count({py_literal(charsets.prefix)}) < 2 else {search})")
 
     @property
+    def complete_from_start(self) -> Code:
+        """The expression of its complete match at the start of `joined` (None if none, or where
+        time is bounded): the stdlib twin's, where one exists (LazyRegex.plain). Where there is
+        one, the regex's partial search (partial_from_start) answers the same: it looks for a
+        complete match first, and one at the start is the leftmost."""
+        return Code(f"({self.const}.plain().match(joined) if self._timeout is None else None)")
+
+    @property
     def carried(self) -> bool:
         """Whether the state's fast path carries its partial match from chunk to chunk
         (runtime/carry.py) instead of asking `partial_from_start` again each chunk. Only where
@@ -185,8 +225,12 @@ class Watch:
         """True when its match `m`, found by `scan` in `joined` (the unread text and a chunk),
         starts at the start and is held there, as the state's scan would hold it: then the scan
         holds everything, whatever the other delimiters find (see Machine.feed)."""
-        edge = "m.end() == len(joined)" + (" and not self._eager" if self.eager_at_edge else "")
-        return Code(f"m is not None and m.start() == 0 and (m.partial or {edge})")
+        return Code(f"m is not None and m.start() == 0 and (m.partial or {self.at_edge})")
+
+    @property
+    def at_edge(self) -> Code:
+        """True when its complete match `m` in `joined` ends at the end, where the scan holds it."""
+        return Code("m.end() == len(joined)" + (" and not self._eager" if self.eager_at_edge else ""))
 
     @property
     def match_expr(self) -> Code:
@@ -396,12 +440,47 @@ class QuickCheck:
         # (`c not in s` is the cheapest test)
         return Code(" and ".join(f"{py_literal(c)} not in {target}" for c in sorted(self.first)))
 
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Each start literal's key, its first KEY_LENGTH characters (all of a shorter one), less
+        those in which another occurs: a text in which none occurs holds no start literal whole,
+        nor a proper prefix of one of KEY_LENGTH characters or more. () without start literals."""
+        keys = self._every_key
+        return tuple(key for key in keys if not any(other != key and other in key for other in keys))
+
+    @property
+    def _every_key(self) -> tuple[str, ...]:
+        return () if self.starts is None else tuple(sorted({literal[:KEY_LENGTH] for literal, _ in self.starts}))
+
+    @property
+    def key_prefixes(self) -> tuple[str, ...]:
+        """Every start literal's key's proper prefixes (those of keys left out of `keys` too):
+        what a text without a key may end with where a start literal is still being written."""
+        return tuple(sorted({key[:end] for key in self._every_key for end in range(1, len(key))}))
+
+    def keys_absent(self, target: str) -> Code:
+        """True when no key occurs in `target` (see keys)."""
+        if self.keys_const is not None:
+            return Code(f"{self.keys_const}.search({target}) is None")
+        return Code(" and ".join(f"{py_literal(key)} not in {target}" for key in self.keys))
+
+    @property
+    def keys_const(self) -> str | None:
+        """The constant of the keys' alternation (a stdlib `re`), where they are many."""
+        return "KEYS" + self.starts_const[len("STARTS") :] if len(self.keys) > MAX_KEY_CHAIN else None
+
+    @property
+    def keys_pattern(self) -> str:
+        return "|".join(re.escape(key) for key in self.keys)
+
     def no_start(self, target: str) -> Code:
         """True when no delimiter can start in `target` (bar a trailing lead run): no first
-        character, or none that starts a start literal (nor, at the end, a prefix of one)."""
+        character, or no key and no proper prefix of one at the end. That is StartLiterals.
+        starts_nowhere where no key occurs; where one does, False (an exact search decides)."""
         if self.starts is None:
             return self.absent(target)
-        return Code(f"({self.absent(target)} or {self.starts_const}.starts_nowhere({target}))")
+        ends = f" and not {target}.endswith({py_literal(self.key_prefixes)})" if self.key_prefixes else ""
+        return Code(f"({self.absent(target)} or ({self.keys_absent(target)}{ends}))")
 
 
 def _quick_check(method: str, watches: list[Watch], triggers: dict, leads: Leads) -> QuickCheck | None:
@@ -610,6 +689,8 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         field_methods=tuple(field_methods),
         state_commons=Code("(%s,)" % ", ".join(commons.get(f.index, Code("None")) for f in fields)),
         hot_states=_hot_states(template, states),
+        held_for_keys=HELD_FOR_KEYS,
+        key_states=[(index, state) for index, state in _hot_states(template, states) if state.quick.keys],
         carried_states=_carried_states(template, states),
         literal_states=_literal_states(template, states),
         sink_common=_common_entry(states[0]),
