@@ -694,17 +694,8 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         carried_states=_carried_states(template, states),
         literal_states=_literal_states(template, states),
         sink_common=_common_entry(states[0]),
-        names=tuple(f.name for f in fields),
-        dirty=tuple(f.dirty for f in fields),
-        repeats=tuple(f.repeats for f in fields),
-        joins=tuple(f.join for f in fields),
-        casts=tuple(cast_mode(f.content.parser, f.content.args) for f in fields),
-        default_keys=tuple(template.defaults),
-        field_facts=facts.field_facts(template),
-        template_facts=facts.template_facts(template),
-        closers_ending_in_anchor=facts.closers_ending_in_anchor(template),
+        **_field_tables(template),
         finishers=finishers,
-        required=tuple(f.name for f in fields if not f.optional),
         context=template.context,
         one_shot=one_shot.plan(template, states, tuple(field_methods)),
         stores=stores,
@@ -717,6 +708,23 @@ def render(template: ir.Template, *, origin: str = "a response template") -> str
         and bool(fields[template.implicit].close.group_names),
         **_anchor(template.start_anchor),
     )
+
+
+def _field_tables(template: ir.Template) -> dict:
+    """The module's per-field tables and the facts it carries for the serving plan."""
+    fields = template.fields
+    return {
+        "names": tuple(f.name for f in fields),
+        "dirty": tuple(f.dirty for f in fields),
+        "repeats": tuple(f.repeats for f in fields),
+        "joins": tuple(f.join for f in fields),
+        "casts": tuple(cast_mode(f.content.parser, f.content.args) for f in fields),
+        "default_keys": tuple(template.defaults),
+        "required": tuple(f.name for f in fields if not f.optional),
+        "field_facts": facts.field_facts(template),
+        "template_facts": facts.template_facts(template),
+        "closers_ending_in_anchor": facts.closers_ending_in_anchor(template),
+    }
 
 
 def _carried_states(template: ir.Template, states: list[State]) -> list[tuple[int | None, tuple[str, ...]]]:
