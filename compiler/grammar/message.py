@@ -58,6 +58,12 @@ class MessageWriter:
         writable = implicit is not None and plain_text(implicit) and fits_defaults(implicit, template.defaults)
         self.implicit = implicit if writable else None
         self.sink = implicit  # (where text outside regions goes, whether or not the grammar writes any)
+        if implicit is not None and implicit.close is not None and implicit.close.pattern is not None:
+            written = write_delimiter(implicit.close, speller, f"fields.{implicit.name}.close", checked=False)
+            if written.at_start and not written.at_line_start:
+                # (after a prompt's text it never matches: the parser stays in the field, and
+                # reads no opener the grammar writes)
+                raise GrammarError(f"fields.{implicit.name}.close", "the closer matches only where the text starts")
         self.reasoning = facts.field_named(template, REASONING)
         self.call_field = facts.field_named(template, TOOL_CALLS)
         if self.call_field is not None and self.call_field is implicit:

@@ -539,3 +539,22 @@ def test_a_control_token_that_pieces_of_a_delimiter_could_spell_is_refused(opene
     tools = [{"type": "function", "function": {"name": "a"}}]
     with pytest.raises(rtcompile.GrammarError, match=f"the control token {re.escape(repr(token))} could be spelled across"):
         rtcompile.structural_tag(template, tools, tool_choice="required", tokenizer=tokenizer, stop_tokens=[END_OF_OUTPUT])
+
+
+def test_an_implicit_field_closed_only_where_the_text_starts_is_refused():
+    """The content (no opener) closes on `^`: after a prompt's text it never closes, and the
+    parser reads no call the grammar writes after it."""
+    from transformers.utils.chat_parsing import parse_response as interpreter_parse
+
+    template = {
+        "start_anchor": "<|a|>\n",
+        "fields": {
+            "content": {"close_pattern": "^", "content": "int"},
+            "tool_calls": {"open_pattern": "<a>(?P<name>\\w+)>", "close": "<a>", "content": "xml-inline", "repeats": True,
+                           "content_args": {"tag_pattern": '<arg (?P<key>\\w+)="(?P<value>[^"]*)"/>'},
+                           "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}}},
+        },
+    }
+    assert "tool_calls" not in interpreter_parse("<a>a>\n<a>", template, prefix="0")  # (why)
+    with pytest.raises(rtcompile.GrammarError, match=r"fields.content.close: the closer matches only where the text starts"):
+        rtcompile.structural_tag(template, [{"type": "function", "function": {"name": "a"}}], tool_choice="required", prefix="0")
