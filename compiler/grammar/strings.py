@@ -60,14 +60,13 @@ def _string_rules(name: str, words: tuple[str, ...], quote: str | None, opening:
     # word holds a backslash)
     shared_escapes = quote is not None and not any("\\" in word for word in words)
     escapes = _escapes(name, "", quote, singles, longer, index) if shared_escapes else None
-    shared_escapes = escapes is not None
-    if shared_escapes:
+    if escapes is not None:
         rules.append(f"{name}_e ::= {escapes}")
     for state in states:
         choices = [closing]
-        if shared_escapes:
+        if escapes is not None:
             choices.append(f"{name}_e")
-        elif quote is not None:
+        elif quote is not None and not shared_escapes:
             choices.extend(filter(None, [_escapes(name, state, quote, singles, longer, index)]))
         choices.append(shared)
         targets: dict[str, str] = {}  # the alphabet's characters by the state they move to
