@@ -28,6 +28,7 @@ from rtcompile.runtime import regex_syntax as rs
 
 from . import charclass as C
 from . import formats as F
+from .automata import always_holds, starts_inside
 from .delimiters import Written, blocking_literals, parse, unfactored, write_delimiter, write_pattern
 from .errors import GrammarError
 from .request import Tool
@@ -58,6 +59,9 @@ def closing(delimiter: ir.Delimiter | None, speller: Speller, where: str) -> Clo
     if delimiter.literals is not None:
         kept = [literal for literal in delimiter.literals if not speller.is_stop(literal)]
         stops = len(kept) < len(delimiter.literals)
+        if kept:
+            alternatives = parse("|".join(regex.escape(literal) for literal in delimiter.literals), where)
+            _check_starts_after_content(alternatives, parse("|".join(regex.escape(k) for k in kept), where).root, False, blocking, where)
         return Closing(F.choice(*(speller.write(k) for k in kept)) if kept else None, (), blocking, stops)
     syntax = parse(delimiter.pattern, where)
     lead, branches = _branches(syntax.root)
@@ -76,11 +80,21 @@ def closing(delimiter: ir.Delimiter | None, speller: Speller, where: str) -> Clo
         return Closing(None, tuple(by_next), blocking, stops)
     root = written[0] if len(written) == 1 else rs.Seq((rs.Alternation(tuple(written)),))
     pattern = write_pattern(rs.to_source(replace(syntax, root=root)), speller, where)  # (its flags kept)
+    _check_starts_after_content(syntax, root, pattern.at_line_start, blocking, where)
     if pattern.at_line_start:  # (the newline the closer matches after is written with it)
         return Closing(F.sequence(speller.write("\n"), pattern.format), tuple(by_next), blocking, stops)
     if pattern.at_start:
         raise GrammarError(where, "the closer matches only where the text starts, so it never closes a region")
     return Closing(pattern.format, tuple(by_next), blocking, stops)
+
+
+def _check_starts_after_content(syntax: rs.Syntax, written: rs.Seq, newline_first: bool, blocking: tuple[str, ...], where: str) -> None:
+    """Refuse a closer whose match could start inside the region's content and run on into the
+    closer the grammar writes (`a.*?<a>` from an `a` of the content): the parser would close the
+    region early."""
+    closer = replace(syntax, root=rs.Seq(((rs.Char("\n"),) if newline_first else ()) + written.items))
+    if starts_inside(rs.to_source(syntax), rs.to_source(closer), blocking):
+        raise GrammarError(where, "a match of the closer could start inside the region's text and end in the written closer")
 
 
 def _branches(root: rs.Seq) -> tuple[tuple, list[rs.Seq]]:
@@ -402,31 +416,45 @@ class CallWriter:
 
 
 def _check_assumptions(opener: Written, content: F.Format, where: str) -> None:
-    """The opener's lookaheads (left out when writing it) must hold for what the content starts
-    with: its first fixed text, after layout, agrees with each one's literal text."""
-    if not opener.assumes:
-        return
-    first = _first_text(content)
-    for required in opener.assumes:
-        if first is None or not (first.startswith(required) or required.startswith(first)) or not required:
-            raise GrammarError(where, f"the opener requires {required!r} next, which its content does not start with")
+    """The opener's lookaheads (left out when writing it) must hold for every text the rest of
+    the opener and the content may write, in any layout and key order (`always_holds`); a
+    negative one is never trusted."""
+    if len(opener.looks) < len(opener.assumes):
+        raise GrammarError(where, "the opener's negative lookahead cannot be checked against its content")
+    written, _ = _text_pattern(content)
+    for look in opener.looks:
+        following = look.rest + written
+        if not written or rs.parse(following) is None or not always_holds(look.pattern, following):
+            raise GrammarError(where, f"the opener's {look.source!r} may not hold for the content written after it")
 
 
-def _first_text(fmt: F.Format) -> str | None:
-    """The fixed text a format starts with, after optional whitespace (None if unknown)."""
+def _text_pattern(fmt: F.Format) -> tuple[str, bool]:
+    """A regex of the texts a format starts with, and whether it is all of them: where a piece
+    cannot be read as text (a token by id, an EBNF grammar, a JSON schema), what follows is not
+    known and the regex ends."""
     kind = fmt.get("type")
     if kind == "const_string":
-        return fmt["value"] or None
+        return regex.escape(fmt["value"]), True
+    if kind == "regex":
+        return f"(?:{fmt['pattern']})", True
     if kind == "sequence":
+        out = []
         for element in fmt["elements"]:
-            if element.get("type") == "regex" and _layout_only(element["pattern"]):
-                continue
-            return _first_text(element)
-        return None
+            text, whole = _text_pattern(element)
+            out.append(text)
+            if not whole:
+                return "".join(out), False
+        return "".join(out), True
     if kind == "or":
-        texts = {_first_text(e) for e in fmt["elements"]}
-        return texts.pop() if len(texts) == 1 else None
-    return None
+        branches = [_text_pattern(element) for element in fmt["elements"]]
+        return "(?:" + "|".join(text for text, _ in branches) + ")", all(whole for _, whole in branches)
+    if kind in ("optional", "star", "plus", "repeat"):
+        text, whole = _text_pattern(fmt["content"])
+        low, high = {"optional": (0, 1), "star": (0, -1), "plus": (1, -1)}.get(kind) or (fmt["min"], fmt["max"])
+        if not whole:  # (its first item, or none when it may be left out)
+            return (f"(?:{text})" if low else f"(?:{text})?"), False
+        return f"(?:{text}){{{low},{'' if high == -1 else high}}}", True
+    return "", False
 
 
 def _fixed_texts(fmt: F.Format, speller: Speller) -> list[str]:

@@ -53,6 +53,19 @@ class Written:
     assumes: tuple[str, ...] = field(default=())
     # ... and each requires exactly that text (a lookahead of characters only).
     assumes_exactly: bool = True
+    # The positive lookaheads, each with what must satisfy it (`Lookahead`).
+    looks: tuple["Lookahead", ...] = ()
+
+
+@dataclass(frozen=True)
+class Lookahead:
+    """A positive lookahead left out of a written delimiter: `pattern` must match at the start of
+    the text that `rest` (the pattern of the delimiter's rest after it), then whatever follows the
+    delimiter, writes. `source`: the lookahead as the template spells it."""
+
+    pattern: str
+    rest: str
+    source: str
 
 
 def write_delimiter(
@@ -162,6 +175,7 @@ class _Converter:
         self.where = where
         self.assumes: list[str] = []
         self.assumes_exactly = True
+        self.looks: list[Lookahead] = []
         self.tails: list[C.CharClass] = []
 
     def written(self) -> Written:
@@ -172,7 +186,7 @@ class _Converter:
         at_line_start = anchors == {"start"} and bool(self.flags & regex.MULTILINE)
         body = self.sequence(items, [])
         tail = C.union(self.tails, False, self.where) if self.tails else None
-        return Written(body, bool(anchors), at_line_start, tail=tail, assumes=tuple(self.assumes), assumes_exactly=self.assumes_exactly)
+        return Written(body, bool(anchors), at_line_start, tail=tail, assumes=tuple(self.assumes), assumes_exactly=self.assumes_exactly, looks=tuple(self.looks))
 
     def sequence(self, items: list, follow: list, before: str = "") -> F.Format:
         """`before`: the text known to precede the sequence right before it ("" if unknown), which
@@ -202,6 +216,8 @@ class _Converter:
                 elif value is not None:
                     self._check_follow(self._greedy_tail(node.body), rest)
                 continue
+            if isinstance(node, rs.Look) and not node.behind and not node.negated:
+                self._look(node, rest, items[:index])
             written = self.node(node, rest, known)
             if written == F.EMPTY and isinstance(node, rs.Look):
                 continue  # (a lookaround writes nothing: the known text stands)
@@ -221,6 +237,16 @@ class _Converter:
                 after = {"type": "regex", "pattern": following} if following else None
                 self.speller.check_edges(before, element["value"], after, self.where)
         return F.sequence(*out)
+
+    def _look(self, node: rs.Look, rest: list, before: list) -> None:
+        """Keep a positive lookahead as a pattern of its own, with the pattern of what follows it
+        in the delimiter. A whitespace run right before it (`\\s*(?=\\{)`) takes the whitespace
+        the text after the delimiter starts with: the lookahead then holds after that."""
+        body = node.body.items
+        if _ends_in_whitespace_run(before):
+            body = (rs.Repeat(0, None, "greedy", rs.Seq((rs.CharSet((rs.Category("space"),)),))),) + body
+        following = rs.Group(None, None, rs.Seq(tuple(rest)), self.flags & _SCOPED_FLAGS)
+        self.looks.append(Lookahead(rs.to_source(rs.Syntax(rs.Seq(body), self.flags, {}, 0)), rs.to_source(following), rs.to_source(node)))
 
     def _check_follow(self, tail: C.CharClass | None, rest: list) -> None:
         if tail is None:
@@ -302,11 +328,11 @@ class _Converter:
         written: list[F.Format] = []
         first_error: GrammarError | None = None
         for branch in node.branches:
-            tails, assumes = len(self.tails), len(self.assumes)
+            tails, assumes, looks = len(self.tails), len(self.assumes), len(self.looks)
             try:
                 written.append(self.sequence(list(branch.items), follow, known))
             except GrammarError as error:  # (another alternative may do)
-                del self.tails[tails:], self.assumes[assumes:]
+                del self.tails[tails:], self.assumes[assumes:], self.looks[looks:]
                 first_error = first_error or error
         if not written:
             raise first_error
@@ -360,6 +386,10 @@ class _Converter:
         return cls, node.max
 
 
+# (the flags a group may set for its own body)
+_SCOPED_FLAGS = regex.IGNORECASE | regex.MULTILINE | regex.DOTALL
+
+
 def opener_firsts(delimiter: ir.Delimiter, where: str) -> list[C.CharClass]:
     """The classes of the first characters an anchored opener matches after its leading
     whitespace, positive lookaheads read as what follows."""
@@ -381,6 +411,21 @@ def _only_whitespace(node: rs.Repeat) -> bool:
     if len(items) == 1 and isinstance(items[0], rs.CharSet) and not items[0].negated and len(items[0].items) == 1:
         items = items[0].items
     return len(items) == 1 and isinstance(items[0], rs.Category) and items[0].name == "space"
+
+
+def _ends_in_whitespace_run(items: list) -> bool:
+    """Whether every match of the items ends with an unbounded whitespace repeat (`^\\s*`, then
+    an optional `(?:<a>\\s*)?`)."""
+    if not items:
+        return False
+    last = items[-1]
+    if isinstance(last, rs.Repeat) and last.max is None and _only_whitespace(last):
+        return True
+    if isinstance(last, rs.Repeat) and (last.min, last.max) == (0, 1):
+        return _ends_in_whitespace_run(list(last.body.items)) and _ends_in_whitespace_run(items[:-1])
+    if isinstance(last, rs.Group):
+        return _ends_in_whitespace_run(list(last.body.items))
+    return False
 
 
 def _optional_literals_distributed(items: list) -> list:

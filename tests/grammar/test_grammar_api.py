@@ -500,6 +500,63 @@ def test_a_lazy_repeat_is_written_so_the_match_ends_where_the_grammar_ends_it():
         rtcompile.structural_tag(template, tools, tool_choice="auto")
 
 
+def test_a_closer_whose_match_could_start_inside_the_content_is_refused():
+    """`a.*?<a>` after a call's JSON: a search for it finds the `a` of `"name"` first and runs on
+    to the written `<a>`, so the region would close inside the call. Closers whose matches cannot
+    start inside the content stay: one led by whitespace (only the content's trailing whitespace
+    moves), one whose fixed text the content never holds (`<a>.*?<a>`)."""
+    from transformers.utils.chat_parsing import parse_response as interpreter_parse
+
+    def template(close_pattern):
+        return {
+            "start_anchor": "<|a|>\n",
+            "fields": {"tool_calls": {"repeats": True, "content": "json", "open": "<a>", "close_pattern": close_pattern,
+                                      "transform": {"type": "function", "function": "{content}"}}},
+        }
+
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    with pytest.raises(ValueError):  # (what the grammar would write closes the region early)
+        interpreter_parse('<a>{"name": "a", "arguments": {}}a<a>', template("a.*?<a>"), prefix="<|a|>\n", tools=tools)
+    with pytest.raises(rtcompile.GrammarError, match="fields.tool_calls.close: a match of the closer could start inside"):
+        rtcompile.structural_tag(template("a.*?<a>"), tools, tool_choice="required")
+    for refused in ("x+<a>", "(?:a|b)[^<]*<a>", "abab"):
+        with pytest.raises(rtcompile.GrammarError, match="could start inside"):
+            rtcompile.structural_tag(template(refused), tools, tool_choice="required")
+    for accepted in ("\\s*<a>", "<a>.*?<a>", "\\n```\\s*<b>", "</a>\\s*<b>"):
+        assert rtcompile.structural_tag(template(accepted), tools, tool_choice="required")["type"] == "structural_tag"
+
+
+def test_an_openers_lookahead_must_hold_for_every_content_written_after_it():
+    """An opener that looks ahead into the call's JSON (`(?=\\{\\s*"name"\\s*:)`) is written only
+    where every object the content may write satisfies it, in any layout (the opener's `\\s*`
+    before the lookahead takes the object's leading whitespace) and key order. Its first
+    character alone does not decide it: `{"arguments": ...}` starts with `{` too."""
+
+    def template(open_pattern, transform=None):
+        return {
+            "start_anchor": "<|a|>",
+            "fields": {"tool_calls": {"open_pattern": open_pattern, "close": "<|b|>", "content": "json", "repeats": True,
+                                      "transform": transform or {"type": "function", "function": {"name": "{content.name}", "arguments": "{content.parameters}"}}}},
+        }
+
+    tools = [{"type": "function", "function": {"name": "get", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}]
+    for accepted in ('^\\s*(?=\\{\\s*"name"\\s*:)', '^\\s*(?:<\\|p\\|>\\s*)?(?=\\{\\s*"name"\\s*:\\s*"get")', '<\\|c\\|>(?=\\s*\\{\\s*"name")'):
+        assert rtcompile.structural_tag(template(accepted), tools, tool_choice="required")["type"] == "structural_tag"
+    for refused in (
+        '^\\s*(?=\\{\\s*"parameters")',  # (the name comes first)
+        '^\\s*(?=\\{"name")',  # (the content may write whitespace after the brace)
+        '<\\|c\\|>(?=\\{\\s*"name")',  # (... and before it, with no `\\s*` in the opener to take it)
+        '^\\s*(?=\\{\\s*"name"\\s*:\\s*"other")',
+        '^\\s*(?!\\[)',
+    ):
+        with pytest.raises(rtcompile.GrammarError, match="fields.tool_calls"):
+            rtcompile.structural_tag(template(refused), tools, tool_choice="required")
+    # (keys in sorted order put "arguments" first: a lookahead for the name is refused)
+    sorted_first = {"type": "function", "function": {"name": "{content.name}", "arguments": "{content.arguments}"}}
+    with pytest.raises(rtcompile.GrammarError, match="may not hold for the content written after it"):
+        rtcompile.structural_tag(template('^\\s*(?=\\{\\s*"arguments")', sorted_first), tools, tool_choice="required")
+
+
 def test_a_call_field_whose_regions_are_joined_as_text_is_refused():
     from transformers.utils.chat_parsing import parse_response as interpreter_parse
 
