@@ -25,6 +25,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from rtcompile.runtime.errors import ParserLoopError
+
 from .errors import GrammarError
 
 __all__ = ["GrammarError", "structural_tag"]
@@ -92,7 +94,7 @@ def prompt_state(module: Any, ir: Any, prefix: Any, tokenizer: Any) -> tuple[str
     options = {"tokenizer": tokenizer} if tokenizer is not None else {}
     try:
         parser = module.ResponseParser(prefix, errors="keep", **options)
-    except (TypeError, ValueError, KeyError, AttributeError) as error:  # (the parser's own, on the prompt)
+    except (TypeError, ValueError, KeyError, AttributeError, ParserLoopError) as error:  # (the parser's own, on the prompt)
         raise GrammarError("prefix", f"the prompt does not parse: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}") from error
     closed = [event for event in parser.initial_events if event["type"] == "region_close"]
     if any(event["field"] == "tool_calls" for event in closed):

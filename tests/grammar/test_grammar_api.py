@@ -557,6 +557,21 @@ def test_an_openers_lookahead_must_hold_for_every_content_written_after_it():
         rtcompile.structural_tag(template('^\\s*(?=\\{\\s*"arguments")', sorted_first), tools, tool_choice="required")
 
 
+def test_a_prompt_the_parser_loops_on_is_refused_with_one_line():
+    """Delimiters that match the empty string at one place (an optional opener and closer) make
+    the parser loop on the prompt; the grammar says so as a GrammarError, not the parser's error."""
+    template = {
+        "start_anchor": "<|a|>\n",
+        "fields": {"content": {"open_pattern": "(?:<a>)?", "close_pattern": "(?:<a>)?"},
+                   "tool_calls": {"open": "<b>", "close": "</b>", "content": "json", "repeats": True,
+                                  "transform": {"type": "function", "function": "{content}"}}},
+    }
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    with pytest.raises(rtcompile.GrammarError, match="^prefix: the prompt does not parse: ParserLoopError") as raised:
+        rtcompile.structural_tag(template, tools, tool_choice="auto", prefix="</a>")
+    assert "\n" not in str(raised.value)
+
+
 def test_a_call_field_whose_regions_are_joined_as_text_is_refused():
     from transformers.utils.chat_parsing import parse_response as interpreter_parse
 
