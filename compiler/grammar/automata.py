@@ -24,6 +24,7 @@ on their own characters, their neighbours and cases, and a sample for the catego
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,7 +38,7 @@ _COUNT_CAP = 16
 _FLAGS = re.IGNORECASE | re.DOTALL | re.ASCII
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # (one label per node and flags: compared by identity)
 class _Label:
     """One character's class: its `re` and the characters worth trying against another class."""
 
@@ -50,6 +51,13 @@ class _Label:
 
     def reads(self, whitespace: bool) -> bool:
         return any(c.isspace() == whitespace and self.matcher.fullmatch(c) for c in self.chars)
+
+
+# A free piece's first character and the ones after it, and a control token written by its id
+# (no text).
+_FIRST = _Label(re.compile("(?s:.)"), frozenset())
+_ANY = _Label(re.compile("(?s:.)"), frozenset())
+_BREAK = _Label(re.compile("(?!)"), frozenset())
 
 
 class _Automaton:
@@ -91,6 +99,51 @@ class _Automaton:
         if isinstance(node, rs.Backref):  # (any text: more than it matches)
             return self._repeat(rs.Repeat(0, None, "greedy", rs.Seq((rs.AnyChar(),))), at, flags | re.DOTALL)
         return at  # (lookarounds and anchors: read as always holding)
+
+    def _format(self, fmt: dict, at: int) -> int:
+        """The text a structural-tag format writes (see `spells`)."""
+        kind = fmt.get("type")
+        if kind == "const_string":
+            return self._seq(rs.Seq(tuple(rs.Char(c) for c in fmt["value"])), at, 0)
+        if kind == "regex":
+            syntax = _parsed(fmt["pattern"])
+            return self._free(at) if syntax is None else self._seq(syntax.root, at, syntax.flags)
+        if kind == "token":
+            end = self._state()
+            self.edges[at].append((_BREAK, end))
+            return end
+        if kind == "sequence":
+            for element in fmt["elements"]:
+                at = self._format(element, at)
+            return at
+        if kind == "or":
+            end = self._state()
+            for element in fmt["elements"]:
+                self.empty[self._format(element, at)].append(end)
+            return end
+        if kind in ("optional", "star", "plus", "repeat"):
+            low, high = {"optional": (0, 1), "star": (0, -1), "plus": (1, -1)}.get(kind) or (fmt["min"], fmt["max"])
+            for _ in range(min(low, 2)):  # (more than two: read as fewer, which writes more)
+                at = self._format(fmt["content"], at)
+            end = self._state()
+            self.empty[at].append(end)
+            if high == -1 or high - min(low, 2) > 2:  # (many: read as any number)
+                self.empty[self._format(fmt["content"], end)].append(end)
+                return end
+            for _ in range(high - min(low, 2)):
+                at = self._format(fmt["content"], at)
+                self.empty[at].append(end)
+            return end
+        return self._free(at)  # (free text, a JSON value, an EBNF rule)
+
+    def _free(self, at: int) -> int:
+        """A free piece: its first character (`_FIRST`), then any more (`_ANY`), or none."""
+        loop, end = self._state(), self._state()
+        self.edges[at].append((_FIRST, loop))
+        self.edges[loop].append((_ANY, loop))
+        self.empty[loop].append(end)
+        self.empty[at].append(end)
+        return end
 
     def _repeat(self, node: rs.Repeat, at: int, flags: int) -> int:
         for _ in range(min(node.min, _COUNT_CAP)):
@@ -135,8 +188,13 @@ class _Automaton:
         return False
 
 
+@lru_cache(maxsize=1024)
+def _parsed(source: str) -> rs.Syntax | None:
+    return rs.parse(source)
+
+
 def _automaton(source: str) -> _Automaton:
-    syntax = rs.parse(source)
+    syntax = _parsed(source)
     if syntax is None:  # (never: the grammar's own patterns, and delimiters it has read)
         raise ValueError(f"unreadable pattern {source!r}")
     return _Automaton(syntax.root, syntax.flags)
@@ -208,6 +266,7 @@ def _after_content(pattern: _Automaton, blocking: tuple[str, ...]) -> set[int]:
     return {state for state, _, solid in seen if solid}
 
 
+@lru_cache(maxsize=8192)
 def _held(text: str, blocking: tuple[str, ...]) -> str | None:
     """The end of the content that may still grow into a blocking literal (None: `text` ends
     with one, which the content never holds)."""
@@ -260,3 +319,61 @@ def _exact(root: rs.Seq) -> bool:
         if isinstance(node, rs.Repeat) and (node.min > _COUNT_CAP or (node.max or 0) > _COUNT_CAP):
             return False
     return True
+
+
+# ---- text a format writes ----------------------------------------------------------------------
+
+def spells(content: dict, blocking: tuple[str, ...]) -> str | None:
+    """Which of the `blocking` literals the text the format `content` writes can hold across its
+    pieces (a tag's `>` then a value's `a` spell `>a`), or inside a fixed piece. A
+    free piece (free text, a JSON value, an EBNF rule) holds none of them on its own, and may
+    start and end with anything; a control token written by its id is no text."""
+    return _spells(json.dumps(content), blocking)
+
+
+@lru_cache(maxsize=1024)
+def _spells(content: str, blocking: tuple[str, ...]) -> str | None:
+    automaton = _Automaton(rs.Seq(), 0)
+    automaton.accept = automaton._format(json.loads(content), automaton.start)
+    named = frozenset().union(*blocking)  # (any other character only ends what is held)
+    tried = {}
+    start = (automaton.start, "", 0)
+    seen = {start}
+    stack = [start]
+    while stack:
+        state, held, free = stack.pop()
+        for reached in automaton.closure([state]):
+            for label, target in automaton.edges[reached]:
+                if label is _BREAK:
+                    steps = [(target, "", 0)]
+                else:
+                    steps = []
+                    if label not in tried:
+                        tried[label] = _tried(label, named)
+                    # (how many of the characters held are the current free piece's)
+                    inside = 1 if label is _FIRST else free + 1 if label is _ANY else 0
+                    for char in tried[label]:
+                        grown = held + char
+                        whole = next((literal for literal in blocking if grown.endswith(literal)), None)
+                        if whole is not None:
+                            if inside >= len(whole):
+                                continue  # (wholly inside a free piece, which keeps it out)
+                            return whole
+                        now = _held(grown, blocking)
+                        steps.append((target, now, min(inside, len(now))))
+                for step in steps:
+                    if step not in seen:
+                        seen.add(step)
+                        stack.append(step)
+    return None
+
+
+def _tried(label: _Label, named: frozenset[str]) -> list[str]:
+    """The characters worth reading on `label` when only `named` ones can grow a literal: those it
+    matches, and one other it matches (which ends what is held)."""
+    if label is _ANY or label is _FIRST:
+        return [*named, next(c for c in _SAMPLES + "\x00\ue000" if c not in named)]
+    matching = [c for c in label.chars | named if label.matcher.fullmatch(c)]
+    inside = [c for c in matching if c in named]
+    other = next((c for c in matching if c not in named), None)
+    return inside + ([other] if other is not None else [])

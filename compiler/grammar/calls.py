@@ -28,7 +28,7 @@ from rtcompile.runtime import regex_syntax as rs
 
 from . import charclass as C
 from . import formats as F
-from .automata import always_holds, starts_inside
+from .automata import always_holds, spells, starts_inside
 from .delimiters import Written, blocking_literals, parse, unfactored, write_delimiter, write_pattern
 from .errors import GrammarError
 from .request import Tool
@@ -201,6 +201,10 @@ class CallWriter:
             for blocked in self.excluded:
                 if blocked in text:
                     raise GrammarError(where, f"the content writes {text!r}, which holds its closer {blocked!r}")
+        # (a tag's `>` and the value after it spell the closer `>a`; JSON's seams: _check_seams)
+        spelled = spells(content, tuple(self.excluded)) if self.content in ("xml-inline", "kv-lines") else None
+        if spelled is not None:
+            raise GrammarError(where, f"the content's pieces could spell its closer {spelled!r} across them")
 
     def opener(self, tool: Tool | None) -> Written:
         """How the opener is written for `tool` (None: the opener alone), once per request: the

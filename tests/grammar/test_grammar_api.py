@@ -572,6 +572,32 @@ def test_a_prompt_the_parser_loops_on_is_refused_with_one_line():
     assert "\n" not in str(raised.value)
 
 
+def test_xml_content_whose_pieces_could_spell_the_closer_is_refused():
+    """A tag's `>` then a value `a` spell the closer `>a`; a tag's `>` then the whitespace after
+    it spell `> `. The parser would close the call inside its arguments. Neither piece holds the
+    closer alone, so each piece's own check passed."""
+    from transformers.utils.chat_parsing import parse_response as interpreter_parse
+
+    def template(closers):
+        return {
+            "start_anchor": "<|a|>\n",
+            "fields": {"tool_calls": {"repeats": True, "content": "xml-inline", "open_pattern": "<call=(?P<name>\\w+)>", "close": closers,
+                                      "content_args": {"tag_pattern": "<parameter=(?P<key>[^>\\n]+)>\\s*(?P<value>.*?)\\s*</parameter>"},
+                                      "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}}}},
+        }
+
+    enum = [{"type": "function", "function": {"name": "a", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string", "enum": ["a"]}}, "required": ["a"]}}}]
+    number = [{"type": "function", "function": {"name": "a", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}]
+    # (what such a grammar would write: the required argument is lost)
+    message = interpreter_parse("<call=a><parameter=a>a</parameter>>a", template([" ", ">a"]), prefix="<|a|>\n", tools=enum)
+    assert message["tool_calls"][0]["function"]["arguments"] == {}
+    for closers, tools, spelled in (([" ", ">a"], enum, ">a"), (["\n", "> "], number, "> ")):
+        with pytest.raises(rtcompile.GrammarError, match=f"could spell its closer {spelled!r} across them"):
+            rtcompile.structural_tag(template(closers), tools, tool_choice="auto")
+    assert rtcompile.structural_tag(template(["</call>"]), enum, tool_choice="required")["type"] == "structural_tag"
+
+
 def test_a_call_field_whose_regions_are_joined_as_text_is_refused():
     from transformers.utils.chat_parsing import parse_response as interpreter_parse
 
