@@ -1,4 +1,4 @@
-"""Small automata over patterns, for two questions text alone cannot settle.
+"""Small automata over patterns and formats, for three questions text alone cannot settle.
 
 Can a closer's match start inside the region it closes? The parser ends a region where a search
 for its closer first finds a match: the leftmost start wins. The grammar keeps the closer's fixed
@@ -15,6 +15,12 @@ Does what the grammar writes satisfy a lookahead it left out? An opener's `(?=\\
 holds only if the content starts that way, in every layout and key order it may be written in.
 `always_holds` follows the written text's automaton with the set of states the lookahead's can be
 in; text that leaves the set empty, or ends before the lookahead is satisfied, is a counterexample.
+
+Can a call's pieces spell its closer across them? An xml-inline tag ends with `>` and its value may
+be `a`: together they spell the closer `>a`, though neither holds it. `spells` reads the format the
+grammar writes (constants, regexes, free pieces that keep the closer out of themselves, control
+tokens by id, which are no text) while following which end of the text could still grow into a
+closer.
 
 Where a pattern holds what an automaton cannot follow exactly (lookarounds and anchors, back
 references, long counted repeats), the closer and the written text are read as matching more,
