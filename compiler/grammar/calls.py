@@ -202,7 +202,7 @@ class CallWriter:
                 if blocked in text:
                     raise GrammarError(where, f"the content writes {text!r}, which holds its closer {blocked!r}")
         # (a tag's `>` and the value after it spell the closer `>a`; JSON's seams: _check_seams)
-        spelled = spells(content, tuple(self.excluded)) if self.content in ("xml-inline", "kv-lines") else None
+        spelled = spells(content, tuple(self.excluded)) if self.content in ("xml-inline", "kv-lines", "python-call-list") else None
         if spelled is not None:
             raise GrammarError(where, f"the content's pieces could spell its closer {spelled!r} across them")
 
