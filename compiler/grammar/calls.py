@@ -80,6 +80,8 @@ def closing(delimiter: ir.Delimiter | None, speller: Speller, where: str) -> Clo
         return Closing(None, tuple(by_next), blocking, stops)
     root = written[0] if len(written) == 1 else rs.Seq((rs.Alternation(tuple(written)),))
     pattern = write_pattern(rs.to_source(replace(syntax, root=root)), speller, where)  # (its flags kept)
+    if pattern.assumes:  # (`<a>(?!ab)`: whatever the grammar writes next decides whether it closes)
+        raise GrammarError(where, "the closer looks ahead at the text after it, which the grammar cannot check")
     _check_starts_after_content(syntax, root, pattern.at_line_start, blocking, where)
     if pattern.at_line_start:  # (the newline the closer matches after is written with it)
         return Closing(F.sequence(speller.write("\n"), pattern.format), tuple(by_next), blocking, stops)

@@ -598,6 +598,29 @@ def test_xml_content_whose_pieces_could_spell_the_closer_is_refused():
     assert rtcompile.structural_tag(template(["</call>"]), enum, tool_choice="required")["type"] == "structural_tag"
 
 
+def test_a_closer_that_looks_ahead_is_refused():
+    """`<a>(?!ab)` closes only where `ab` does not follow: what the grammar writes after the
+    closer (free text, the next call's opener) could keep the region open. A closer whose
+    alternative is only a lookahead at the next call (`(?=<b>)|</s>`) is read apart and stays."""
+    from transformers.utils.chat_parsing import parse_response as interpreter_parse
+
+    def template(close_pattern):
+        return {
+            "start_anchor": "<|a|>\n",
+            "fields": {"tool_calls": {"repeats": True, "content": "json", "open": "b", "close_pattern": close_pattern,
+                                      "transform": {"type": "function", "function": "{content}"}}},
+        }
+
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    call = 'b{"name": "a", "arguments": {}}<a>'
+    with pytest.raises(ValueError):  # (the first closer is not one: both calls are read as one region)
+        interpreter_parse(call + "ab" + call, template("<a>(?!ab)"), prefix="<|a|>\n", tools=tools)
+    for refused in ("<a>(?!ab)", "<a>(?=\\n)"):
+        with pytest.raises(rtcompile.GrammarError, match="the closer looks ahead at the text after it"):
+            rtcompile.structural_tag(template(refused), tools, tool_choice="required")
+    assert rtcompile.structural_tag(template("(?=b)|</s>"), tools, tool_choice="required")["type"] == "structural_tag"
+
+
 def test_a_call_field_whose_regions_are_joined_as_text_is_refused():
     from transformers.utils.chat_parsing import parse_response as interpreter_parse
 
