@@ -109,6 +109,11 @@ def prompt_state(module: Any, ir: Any, prefix: Any, tokenizer: Any) -> tuple[str
 
         if not plain_text(sink):
             raise GrammarError("prefix", f"the prompt leaves text in the {sink.name!r} field, which only parses as {sink.content.parser}")
+    from .message import fits_defaults
+
+    current = next((field for field in ir.fields if field.name == parser.current_field), None)
+    if current is not None and not fits_defaults(current, ir.defaults):
+        raise GrammarError("prefix", f"the prompt opens a {current.name!r} region, which the template's defaults leave no place for")
     held = parser.unread_text
     if held and _delimiter_in(ir, parser.current_field, held):
         raise GrammarError("prefix", f"the prompt ends in {held!r}, which the output decides the meaning of")

@@ -621,6 +621,23 @@ def test_a_closer_that_looks_ahead_is_refused():
     assert rtcompile.structural_tag(template("(?=b)|</s>"), tools, tool_choice="required")["type"] == "structural_tag"
 
 
+def test_a_prompt_that_opens_a_region_the_defaults_leave_no_place_for_is_refused():
+    """A repeating field whose default is None cannot take a region (the parser appends to None).
+    The grammar never opens one, but a prompt can (`a` opens it inside `"name"`): refused."""
+    template = {
+        "start_anchor": "<a>",
+        "defaults": {"b_b": None},
+        "fields": {"tool_calls": {"repeats": True, "content": "json", "open": "<a>", "close": "</call>",
+                                  "transform": {"type": "function", "function": "{content}"}},
+                   "b_b": {"open": "a", "close": "<a>", "repeats": True}},
+    }
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    prompt = '<a>{"name": "a", "arguments": {}}</call>'
+    with pytest.raises(rtcompile.GrammarError, match="^prefix: the prompt opens a 'b_b' region"):
+        rtcompile.structural_tag(template, tools, tool_choice="auto", prefix=prompt)
+    assert rtcompile.structural_tag(template, tools, tool_choice="auto", prefix="<a>")["type"] == "structural_tag"
+
+
 def test_a_call_field_whose_regions_are_joined_as_text_is_refused():
     from transformers.utils.chat_parsing import parse_response as interpreter_parse
 
