@@ -55,9 +55,6 @@ class _Label:
         matches = self.matcher.fullmatch, other.matcher.fullmatch
         return any(matches[0](c) and matches[1](c) for c in self.chars | other.chars)
 
-    def reads(self, whitespace: bool) -> bool:
-        return any(c.isspace() == whitespace and self.matcher.fullmatch(c) for c in self.chars)
-
 
 # A free piece's first character and the ones after it, and a control token written by its id
 # (no text).
@@ -287,9 +284,10 @@ def _held(text: str, blocking: tuple[str, ...]) -> str | None:
 @lru_cache(maxsize=1024)
 def always_holds(look: str, written: str) -> bool:
     """Whether every text the pattern `written` matches starts with a match of the pattern `look`
-    (a text it matches only in part, the rest unknown, must already hold one)."""
-    syntax = rs.parse(look)
-    if syntax is None or not _exact(syntax.root):
+    (a text it matches only in part, the rest unknown, must already hold one). An unreadable
+    pattern holds nothing for sure."""
+    syntax = _parsed(look)
+    if syntax is None or not _exact(syntax.root) or _parsed(written) is None:
         return False
     pattern = _automaton(look)
     writer = _automaton(written)
