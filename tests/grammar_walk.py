@@ -88,16 +88,16 @@ class Walker:
         return torch.nonzero(bits).flatten().tolist()
 
     def walk(self, grammar: Any, rng: random.Random, max_tokens: int = 300, spell: float = 0.3) -> tuple[list[int], bool]:
-        """A random accepted sequence (the stop id that ended it left out) and whether it ended.
-        Draws favour control tokens and one-character punctuation (which close strings, objects
+        """A random accepted sequence (the stop id that ended it left out) and whether it ended;
+        AssertionError where the grammar allows no token at all (a dead end). Draws favour control tokens and one-character punctuation (which close strings, objects
         and lists), so that walks end; a stop is taken, when allowed, more and more often."""
         matcher = xgr.GrammarMatcher(grammar)
         text = codecs.getincrementaldecoder("utf-8")()  # (the bytes written so far, as UTF-8)
         ids: list[int] = []
         while len(ids) < max_tokens:
             allowed = self.allowed(matcher)
-            if not allowed:
-                return ids, False
+            if not allowed:  # (where the grammar may end, a stop id is allowed)
+                raise AssertionError(f"a dead end: no token allowed after {text_of(self.tokenizer, ids)!r}")
             if any(i in self.stop_ids for i in allowed) and rng.random() < 0.05 + len(ids) / max_tokens:
                 return ids, True
             candidates = [i for i in allowed if i not in self.stop_ids]

@@ -181,3 +181,29 @@ def test_every_constant_of_lead_characters_a_module_uses_is_defined(template):
             parser.feed(chunk)
         message, _ = parser.finalize()
         assert message == module.parse_response(text, prefix="")
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [["<a>x</a>", " ", "<", "<", "y>z", "</b>"], ["<a>x</a> ", "<", "<y>z</b>"], ["<a>x</a> ", "<<y>z</b>"]],
+)
+def test_a_held_lead_character_that_begins_a_pattern_openers_literal_stays_held(chunks):
+    """Outside regions, `\\s*<a>` holds a trailing space as its lead run and `\\ <<\\w+>` starts
+    with that space: a chunk ending in a proper prefix of ` <<` leaves the space held with it
+    (were it read, the null sink would drop it and the opener would never match)."""
+    template = {
+        "fields": {
+            "content": {"open_pattern": "\\s*<a>", "close": "</a>"},
+            "reasoning_content": {"open_pattern": "\\ <<\\w+>", "close": "</b>"},
+        },
+        "start_anchor": "<s>",
+    }
+    module = rtcompile.load(template)
+    run = type("Run", (), {"prefix": "", "tools": None, "chunks": chunks})
+    for through_feed_text in (False, True):
+        _compare_run(module.ResponseParser, run, through_feed_text)
+    parser = module.ResponseParser("")
+    for chunk in chunks:
+        parser.feed(chunk)
+    assert parser.finalize()[0] == {"content": "x", "reasoning_content": "z"}
+    assert module.parse_response("".join(chunks), prefix="") == {"content": "x", "reasoning_content": "z"}

@@ -201,6 +201,20 @@ class Preference(LogitsProcessor):
         return scores
 
 
+class DeadEnd(Exception):
+    """The grammar allowed no token: args[0] is every id so far, the prompt's included."""
+
+
+class DeadEndCheck(LogitsProcessor):
+    """After the grammar's mask: a step where no token is allowed at all stops the generation
+    with the ids so far (sampling would fail on it with no word of where)."""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if torch.isneginf(scores).all():
+            raise DeadEnd(input_ids[0].tolist())
+        return scores
+
+
 @lru_cache(maxsize=None)
 def compiled(name: str, request: str) -> Any:
     model_family = family(name)
@@ -218,7 +232,8 @@ def compiled(name: str, request: str) -> Any:
 
 
 def generate(model_family: Family, grammar: Any, seed: int) -> tuple[list[int], bool]:
-    """The ids generated (the stop id left out) and whether a stop id ended them."""
+    """The ids generated (the stop id left out) and whether a stop id ended them; DeadEnd with
+    the ids generated where the grammar allowed no token."""
     config = GenerationConfig(
         do_sample=True,
         top_k=0,
@@ -229,16 +244,23 @@ def generate(model_family: Family, grammar: Any, seed: int) -> tuple[list[int], 
         pad_token_id=model_family.stop_ids[0],
     )
     processors = LogitsProcessorList(
-        [Preference(model_family.preferred, PREFERENCE), GrammarLogitsProcessor(grammar)]
+        [
+            Preference(model_family.preferred, PREFERENCE),
+            GrammarLogitsProcessor(grammar),
+            DeadEndCheck(),
+        ]
     )
     prompt = torch.tensor([model_family.prompt_ids])
     torch.manual_seed(seed)
-    output = model_family.model.generate(
-        prompt,
-        attention_mask=torch.ones_like(prompt),
-        generation_config=config,
-        logits_processor=processors,
-    )
+    try:
+        output = model_family.model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            generation_config=config,
+            logits_processor=processors,
+        )
+    except DeadEnd as dead:
+        raise DeadEnd(dead.args[0][prompt.shape[1] :]) from None
     ids = output[0, prompt.shape[1] :].tolist()
     if ids and ids[-1] in model_family.stop_ids:
         return ids[:-1], True
@@ -261,11 +283,12 @@ class Outcome:
     def describe(self, tokenizer: Any) -> str:
         text = tokenizer.decode(self.ids)
         shown = text if len(text) <= 1_500 else text[:500] + " [...] " + text[-1_000:]
-        state = (
-            "ended"
-            if self.ended
-            else f"no end in {BUDGET} tokens, only {self.controls_at_end} of the controls allowed"
-        )
+        if self.ended:
+            state = "ended"
+        elif len(self.ids) < BUDGET:
+            state = "stopped short"
+        else:
+            state = f"no end in {BUDGET} tokens, only {self.controls_at_end} of the controls allowed"
         where = f"{self.name}, request {self.request!r}, seed {self.seed}"
         return f"{where}: {len(self.ids)} tokens, {state}: {self.problems}\n{shown!r}"
 
@@ -274,7 +297,11 @@ def outcome(name: str, request: str, seed: int) -> Outcome:
     """One generation, replayed through a fresh matcher and parsed by the interpreter."""
     model_family = family(name)
     grammar = compiled(name, request)
-    ids, ended = generate(model_family, grammar, seed)
+    try:
+        ids, ended = generate(model_family, grammar, seed)
+    except DeadEnd as dead:
+        problem = "a dead end: the grammar allows no token after these"
+        return Outcome(name, request, seed, dead.args[0], False, [problem], 0, [])
     accepted, position = model_family.walker.accepts(grammar, ids, ended=ended)
     problems = [] if accepted else [f"the grammar refuses its own output at token {position}"]
     if not ended:
@@ -388,3 +415,46 @@ def _allowed_controls(walker: Walker, grammar: Any, ids: list[int]) -> set[int] 
     if not all(matcher.accept_token(i) for i in ids):
         return None
     return {i for i in walker.allowed(matcher) if i in walker.control_ids}
+
+
+def test_a_call_after_a_marker_leaves_the_way_open():
+    """Under "required", a call, a marker between calls (ernie's `<response>`, written by id), a
+    second call: then more calls, content, or the end are allowed. Free content after the calls
+    that may start with the marker's text made xgrammar's matcher allow no token at all there."""
+    model_family = family("ernie")
+    tokenizer = model_family.tokenizer
+    ids_of = tokenizer.convert_tokens_to_ids
+    opener, closer, marker = ids_of("<tool_call>"), ids_of("</tool_call>"), ids_of("<response>")
+    arguments = tokenizer.encode('{"name": "now", "arguments": {}}', add_special_tokens=False)
+    call = [opener, *arguments, closer]
+    walker, grammar = model_family.walker, compiled("ernie", "required")
+    matcher = xgr.GrammarMatcher(grammar)
+    for token_id in [*call, marker, *call]:
+        assert matcher.accept_token(token_id)
+    allowed = set(walker.allowed(matcher))
+    assert {opener, marker, *model_family.stop_ids} <= allowed
+    assert tokenizer.encode("Done", add_special_tokens=False)[0] in allowed
+
+
+def test_content_around_the_calls_holds_none_of_its_closers():
+    """Under "required", content holds none of the content's closers (ernie's `<response>`): the
+    parser would end the content there, and the text after it would replace the text before. A
+    marker may end the content before the calls (the calls follow), not the content after them."""
+    model_family = family("ernie")
+    tokenizer, walker = model_family.tokenizer, model_family.walker
+    ids_of = tokenizer.convert_tokens_to_ids
+    opener, closer, marker = ids_of("<tool_call>"), ids_of("</tool_call>"), ids_of("<response>")
+    hello = tokenizer.encode("hello", add_special_tokens=False)
+    arguments = tokenizer.encode('{"name": "now", "arguments": {}}', add_special_tokens=False)
+    grammar = compiled("ernie", "required")
+
+    def allowed_after(ids: list[int]) -> list[int]:
+        matcher = xgr.GrammarMatcher(grammar)
+        assert all(matcher.accept_token(token_id) for token_id in ids)
+        return walker.allowed(matcher)
+
+    assert hello[0] not in allowed_after([*hello, marker])
+    assert opener in allowed_after([*hello, marker])
+    after_calls = allowed_after([opener, *arguments, closer, *hello])
+    assert marker not in after_calls
+    assert hello[0] in after_calls and set(model_family.stop_ids) <= set(after_calls)
