@@ -89,8 +89,9 @@ class Walker:
 
     def walk(self, grammar: Any, rng: random.Random, max_tokens: int = 300, spell: float = 0.3) -> tuple[list[int], bool]:
         """A random accepted sequence (the stop id that ended it left out) and whether it ended;
-        AssertionError where the grammar allows no token at all (a dead end). Draws favour control tokens and one-character punctuation (which close strings, objects
-        and lists), so that walks end; a stop is taken, when allowed, more and more often."""
+        AssertionError where the grammar allows no token at all (a dead end). Draws favour control
+        tokens and one-character punctuation (which close strings, objects and lists), so that
+        walks end; a stop is taken, when allowed, more and more often."""
         matcher = xgr.GrammarMatcher(grammar)
         text = codecs.getincrementaldecoder("utf-8")()  # (the bytes written so far, as UTF-8)
         ids: list[int] = []

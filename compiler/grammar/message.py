@@ -168,8 +168,8 @@ class MessageWriter:
         if self.implicit is not None:
             # (content holds none of its own closers, as a region's text holds none of its closer:
             # the parser would close it there, and the content after would replace the content
-            # before. So free text never starts with a marker's text either, which xgrammar needs:
-            # see `free_text`)
+            # before. So free text never starts with a marker's text either, which xgrammar's
+            # matcher needs after a loop of calls and markers: see README.md, xgrammar releases)
             blocking = (*openers, *self.closer_texts())
             before = F.optional(self.free_text(blocking, after_token=not _ends_in_text(lead), outside=True))
             after = F.optional(F.sequence(self.markers(), self.free_text(blocking, after_token=False, outside=True)))
