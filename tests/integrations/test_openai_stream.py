@@ -1370,6 +1370,29 @@ def test_random_templates_chunking_never_changes_the_view(data):
         assert run.adapter.divergences == []
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_name_the_closer_captures_too_goes_out_at_the_close(chunked):
+    """The opener and the closer both capture `name`: the closer's value is the call's name, so the
+    name goes out at the close, not when the opener has matched."""
+    template = {
+        "fields": {
+            "tool_calls": {
+                "open_pattern": "<a>(?P<name>\\w+)>",
+                "close_pattern": "<a>(?P<name>\\w+)<a>",
+                "repeats": True,
+                "content": "kv-lines",
+                "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
+            }
+        },
+        "start_anchor": "<|a|>\n",
+    }
+    text = "<a>ab><a>a<a><a>b>x: 1\n<a>c<a>"
+    run = run_stream(template, "", list(text) if chunked else [text], tool_calls_field="tool_calls")
+    names = [c["function"]["name"] for c in accumulate_deltas(run.deltas)["tool_calls"]]
+    assert names == [c["function"]["name"] for c in run.message["tool_calls"]] == ["a", "c"]
+    assert run.adapter.divergences == []
+
+
 # --------------------------------------------------------------------------------------------------
 # The official client, beyond accumulation
 
