@@ -166,13 +166,8 @@ class MessageWriter:
                 lead = F.sequence(lead, F.optional(F.sequence(self.glue(), region.closed)))
         before = after = F.EMPTY
         if self.implicit is not None:
-            # (content holds none of its own closers, as a region's text holds none of its closer:
-            # the parser would close it there, and the content after would replace the content
-            # before. So free text never starts with a marker's text either, which xgrammar's
-            # matcher needs after a loop of calls and markers: see README.md, xgrammar releases)
-            blocking = (*openers, *self.closer_texts())
-            before = F.optional(self.free_text(blocking, after_token=not _ends_in_text(lead), outside=True))
-            after = F.optional(F.sequence(self.markers(), self.free_text(blocking, after_token=False, outside=True)))
+            before = F.optional(self.free_text(openers, after_token=not _ends_in_text(lead), outside=True))
+            after = F.optional(F.sequence(self.markers(), self.free_text(openers, after_token=False, outside=True)))
         closed, open_end = self.call_blocks()
         calls = open_end if closed is None else F.choice(F.sequence(closed, after), open_end)
         return F.sequence(lead, before, self.markers(leading=False), self.glue(), calls)
@@ -229,12 +224,9 @@ class MessageWriter:
         opener = blocking_literals(calls.field.open, f"fields.{calls.field.name}.open")
         return any(any(o.startswith(b) or b.startswith(o) for o in opener) for b in calls.closing.by_next)
 
-    def closer_texts(self) -> tuple[str, ...]:
-        """The literals every match of the implicit field's closer holds (the markers and the stop
-        tokens it closes on): text its free content must not hold."""
-        if self.implicit is None or self.implicit.close is None:
-            return ()
-        return closing(self.implicit.close, self.speller, f"fields.{self.implicit.name}.close").blocking
+    def marker_texts(self) -> tuple[str, ...]:
+        """The literal closers of the implicit field (what `markers` may write)."""
+        return facts.delimiter_literals(self.implicit.close) if self.implicit is not None else ()
 
     def markers(self, leading: bool = True) -> F.Format:
         """Layout whitespace and the implicit field's closers that are no stop tokens (call
