@@ -127,7 +127,7 @@ def field_facts(template: ir.Template) -> dict[str, dict]:
     whether a pattern closes it, its content parser and arguments (as given, `{}` by default),
     whether its value is what the content parser gives (no transform, or `{content}`), `repeats`,
     `join`, `optional`, and where a call's parts come from under its transform (`call`: None
-    without one; sources as (kind, value))."""
+    without one; sources as (kind, value); a capture the closer names too counts as unknown)."""
     closed_by_pattern = pattern_closed(template)
     return {field.name: _one_field_facts(field, field.name in closed_by_pattern) for field in template.fields}
 
@@ -136,7 +136,8 @@ def _one_field_facts(field: ir.Field, closed_by_pattern: bool) -> dict:
     call = None
     if field.transform is not None:
         shape = call_shape(field)
-        call = {"each": shape.each, "name": _pair(shape.name), "arguments": _pair(shape.arguments), "id": _pair(shape.id)}
+        name, call_id = _served(shape.name, field), _served(shape.id, field)
+        call = {"each": shape.each, "name": _pair(name), "arguments": _pair(shape.arguments), "id": _pair(call_id)}
     return {
         "open": delimiter_literals(field.open),
         "close": delimiter_literals(field.close),
@@ -154,6 +155,14 @@ def _one_field_facts(field: ir.Field, closed_by_pattern: bool) -> dict:
 
 
 _WHOLE_CONTENT = ir.Placeholder("content", "content", ())  # the transform "{content}"
+
+
+def _served(source: Source | None, field: ir.Field) -> Source | None:
+    """A part's source as a server sees it while the region streams: a capture that the closer's
+    pattern names too is known only at the close (the closer's value wins), like a parsed value."""
+    if source is not None and source.kind == CAPTURE and field.close is not None and source.value in field.close.group_names:
+        return Source(UNKNOWN)
+    return source
 
 
 def _pair(found: Source | None) -> tuple | None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from rtcompile.frontend import facts
 from rtcompile.runtime.errors import ParserLoopError
 
 from .errors import GrammarError
@@ -111,7 +112,7 @@ def prompt_state(module: Any, ir: Any, prefix: Any, tokenizer: Any) -> tuple[str
             raise GrammarError("prefix", f"the prompt leaves text in the {sink.name!r} field, which only parses as {sink.content.parser}")
     from .message import fits_defaults
 
-    current = next((field for field in ir.fields if field.name == parser.current_field), None)
+    current = facts.field_named(ir, parser.current_field)
     if current is not None and not fits_defaults(current, ir.defaults):
         raise GrammarError("prefix", f"the prompt opens a {current.name!r} region, which the template's defaults leave no place for")
     held = parser.unread_text

@@ -33,8 +33,6 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-import regex
-
 from rtcompile.runtime.coerce import TYPED, cast_mode, coerce_argument, schema_types
 from rtcompile.runtime.content_parsers import CallListReader, make_parser
 
@@ -82,17 +80,9 @@ class _Source:
         self.value = value
 
 
-def _source(fact: tuple | None, closer_groups: frozenset[str] = frozenset()) -> _Source:
-    """A part's source as the module's facts give it ((kind, value), None when absent). A capture
-    the closer's pattern captures too is known only at the close (the closer's value wins)."""
-    if fact is None or (fact[0] == "capture" and fact[1] in closer_groups):
-        return _Source("unknown")
-    return _Source(*fact)
-
-
-def _group_names(pattern: str | None) -> frozenset[str]:
-    """The named groups of a delimiter's regex (none without one)."""
-    return frozenset(regex.compile(pattern).groupindex) if pattern is not None else frozenset()
+def _source(fact: tuple | None) -> _Source:
+    """A part's source as the module's facts give it ((kind, value), None when absent)."""
+    return _Source("unknown") if fact is None else _Source(*fact)
 
 
 class ToolCallPlan:
@@ -104,12 +94,11 @@ class ToolCallPlan:
         """`facts`: the field's `FieldFacts` (its content parser and arguments, and where its
         transform takes a call's parts from: `call`, None when the field has no transform)."""
         call = facts.call
-        closer_groups = _group_names(facts.close_regex)
         self.each = bool(call and call["each"])
-        self.name = _source(call and call["name"], closer_groups)
+        self.name = _source(call and call["name"])
         self.arguments = _source(call and call["arguments"])
         self.has_id = bool(call) and call["id"] is not None
-        self.id = _source(call and call["id"], closer_groups)
+        self.id = _source(call and call["id"])
         self.content = facts.content
         args = facts.content_args
         self.content_args = args
