@@ -27,6 +27,7 @@ from rtcompile.frontend import facts, ir
 
 from . import formats as F
 from .calls import CallWriter, closing, without_leading_layout
+from .charclass import class_source
 from .delimiters import blocking_literals, opener_firsts, unfactored, write_delimiter
 from .errors import GrammarError
 from .request import Request
@@ -167,7 +168,7 @@ class MessageWriter:
         before = after = F.EMPTY
         if self.implicit is not None:
             before = F.optional(self.free_text(openers, after_token=not _ends_in_text(lead), outside=True))
-            after = F.optional(F.sequence(self.markers(), self.free_text(openers, after_token=False, outside=True)))
+            after = F.optional(F.sequence(self.markers(), self.text_after_markers(openers)))
         closed, open_end = self.call_blocks()
         calls = open_end if closed is None else F.choice(F.sequence(closed, after), open_end)
         return F.sequence(lead, before, self.markers(leading=False), self.glue(), calls)
@@ -227,6 +228,22 @@ class MessageWriter:
     def marker_texts(self) -> tuple[str, ...]:
         """The literal closers of the implicit field (what `markers` may write)."""
         return facts.delimiter_literals(self.implicit.close) if self.implicit is not None else ()
+
+    def text_after_markers(self, blocking: tuple[str, ...]) -> F.Format:
+        """Free text where markers may come before it, in a loop (between calls), read character
+        by character: where a marker starts with a control token, it never starts with whitespace
+        or such a marker's first character. Text that could start by reading, byte by byte, a
+        marker written by id leaves xgrammar 0.2.8's matcher no token at all after the loop's next
+        call (see README.md, xgrammar releases). The whitespace and a marker before the text are
+        the markers' own."""
+        text = self.free_text(blocking, after_token=False, outside=True)
+        close = self.implicit.close
+        literals = [] if close is None else closing(close, self.speller, f"fields.{self.implicit.name}.close").blocking
+        by_id = [t for t in literals if t and not self.speller.is_stop(t) and isinstance(self.speller.pieces(t)[0], int)]
+        firsts = {literal[0] for literal in by_id}
+        if not firsts:
+            return text
+        return F.sequence(F.regex(class_source(firsts | set(" \t\n\r"), negated=True)), text)
 
     def markers(self, leading: bool = True) -> F.Format:
         """Layout whitespace and the implicit field's closers that are no stop tokens (call

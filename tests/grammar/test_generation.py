@@ -416,3 +416,22 @@ def _allowed_controls(walker: Walker, grammar: Any, ids: list[int]) -> set[int] 
         return None
     return {i for i in walker.allowed(matcher) if i in walker.control_ids}
 
+
+
+def test_a_call_after_a_marker_leaves_the_way_open():
+    """Under "required", a call, a marker between calls (ernie's `<response>`, written by id), a
+    second call: then more calls, content, or the end are allowed. Content after the calls that
+    could start by reading the marker's text made xgrammar's matcher allow no token at all there."""
+    model_family = family("ernie")
+    tokenizer = model_family.tokenizer
+    ids_of = tokenizer.convert_tokens_to_ids
+    opener, closer, marker = ids_of("<tool_call>"), ids_of("</tool_call>"), ids_of("<response>")
+    arguments = tokenizer.encode('{"name": "now", "arguments": {}}', add_special_tokens=False)
+    call = [opener, *arguments, closer]
+    walker, grammar = model_family.walker, compiled("ernie", "required")
+    matcher = xgr.GrammarMatcher(grammar)
+    for token_id in [*call, marker, *call]:
+        assert matcher.accept_token(token_id)
+    allowed = set(walker.allowed(matcher))
+    assert {opener, marker, *model_family.stop_ids} <= allowed
+    assert tokenizer.encode("Done", add_special_tokens=False)[0] in allowed
