@@ -225,10 +225,6 @@ class MessageWriter:
         opener = blocking_literals(calls.field.open, f"fields.{calls.field.name}.open")
         return any(any(o.startswith(b) or b.startswith(o) for o in opener) for b in calls.closing.by_next)
 
-    def marker_texts(self) -> tuple[str, ...]:
-        """The literal closers of the implicit field (what `markers` may write)."""
-        return facts.delimiter_literals(self.implicit.close) if self.implicit is not None else ()
-
     def text_after_markers(self, blocking: tuple[str, ...]) -> F.Format:
         """Free text where markers may come before it, in a loop (between calls), read character
         by character: where a marker starts with a control token, it never starts with whitespace
