@@ -271,9 +271,16 @@ class MessageWriter:
         if self.sink is not None:
             return F.EMPTY
         anchors = [a for a in facts.delimiter_literals(self.template.start_anchor) if not self._opens_something(a)]
+        # (an anchor holding a control token that starts with another anchor's text is left out:
+        # read byte by byte, that anchor and the opener after it could start the same bytes, and
+        # xgrammar's matcher dead-ends once that reading fails: see README.md, xgrammar releases)
+        anchors = [a for a in anchors if not (self._holds_token(a) and any(b != a and a.startswith(b) for b in anchors))]
         if not anchors:
             return F.EMPTY
         return F.optional(F.choice(*(self.speller.write(a) for a in anchors)))
+
+    def _holds_token(self, text: str) -> bool:
+        return any(isinstance(piece, int) for piece in self.speller.pieces(text))
 
     def _opens_something(self, text: str) -> bool:
         """Whether an opener could match from within `text` (text the grammar writes outside

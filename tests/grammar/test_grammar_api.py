@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 import subprocess
 import sys
@@ -696,3 +697,25 @@ def test_an_implicit_field_closed_only_where_the_text_starts_is_refused():
     assert "tool_calls" not in interpreter_parse("<a>a>\n<a>", template, prefix="0")  # (why)
     with pytest.raises(rtcompile.GrammarError, match=r"fields.content.close: the closer matches only where the text starts"):
         rtcompile.structural_tag(template, [{"type": "function", "function": {"name": "a"}}], tool_choice="required", prefix="0")
+
+
+def test_an_anchor_token_that_starts_with_another_anchor_leaves_no_dead_end():
+    """Anchors `<a>` and `<a><` (a control token) before calls opening `<a>name>`: read byte by
+    byte, `<a>` and the opener's `<` could start the token's bytes, and once that reading failed
+    xgrammar's matcher allowed no token after `<a><` `<a>a>`. Every walk goes on to its end."""
+    from tokenizer_pool import AddedSpec, build_tokenizer
+
+    template = {
+        "start_anchor": ["<a>", "<a><"],
+        "fields": {"tool_calls": {"repeats": True, "content": "xml-inline", "open_pattern": "<a>(?P<name>\\w+)>", "close": "</call>",
+                                  "content_args": {"tag_pattern": '<arg (?P<key>\\w+)="(?P<value>[^"]*)"/>'},
+                                  "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}}}},
+    }
+    tokenizer = build_tokenizer("bytes", [AddedSpec("<a><", "special"), AddedSpec("<|end_of_output|>", "special")])
+    stops = [tokenizer.convert_tokens_to_ids("<|end_of_output|>")]
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    tag = rtcompile.structural_tag(template, tools, tool_choice="auto", parallel_tool_calls=False, prefix=[], tokenizer=tokenizer, stop_tokens=stops)
+    walker = Walker(tokenizer, stops)
+    grammar = walker.compile(tag)
+    for seed in range(40):
+        walker.walk(grammar, random.Random(seed), max_tokens=60)  # (AssertionError at a dead end)
