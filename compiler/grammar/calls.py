@@ -57,8 +57,15 @@ def closing(delimiter: ir.Delimiter | None, speller: Speller, where: str) -> Clo
         return Closing(None, (), ())
     blocking = blocking_literals(delimiter, where)
     if delimiter.literals is not None:
-        kept = [literal for literal in delimiter.literals if not speller.is_stop(literal)]
-        stops = len(kept) < len(delimiter.literals)
+        # (a literal another one extends is not written: what the grammar writes after it, the
+        # next opener, could extend it, and the parser would read the longer one: `a` then `<a>`
+        # closes on `a<`)
+        kept = [
+            literal
+            for literal in delimiter.literals
+            if not speller.is_stop(literal) and not any(o != literal and o.startswith(literal) for o in delimiter.literals)
+        ]
+        stops = any(speller.is_stop(literal) for literal in delimiter.literals)
         if kept:
             alternatives = parse("|".join(regex.escape(literal) for literal in delimiter.literals), where)
             _check_starts_after_content(alternatives, parse("|".join(regex.escape(k) for k in kept), where).root, False, blocking, where)

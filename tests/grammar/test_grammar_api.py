@@ -12,7 +12,7 @@ import pytest
 import xgrammar as xgr
 
 import rtcompile
-from grammar_walk import Walker, family_tokenizer
+from grammar_walk import Walker, family_tokenizer, text_of
 from rtcompile.grammar import message as grammar_message
 
 WEATHER = {
@@ -719,3 +719,29 @@ def test_an_anchor_token_that_starts_with_another_anchor_leaves_no_dead_end():
     grammar = walker.compile(tag)
     for seed in range(40):
         walker.walk(grammar, random.Random(seed), max_tokens=60)  # (AssertionError at a dead end)
+
+
+def test_a_closer_that_another_closer_extends_is_not_written():
+    """Calls close on `a` or `a<`: written `a`, the next call's opener `<a>a>` would extend it to
+    `a<`, which the parser reads instead, and the call after it opens as content. Only `a<` is
+    written: every walk parses."""
+    from transformers.utils.chat_parsing import parse_response as interpreter_parse
+
+    template = {
+        "start_anchor": "<|a|>\n",
+        "fields": {"content": {"open": "a", "content": "json"},
+                   "tool_calls": {"repeats": True, "content": "xml-inline", "open_pattern": "<a>(?P<name>\\w+)>", "close": ["a", "a<"],
+                                  "content_args": {"tag_pattern": '<arg (?P<key>\\w+)="(?P<value>[^"]*)"/>'},
+                                  "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}}}},
+    }
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    tokenizer, stops = family_tokenizer(template)
+    walker = Walker(tokenizer, stops)
+    grammar = walker.compile(rtcompile.structural_tag(template, tools, tool_choice="auto", prefix=""))
+    parsed = 0
+    for seed in range(40):
+        ids, ended = walker.walk(grammar, random.Random(seed), max_tokens=200)
+        if ended:
+            interpreter_parse(text_of(tokenizer, ids), template, prefix="", tools=tools)
+            parsed += 1
+    assert parsed
